@@ -1,0 +1,20 @@
+//! Core vocabulary of idem: tool classes, keys, fingerprints, records, errors and stores.
+//!
+//! Most users depend on the `idem` facade instead; this crate is what store implementations
+//! and the dispatcher build on.
+
+#![warn(missing_docs)]
+
+pub mod canonical;
+pub mod class;
+pub mod error;
+pub mod key;
+pub mod record;
+pub mod store;
+
+pub use canonical::{Fingerprint, canonical_json};
+pub use class::{ClassHints, OrphanPolicy, ToolClass, UnknownClass};
+pub use error::{ErrorKind, ToolError};
+pub use key::{IdempotencyKey, KeyMaterial, LogicalKey, RecordKey};
+pub use record::{Fence, JournalEntry, Outcome, Record, RecordState, StateKind, Timestamp};
+pub use store::{Claim, ClaimRequest, ListFilter, Store, StoreError};

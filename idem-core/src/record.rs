@@ -1,0 +1,149 @@
+//! Records: what a store keeps under a key, and the state machine between them.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::canonical::Fingerprint;
+use crate::error::ToolError;
+use crate::key::RecordKey;
+
+/// A per-key counter incremented on every claim and take-over. Every holder write is
+/// conditional on it, so a stale holder can never overwrite a newer one.
+pub type Fence = u64;
+
+/// Milliseconds since the Unix epoch, on the store's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    /// The system clock (stores without a clock of their own use it).
+    pub fn now() -> Self {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        Timestamp(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
+    /// Milliseconds since the epoch.
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// This instant plus a duration, saturating.
+    pub fn plus(self, d: Duration) -> Self {
+        Timestamp(
+            self.0
+                .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        )
+    }
+}
+
+/// What a completed call produced: its output, or a terminal tool error. Both replay exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The output, as the JSON text first recorded (replayed byte for byte).
+    Success(String),
+    /// A terminal error the tool returned.
+    Failure(ToolError),
+}
+
+impl Outcome {
+    /// A success from a JSON value.
+    pub fn success(value: &serde_json::Value) -> Self {
+        Outcome::Success(value.to_string())
+    }
+
+    /// Size in bytes as stored, for the store's output limit.
+    pub fn stored_len(&self) -> usize {
+        match self {
+            Outcome::Success(s) => s.len(),
+            Outcome::Failure(e) => {
+                e.message().len() + e.details().map(|d| d.to_string().len()).unwrap_or(0)
+            }
+        }
+    }
+}
+
+/// One named step of a multi-step effect, journaled under the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The step's name, unique within the call.
+    pub step: String,
+    /// The step's result as JSON text.
+    pub value: String,
+}
+
+/// The state of a record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum RecordState {
+    /// A holder is executing the call.
+    InProgress {
+        /// When the holder's lease ends unless renewed.
+        lease_until: Timestamp,
+    },
+    /// The call finished with a recorded outcome.
+    Completed {
+        /// The outcome to replay.
+        outcome: Outcome,
+        /// When the record may be forgotten.
+        expires_at: Timestamp,
+    },
+    /// The effect may or may not have happened; never re-executed automatically.
+    Unknown {
+        /// When the outcome became unknown.
+        since: Timestamp,
+        /// Why.
+        last_error: String,
+    },
+}
+
+/// A coarse state filter for operator listings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateKind {
+    /// In progress (live or orphaned).
+    InProgress,
+    /// Completed.
+    Completed,
+    /// Unknown.
+    Unknown,
+}
+
+impl RecordState {
+    /// The coarse kind.
+    pub fn kind(&self) -> StateKind {
+        match self {
+            RecordState::InProgress { .. } => StateKind::InProgress,
+            RecordState::Completed { .. } => StateKind::Completed,
+            RecordState::Unknown { .. } => StateKind::Unknown,
+        }
+    }
+}
+
+/// Everything a store keeps under one key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// The stored key.
+    pub key: RecordKey,
+    /// The tool's registered name (lets a worker settle the call after a restart).
+    pub tool: String,
+    /// Fingerprint of the typed arguments.
+    pub fingerprint: Fingerprint,
+    /// Current fence.
+    pub fence: Fence,
+    /// The state.
+    pub state: RecordState,
+    /// Steps journaled so far, in order.
+    pub steps: Vec<JournalEntry>,
+    /// Canonical JSON of the arguments, for recovery and for operators.
+    pub arguments: Option<String>,
+    /// When the key was first claimed.
+    pub created_at: Timestamp,
+    /// When the record last changed.
+    pub updated_at: Timestamp,
+}

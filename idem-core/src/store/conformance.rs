@@ -1,0 +1,678 @@
+//! The store conformance suite: the contract of [`Store`](crate::Store), as executable cases.
+//!
+//! Every store idem ships runs it; a user's own store can too:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use idem_core::store::conformance::{self, Subject};
+//! use idem_core::store::memory::MemoryStore;
+//!
+//! # async fn run() {
+//! conformance::run_all("memory", || async { Subject::real_time(Arc::new(MemoryStore::new())) }).await;
+//! # }
+//! ```
+//!
+//! Cases that need time to pass call [`Subject::pass`]: a store on a controllable clock
+//! advances it, a store on a server's clock sleeps for real (the leases used are short).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::Fingerprint;
+use crate::class::OrphanPolicy;
+use crate::error::ToolError;
+use crate::key::{KeyMaterial, LogicalKey, RecordKey};
+use crate::record::{Outcome, RecordState, StateKind, Timestamp};
+use crate::store::memory::ManualClock;
+use crate::store::{Claim, ClaimRequest, ListFilter, Store, StoreError};
+
+/// A store under test and how time passes for it.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    clock: Option<Arc<ManualClock>>,
+}
+
+impl Subject {
+    /// A store whose clock is real (a server's, or the system's): time passes by sleeping.
+    pub fn real_time(store: Arc<dyn Store>) -> Self {
+        Subject { store, clock: None }
+    }
+
+    /// A store on a manual clock: time passes by advancing it.
+    pub fn manual(store: Arc<dyn Store>, clock: Arc<ManualClock>) -> Self {
+        Subject {
+            store,
+            clock: Some(clock),
+        }
+    }
+
+    /// Let `d` pass on the store's clock.
+    pub async fn pass(&self, d: Duration) {
+        match &self.clock {
+            Some(c) => c.advance(d),
+            None => tokio::time::sleep(d).await,
+        }
+    }
+}
+
+type CaseFn = fn(Subject) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Every case, by name.
+pub const CASES: &[(&str, CaseFn)] = &[
+    ("claim_race_has_one_winner", |s| {
+        Box::pin(claim_race_has_one_winner(s))
+    }),
+    ("takeover_increments_fence", |s| {
+        Box::pin(takeover_increments_fence(s))
+    }),
+    ("orphan_becomes_unknown", |s| {
+        Box::pin(orphan_becomes_unknown(s))
+    }),
+    ("stale_complete_is_refused", |s| {
+        Box::pin(stale_complete_is_refused(s))
+    }),
+    ("stale_release_changes_nothing", |s| {
+        Box::pin(stale_release_changes_nothing(s))
+    }),
+    ("expired_lease_cannot_be_renewed", |s| {
+        Box::pin(expired_lease_cannot_be_renewed(s))
+    }),
+    ("journal_survives_takeover", |s| {
+        Box::pin(journal_survives_takeover(s))
+    }),
+    ("fingerprint_is_kept", |s| Box::pin(fingerprint_is_kept(s))),
+    ("outputs_round_trip_exactly", |s| {
+        Box::pin(outputs_round_trip_exactly(s))
+    }),
+    ("oversized_output_is_refused", |s| {
+        Box::pin(oversized_output_is_refused(s))
+    }),
+    ("completed_records_expire", |s| {
+        Box::pin(completed_records_expire(s))
+    }),
+    ("purge_is_bounded", |s| Box::pin(purge_is_bounded(s))),
+    ("operator_list_resolve_release", |s| {
+        Box::pin(operator_list_resolve_release(s))
+    }),
+];
+
+/// Run every case, each on a fresh subject from `make`. Panics naming the first failing case.
+pub async fn run_all<F, Fut>(store_name: &str, make: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Subject>,
+{
+    for (name, case) in CASES {
+        let subject = make().await;
+        let handle = tokio::spawn(case(subject));
+        if let Err(e) = handle.await {
+            let why = e
+                .try_into_panic()
+                .ok()
+                .and_then(|p| {
+                    p.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                })
+                .unwrap_or_else(|| "cancelled".into());
+            panic!("store `{store_name}` failed conformance case `{name}`: {why}");
+        }
+    }
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A key no other case or run uses.
+fn fresh_key(case: &str) -> RecordKey {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let run = format!(
+        "{}-{}-{n}",
+        std::process::id(),
+        Timestamp::now().as_millis()
+    );
+    LogicalKey::new(
+        "idem-conformance",
+        run,
+        case,
+        KeyMaterial::Explicit { key: "k".into() },
+    )
+    .record_key()
+}
+
+fn request(key: &RecordKey, lease: Duration, orphans: OrphanPolicy) -> ClaimRequest {
+    ClaimRequest {
+        key: key.clone(),
+        tool: "conformance_tool".into(),
+        fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
+        lease,
+        orphans,
+        arguments: Some(r#"{"to":"a@example.com"}"#.into()),
+    }
+}
+
+const LONG: Duration = Duration::from_secs(60);
+const SHORT: Duration = Duration::from_millis(300);
+const PAST_SHORT: Duration = Duration::from_millis(700);
+const TTL: Duration = Duration::from_secs(3600);
+
+async fn acquire(s: &Subject, req: &ClaimRequest) -> u64 {
+    match s.store.claim(req).await.expect("claim") {
+        Claim::Acquired { fence, .. } => fence,
+        other => panic!("expected to acquire the key, got {other:?}"),
+    }
+}
+
+async fn state_of(s: &Subject, key: &RecordKey) -> Option<RecordState> {
+    s.store.get(key).await.expect("get").map(|r| r.state)
+}
+
+async fn claim_race_has_one_winner(s: Subject) {
+    let key = fresh_key("race");
+    let req = request(&key, LONG, OrphanPolicy::TakeOver);
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let store = s.store.clone();
+        let req = req.clone();
+        tasks.push(tokio::spawn(async move { store.claim(&req).await }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        match t.await.expect("task").expect("claim") {
+            Claim::Acquired { fence, .. } => {
+                winners += 1;
+                assert_eq!(fence, 1, "first claim of a fresh key has fence 1");
+            }
+            Claim::Existing(r) => assert!(
+                matches!(r.state, RecordState::InProgress { .. }),
+                "loser sees InProgress, got {:?}",
+                r.state
+            ),
+        }
+    }
+    assert_eq!(winners, 1, "exactly one of 32 concurrent claims wins");
+}
+
+async fn takeover_increments_fence(s: Subject) {
+    let key = fresh_key("takeover");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let first = acquire(&s, &req).await;
+    assert!(
+        matches!(
+            s.store.claim(&req).await.expect("claim"),
+            Claim::Existing(_)
+        ),
+        "a live lease is not taken over"
+    );
+    s.pass(PAST_SHORT).await;
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Acquired {
+            fence, takeover, ..
+        } => {
+            assert_eq!(fence, first + 1, "take-over increments the fence");
+            assert!(takeover, "take-over is reported");
+        }
+        other => panic!("expected a take-over, got {other:?}"),
+    }
+}
+
+async fn orphan_becomes_unknown(s: Subject) {
+    let key = fresh_key("orphan");
+    let req = request(&key, SHORT, OrphanPolicy::MarkUnknown);
+    let fence = acquire(&s, &req).await;
+    s.pass(PAST_SHORT).await;
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Existing(r) => assert!(
+            matches!(r.state, RecordState::Unknown { .. }),
+            "orphan turns Unknown, got {:?}",
+            r.state
+        ),
+        other => panic!("a non-idempotent orphan must not be taken over, got {other:?}"),
+    }
+    // And it stays Unknown: the old holder cannot complete it, nobody re-acquires it.
+    let err = s
+        .store
+        .complete(&key, fence, &Outcome::success(&json!(1)), TTL)
+        .await;
+    assert!(
+        matches!(err, Err(StoreError::Fenced { .. })),
+        "old holder's complete refused, got {err:?}"
+    );
+    assert!(matches!(
+        s.store.claim(&req).await.expect("claim"),
+        Claim::Existing(_)
+    ));
+    assert!(matches!(
+        state_of(&s, &key).await,
+        Some(RecordState::Unknown { .. })
+    ));
+}
+
+async fn stale_complete_is_refused(s: Subject) {
+    let key = fresh_key("stale-complete");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let old = acquire(&s, &req).await;
+    s.pass(PAST_SHORT).await;
+    let new = acquire(&s, &req).await;
+    let stale = s
+        .store
+        .complete(&key, old, &Outcome::success(&json!("stale")), TTL)
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::Fenced { fence, .. }) if fence == old),
+        "stale complete refused, got {stale:?}"
+    );
+    assert!(
+        matches!(
+            state_of(&s, &key).await,
+            Some(RecordState::InProgress { .. })
+        ),
+        "stale complete changed nothing"
+    );
+    s.store
+        .complete(&key, new, &Outcome::success(&json!("fresh")), TTL)
+        .await
+        .expect("current holder completes");
+    match state_of(&s, &key).await {
+        Some(RecordState::Completed { outcome, .. }) => {
+            assert_eq!(outcome, Outcome::Success("\"fresh\"".into()))
+        }
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    let again = s
+        .store
+        .complete(&key, new, &Outcome::success(&json!("twice")), TTL)
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::Fenced { .. })),
+        "a completed record cannot be completed again"
+    );
+}
+
+async fn stale_release_changes_nothing(s: Subject) {
+    let key = fresh_key("stale-release");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let old = acquire(&s, &req).await;
+    s.pass(PAST_SHORT).await;
+    let new = acquire(&s, &req).await;
+    assert!(
+        !s.store.release(&key, old).await.expect("release"),
+        "stale release reports false"
+    );
+    let rec = s
+        .store
+        .get(&key)
+        .await
+        .expect("get")
+        .expect("record still there");
+    assert_eq!(rec.fence, new);
+    assert!(
+        s.store.release(&key, new).await.expect("release"),
+        "holder's release succeeds"
+    );
+    assert_eq!(state_of(&s, &key).await, None, "released key is gone");
+    assert!(
+        !s.store.release(&key, new).await.expect("release"),
+        "second release is a no-op"
+    );
+}
+
+async fn expired_lease_cannot_be_renewed(s: Subject) {
+    let key = fresh_key("renew");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let fence = acquire(&s, &req).await;
+    let until = s
+        .store
+        .renew(&key, fence, LONG)
+        .await
+        .expect("a live lease renews");
+    let now = s.store.now().await.expect("now");
+    assert!(
+        until.as_millis() >= now.as_millis() + 50_000,
+        "renewal extends the lease"
+    );
+    s.store
+        .renew(&key, fence, SHORT)
+        .await
+        .expect("renew short");
+    s.pass(PAST_SHORT).await;
+    let late = s.store.renew(&key, fence, LONG).await;
+    assert!(
+        matches!(late, Err(StoreError::Fenced { .. })),
+        "expired lease not renewable, got {late:?}"
+    );
+    let wrong = s.store.renew(&key, fence + 7, LONG).await;
+    assert!(
+        matches!(wrong, Err(StoreError::Fenced { .. })),
+        "wrong fence not renewable"
+    );
+}
+
+async fn journal_survives_takeover(s: Subject) {
+    let key = fresh_key("journal");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let old = acquire(&s, &req).await;
+    s.store
+        .journal(&key, old, "reserve", r#"{"id":7}"#)
+        .await
+        .expect("journal");
+    s.store
+        .journal(&key, old, "charge", "true")
+        .await
+        .expect("journal");
+    s.pass(PAST_SHORT).await;
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Acquired { steps, fence, .. } => {
+            let names: Vec<_> = steps
+                .iter()
+                .map(|e| (e.step.as_str(), e.value.as_str()))
+                .collect();
+            assert_eq!(
+                names,
+                vec![("reserve", r#"{"id":7}"#), ("charge", "true")],
+                "steps survive, in order"
+            );
+            let stale = s.store.journal(&key, old, "ship", "1").await;
+            assert!(
+                matches!(stale, Err(StoreError::Fenced { .. })),
+                "stale journal refused"
+            );
+            s.store
+                .journal(&key, fence, "ship", "1")
+                .await
+                .expect("new holder journals");
+            let rec = s.store.get(&key).await.expect("get").expect("record");
+            assert_eq!(rec.steps.len(), 3);
+        }
+        other => panic!("expected a take-over, got {other:?}"),
+    }
+}
+
+async fn fingerprint_is_kept(s: Subject) {
+    let key = fresh_key("fingerprint");
+    let req = request(&key, LONG, OrphanPolicy::TakeOver);
+    let fence = acquire(&s, &req).await;
+    s.store
+        .complete(&key, fence, &Outcome::success(&json!({"id": 1})), TTL)
+        .await
+        .expect("complete");
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Existing(r) => {
+            assert_eq!(
+                r.fingerprint, req.fingerprint,
+                "identical replay matches the fingerprint"
+            );
+            assert_eq!(r.tool, "conformance_tool");
+            assert_eq!(r.arguments.as_deref(), Some(r#"{"to":"a@example.com"}"#));
+        }
+        other => panic!("expected the completed record, got {other:?}"),
+    }
+    let mut other = req.clone();
+    other.fingerprint = Fingerprint::of(&json!({"to": "b@example.com"}));
+    match s.store.claim(&other).await.expect("claim") {
+        Claim::Existing(r) => assert_ne!(
+            r.fingerprint, other.fingerprint,
+            "other arguments see the original fingerprint"
+        ),
+        other => panic!("other arguments must not acquire a used key, got {other:?}"),
+    }
+}
+
+async fn outputs_round_trip_exactly(s: Subject) {
+    let large = format!("\"{}\"", "x".repeat(512 * 1024));
+    let failure = Outcome::Failure(
+        ToolError::terminal("insufficient funds").with_details(json!({"balance": 0})),
+    );
+    let mut outcomes: Vec<Outcome> = [
+        "0",
+        "false",
+        "\"\"",
+        "[]",
+        "null",
+        "{}",
+        "-0.5",
+        "\"é\\u0000\"",
+    ]
+    .into_iter()
+    .map(|t| Outcome::Success(t.to_owned()))
+    .collect();
+    outcomes.push(Outcome::Success(large));
+    outcomes.push(failure);
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        let key = fresh_key(&format!("roundtrip-{i}"));
+        let fence = acquire(&s, &request(&key, LONG, OrphanPolicy::TakeOver)).await;
+        s.store
+            .complete(&key, fence, &outcome, TTL)
+            .await
+            .expect("complete");
+        match state_of(&s, &key).await {
+            Some(RecordState::Completed { outcome: got, .. }) => {
+                assert!(got == outcome, "outcome {i} changed in the store")
+            }
+            other => panic!("expected Completed, got {other:?}"),
+        }
+    }
+}
+
+async fn oversized_output_is_refused(s: Subject) {
+    let key = fresh_key("oversized");
+    let fence = acquire(&s, &request(&key, LONG, OrphanPolicy::TakeOver)).await;
+    let huge = Outcome::Success(format!(
+        "\"{}\"",
+        "x".repeat(crate::store::DEFAULT_MAX_OUTCOME_BYTES + 1)
+    ));
+    let err = s.store.complete(&key, fence, &huge, TTL).await;
+    assert!(
+        matches!(err, Err(StoreError::TooLarge { .. })),
+        "oversized outcome refused, got {err:?}"
+    );
+    assert!(
+        matches!(
+            state_of(&s, &key).await,
+            Some(RecordState::InProgress { .. })
+        ),
+        "refusal changes nothing"
+    );
+    s.store
+        .complete(&key, fence, &Outcome::success(&json!("ok")), TTL)
+        .await
+        .expect("holder can still complete");
+}
+
+async fn completed_records_expire(s: Subject) {
+    let key = fresh_key("expiry");
+    let req = request(&key, LONG, OrphanPolicy::TakeOver);
+    let fence = acquire(&s, &req).await;
+    s.store
+        .complete(&key, fence, &Outcome::success(&json!(1)), SHORT)
+        .await
+        .expect("complete");
+    assert!(state_of(&s, &key).await.is_some());
+    s.pass(PAST_SHORT).await;
+    assert_eq!(state_of(&s, &key).await, None, "expired record is absent");
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Acquired { takeover, .. } => assert!(!takeover, "a fresh call, not a take-over"),
+        other => panic!("expired key is claimable again, got {other:?}"),
+    }
+}
+
+async fn purge_is_bounded(s: Subject) {
+    let mut keys = Vec::new();
+    for i in 0..5 {
+        let key = fresh_key(&format!("purge-{i}"));
+        let fence = acquire(&s, &request(&key, LONG, OrphanPolicy::TakeOver)).await;
+        s.store
+            .complete(&key, fence, &Outcome::success(&json!(i)), SHORT)
+            .await
+            .expect("complete");
+        keys.push(key);
+    }
+    let keep = fresh_key("purge-keep");
+    let fence = acquire(&s, &request(&keep, LONG, OrphanPolicy::TakeOver)).await;
+    s.store
+        .complete(&keep, fence, &Outcome::success(&json!("kept")), TTL)
+        .await
+        .expect("complete");
+    s.pass(PAST_SHORT).await;
+    let first = s.store.purge_expired(2).await.expect("purge");
+    assert!(
+        first <= 2,
+        "purge deleted {first} records with a limit of 2"
+    );
+    let mut rounds = 0;
+    while s.store.purge_expired(2).await.expect("purge") > 0 {
+        rounds += 1;
+        assert!(rounds < 100, "purge never finishes");
+    }
+    for k in &keys {
+        assert_eq!(state_of(&s, k).await, None);
+    }
+    assert!(
+        state_of(&s, &keep).await.is_some(),
+        "purge keeps unexpired records"
+    );
+}
+
+async fn operator_list_resolve_release(s: Subject) {
+    let unknown = fresh_key("op-unknown");
+    let f = acquire(&s, &request(&unknown, LONG, OrphanPolicy::MarkUnknown)).await;
+    s.store
+        .mark_unknown(&unknown, f, "timed out after sending")
+        .await
+        .expect("mark unknown");
+    let stale = s.store.mark_unknown(&unknown, f, "again").await;
+    assert!(
+        matches!(stale, Err(StoreError::Fenced { .. })),
+        "mark_unknown is a holder write"
+    );
+    let running = fresh_key("op-running");
+    let running_fence = acquire(&s, &request(&running, LONG, OrphanPolicy::TakeOver)).await;
+    let done = fresh_key("op-done");
+    let g = acquire(&s, &request(&done, LONG, OrphanPolicy::TakeOver)).await;
+    s.store
+        .complete(&done, g, &Outcome::success(&json!(1)), TTL)
+        .await
+        .expect("complete");
+
+    let listed = s
+        .store
+        .list(ListFilter {
+            state: None,
+            limit: 10_000,
+        })
+        .await
+        .expect("list");
+    let has = |k: &RecordKey| listed.iter().any(|r| &r.key == k);
+    assert!(
+        has(&unknown) && has(&running),
+        "default listing shows InProgress and Unknown"
+    );
+    assert!(!has(&done), "default listing leaves Completed out");
+    let only_unknown = s
+        .store
+        .list(ListFilter {
+            state: Some(StateKind::Unknown),
+            limit: 10_000,
+        })
+        .await
+        .expect("list");
+    assert!(
+        only_unknown
+            .iter()
+            .all(|r| r.state.kind() == StateKind::Unknown)
+    );
+    assert!(only_unknown.iter().any(|r| r.key == unknown));
+
+    let resolved = s
+        .store
+        .resolve(&unknown, &Outcome::success(&json!({"sent": true})), TTL)
+        .await
+        .expect("resolve");
+    assert!(matches!(resolved.state, RecordState::Completed { .. }));
+    match state_of(&s, &unknown).await {
+        Some(RecordState::Completed { outcome, .. }) => {
+            assert_eq!(outcome, Outcome::Success(r#"{"sent":true}"#.into()))
+        }
+        other => panic!("expected Completed after resolve, got {other:?}"),
+    }
+    let twice = s
+        .store
+        .resolve(&unknown, &Outcome::success(&json!(2)), TTL)
+        .await;
+    assert!(
+        matches!(twice, Err(StoreError::WrongState { .. })),
+        "a completed record is not resolved again, got {twice:?}"
+    );
+
+    // Resolving a running record fences its holder out.
+    s.store
+        .resolve(
+            &running,
+            &Outcome::Failure(ToolError::terminal("cancelled by operator")),
+            TTL,
+        )
+        .await
+        .expect("resolve");
+    let late = s
+        .store
+        .complete(&running, running_fence, &Outcome::success(&json!(1)), TTL)
+        .await;
+    assert!(
+        matches!(late, Err(StoreError::Fenced { .. })),
+        "the old holder is fenced after resolve"
+    );
+
+    let gone = fresh_key("op-release");
+    let h = acquire(&s, &request(&gone, LONG, OrphanPolicy::MarkUnknown)).await;
+    s.store
+        .mark_unknown(&gone, h, "crash")
+        .await
+        .expect("mark unknown");
+    assert!(s.store.force_release(&gone).await.expect("force release"));
+    assert_eq!(state_of(&s, &gone).await, None);
+    let missing = s
+        .store
+        .resolve(&gone, &Outcome::success(&json!(1)), TTL)
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound(_))),
+        "resolve of a missing key, got {missing:?}"
+    );
+    let completed = s.store.force_release(&done).await;
+    assert!(
+        matches!(completed, Err(StoreError::WrongState { .. })),
+        "completed records are not force-released"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory_store_conforms_on_a_manual_clock() {
+        run_all("memory", || async {
+            let clock = Arc::new(ManualClock::new());
+            Subject::manual(
+                Arc::new(MemoryStore::new().with_clock(clock.clone())),
+                clock,
+            )
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory_store_conforms_in_real_time() {
+        run_all("memory", || async {
+            Subject::real_time(Arc::new(MemoryStore::new()))
+        })
+        .await;
+    }
+}

@@ -1,0 +1,257 @@
+//! The record state machine as pure functions over the current record.
+//!
+//! Stores that can run arbitrary code inside one transaction (memory under a lock, SQLite
+//! inside `BEGIN IMMEDIATE`) read the record, apply one of these functions and write what it
+//! says, so every such store makes exactly the same decisions. Stores that cannot (Redis,
+//! PostgreSQL) encode the same rules in a script or statement and are held to them by the
+//! conformance suite.
+
+use std::time::Duration;
+
+use crate::class::OrphanPolicy;
+use crate::key::RecordKey;
+use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, Timestamp};
+use crate::store::{Claim, ClaimRequest, StoreError};
+
+/// What the store must do with the key after a transition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Nothing changes.
+    Unchanged,
+    /// Store this record under the key.
+    Put(Record),
+    /// Delete the key.
+    Delete,
+}
+
+/// Whether a record is still visible at `now` (a completed record past expiry is not).
+pub fn is_live(record: &Record, now: Timestamp) -> bool {
+    match &record.state {
+        RecordState::Completed { expires_at, .. } => *expires_at > now,
+        _ => true,
+    }
+}
+
+/// Claim or take over.
+pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (Write, Claim) {
+    let fresh = |fence: Fence| Record {
+        key: req.key.clone(),
+        tool: req.tool.clone(),
+        fingerprint: req.fingerprint,
+        fence,
+        state: RecordState::InProgress {
+            lease_until: now.plus(req.lease),
+        },
+        steps: Vec::new(),
+        arguments: req.arguments.clone(),
+        created_at: now,
+        updated_at: now,
+    };
+    let Some(rec) = existing else {
+        let r = fresh(1);
+        return (
+            Write::Put(r),
+            Claim::Acquired {
+                fence: 1,
+                steps: Vec::new(),
+                takeover: false,
+            },
+        );
+    };
+    if !is_live(rec, now) {
+        // The old record expired: a new call under the same key. Keep the fence increasing.
+        let fence = rec.fence + 1;
+        return (
+            Write::Put(fresh(fence)),
+            Claim::Acquired {
+                fence,
+                steps: Vec::new(),
+                takeover: false,
+            },
+        );
+    }
+    if rec.fingerprint != req.fingerprint {
+        return (Write::Unchanged, Claim::Existing(rec.clone()));
+    }
+    match rec.state {
+        RecordState::InProgress { lease_until } if lease_until <= now => match req.orphans {
+            OrphanPolicy::TakeOver => {
+                let mut r = rec.clone();
+                r.fence += 1;
+                r.state = RecordState::InProgress {
+                    lease_until: now.plus(req.lease),
+                };
+                r.updated_at = now;
+                let claim = Claim::Acquired {
+                    fence: r.fence,
+                    steps: r.steps.clone(),
+                    takeover: true,
+                };
+                (Write::Put(r), claim)
+            }
+            OrphanPolicy::MarkUnknown => {
+                let mut r = rec.clone();
+                r.state = RecordState::Unknown {
+                    since: now,
+                    last_error: "the holder's lease expired before it recorded an outcome".into(),
+                };
+                r.updated_at = now;
+                (Write::Put(r.clone()), Claim::Existing(r))
+            }
+        },
+        _ => (Write::Unchanged, Claim::Existing(rec.clone())),
+    }
+}
+
+fn held<'a>(
+    existing: Option<&'a Record>,
+    key: &RecordKey,
+    fence: Fence,
+) -> Result<&'a Record, StoreError> {
+    match existing {
+        Some(r) if r.fence == fence && matches!(r.state, RecordState::InProgress { .. }) => Ok(r),
+        _ => Err(StoreError::Fenced {
+            key: key.clone(),
+            fence,
+        }),
+    }
+}
+
+/// Check an outcome against a store's size limit.
+pub fn check_size(outcome: &Outcome, limit: usize) -> Result<(), StoreError> {
+    let bytes = outcome.stored_len();
+    if bytes > limit {
+        return Err(StoreError::TooLarge { bytes, limit });
+    }
+    Ok(())
+}
+
+/// Record the outcome.
+pub fn complete(
+    existing: Option<&Record>,
+    key: &RecordKey,
+    fence: Fence,
+    outcome: &Outcome,
+    ttl: Duration,
+    now: Timestamp,
+) -> Result<Write, StoreError> {
+    let mut r = held(existing, key, fence)?.clone();
+    r.state = RecordState::Completed {
+        outcome: outcome.clone(),
+        expires_at: now.plus(ttl),
+    };
+    r.updated_at = now;
+    Ok(Write::Put(r))
+}
+
+/// Release the claim; a stale release changes nothing and reports `false`.
+pub fn release(existing: Option<&Record>, key: &RecordKey, fence: Fence) -> (Write, bool) {
+    match held(existing, key, fence) {
+        Ok(_) => (Write::Delete, true),
+        Err(_) => (Write::Unchanged, false),
+    }
+}
+
+/// Renew a live lease.
+pub fn renew(
+    existing: Option<&Record>,
+    key: &RecordKey,
+    fence: Fence,
+    lease: Duration,
+    now: Timestamp,
+) -> Result<(Write, Timestamp), StoreError> {
+    let r = held(existing, key, fence)?;
+    match r.state {
+        RecordState::InProgress { lease_until } if lease_until > now => {
+            let mut r = r.clone();
+            let until = now.plus(lease);
+            r.state = RecordState::InProgress { lease_until: until };
+            r.updated_at = now;
+            Ok((Write::Put(r), until))
+        }
+        _ => Err(StoreError::Fenced {
+            key: key.clone(),
+            fence,
+        }),
+    }
+}
+
+/// Journal a step (a step journaled again replaces its value).
+pub fn journal(
+    existing: Option<&Record>,
+    key: &RecordKey,
+    fence: Fence,
+    step: &str,
+    value: &str,
+    now: Timestamp,
+) -> Result<Write, StoreError> {
+    let mut r = held(existing, key, fence)?.clone();
+    match r.steps.iter_mut().find(|e| e.step == step) {
+        Some(e) => e.value = value.to_owned(),
+        None => r.steps.push(JournalEntry {
+            step: step.to_owned(),
+            value: value.to_owned(),
+        }),
+    }
+    r.updated_at = now;
+    Ok(Write::Put(r))
+}
+
+/// Turn the held record Unknown.
+pub fn mark_unknown(
+    existing: Option<&Record>,
+    key: &RecordKey,
+    fence: Fence,
+    error: &str,
+    now: Timestamp,
+) -> Result<Write, StoreError> {
+    let mut r = held(existing, key, fence)?.clone();
+    r.state = RecordState::Unknown {
+        since: now,
+        last_error: error.to_owned(),
+    };
+    r.updated_at = now;
+    Ok(Write::Put(r))
+}
+
+fn unsettled<'a>(
+    existing: Option<&'a Record>,
+    key: &RecordKey,
+    action: &'static str,
+) -> Result<&'a Record, StoreError> {
+    let r = existing.ok_or_else(|| StoreError::NotFound(key.clone()))?;
+    match r.state {
+        RecordState::Completed { .. } => Err(StoreError::WrongState {
+            key: key.clone(),
+            state: r.state.kind(),
+            action,
+            needs: "an InProgress or Unknown record",
+        }),
+        _ => Ok(r),
+    }
+}
+
+/// Operator: settle an InProgress or Unknown record. The fence is bumped so that the old
+/// holder, if alive, is refused.
+pub fn resolve(
+    existing: Option<&Record>,
+    key: &RecordKey,
+    outcome: &Outcome,
+    ttl: Duration,
+    now: Timestamp,
+) -> Result<(Write, Record), StoreError> {
+    let mut r = unsettled(existing, key, "resolve")?.clone();
+    r.fence += 1;
+    r.state = RecordState::Completed {
+        outcome: outcome.clone(),
+        expires_at: now.plus(ttl),
+    };
+    r.updated_at = now;
+    Ok((Write::Put(r.clone()), r))
+}
+
+/// Operator: forget an InProgress or Unknown record.
+pub fn force_release(existing: Option<&Record>, key: &RecordKey) -> Result<Write, StoreError> {
+    unsettled(existing, key, "release")?;
+    Ok(Write::Delete)
+}

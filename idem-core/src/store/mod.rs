@@ -1,0 +1,218 @@
+//! The store contract: every operation a durable store must perform atomically.
+//!
+//! Holder writes (`complete`, `release`, `renew`, `journal`, `mark_unknown`) are conditional
+//! on the key being InProgress at the holder's fence; a stale holder's write is refused with
+//! [`StoreError::Fenced`] and changes nothing (a stale `release` is a no-op that returns
+//! `false`). Lease and expiry decisions use the store's own clock.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::canonical::Fingerprint;
+use crate::class::OrphanPolicy;
+use crate::key::RecordKey;
+use crate::record::{Fence, JournalEntry, Outcome, Record, StateKind, Timestamp};
+
+pub mod machine;
+pub mod memory;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+/// The default limit on one recorded outcome (1 MiB).
+pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 1024 * 1024;
+
+/// A request to claim a key.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// The stored key.
+    pub key: RecordKey,
+    /// The tool's registered name.
+    pub tool: String,
+    /// Fingerprint of the typed arguments.
+    pub fingerprint: Fingerprint,
+    /// How long the holder's lease lasts before it must be renewed.
+    pub lease: Duration,
+    /// What to do with an orphan (an expired lease) found under the key.
+    pub orphans: OrphanPolicy,
+    /// Canonical JSON of the arguments, kept for recovery.
+    pub arguments: Option<String>,
+}
+
+/// The result of a claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// The caller now holds the key.
+    Acquired {
+        /// The holder's fence: pass it to every later write.
+        fence: Fence,
+        /// Steps an earlier holder journaled (non-empty only after a take-over).
+        steps: Vec<JournalEntry>,
+        /// Whether an orphaned holder's key was taken over.
+        takeover: bool,
+    },
+    /// Someone else's record is there: a live holder, a completed call, an Unknown one, or a
+    /// record with another fingerprint. An orphan under `MarkUnknown` is returned already
+    /// turned Unknown.
+    Existing(Record),
+}
+
+/// What can go wrong in a store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The writer no longer holds the key at this fence (a newer holder took over, the lease
+    /// expired, or the record was settled).
+    #[error("fenced: key {key} is no longer held at fence {fence}")]
+    Fenced {
+        /// The key.
+        key: RecordKey,
+        /// The stale fence.
+        fence: Fence,
+    },
+    /// The store cannot be reached or did not answer.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// No record under the key (operator operations).
+    #[error("no record under key {0}")]
+    NotFound(RecordKey),
+    /// The operation does not apply to the record's current state.
+    #[error("record {key} is {state:?}; {action} needs {needs}")]
+    WrongState {
+        /// The key.
+        key: RecordKey,
+        /// Its state.
+        state: StateKind,
+        /// The operation attempted.
+        action: &'static str,
+        /// What state it needs.
+        needs: &'static str,
+    },
+    /// An outcome larger than the store accepts.
+    #[error("outcome of {bytes} bytes exceeds the store's limit of {limit} bytes")]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A bounded store is full of records it may not evict.
+    #[error("store is full: {capacity} live records and none may be evicted")]
+    CapacityExceeded {
+        /// The capacity.
+        capacity: usize,
+    },
+    /// A stored record could not be read back.
+    #[error("record {key} is corrupt: {reason}")]
+    Corrupt {
+        /// The key.
+        key: RecordKey,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl StoreError {
+    /// Whether the store could not be reached (writes fail closed on this).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// Which records an operator listing returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only records in this state (`None`: InProgress and Unknown, the ones needing attention).
+    pub state: Option<StateKind>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        ListFilter {
+            state: None,
+            limit: 100,
+        }
+    }
+}
+
+/// A store of records. Every implementation runs the same conformance suite.
+///
+/// ```
+/// use std::sync::Arc;
+/// use idem_core::store::{memory::MemoryStore, Store};
+///
+/// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+/// # let _ = store;
+/// ```
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug {
+    /// Insert an InProgress record if the key is absent (or its completed record expired), or
+    /// take over an orphan, atomically. Never read-then-write.
+    async fn claim(&self, request: &ClaimRequest) -> Result<Claim, StoreError>;
+
+    /// Record the outcome, if still held at `fence`. The record expires after `ttl`.
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Delete the claim (the effect certainly did not happen). A stale release is a no-op
+    /// that returns `Ok(false)`.
+    async fn release(&self, key: &RecordKey, fence: Fence) -> Result<bool, StoreError>;
+
+    /// Extend the lease. An expired lease cannot be renewed. Returns the new lease end.
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<Timestamp, StoreError>;
+
+    /// Journal a named step's result under the key.
+    async fn journal(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        step: &str,
+        value: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Turn the held record Unknown: the effect may or may not have happened.
+    async fn mark_unknown(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        error: &str,
+    ) -> Result<(), StoreError>;
+
+    /// The record under a key. Completed records past their expiry are reported absent.
+    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError>;
+
+    /// Operator: list records (by default the InProgress and Unknown ones).
+    async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError>;
+
+    /// Operator: settle an InProgress or Unknown record with an outcome (a value, or a
+    /// failure). Any holder is fenced out.
+    async fn resolve(
+        &self,
+        key: &RecordKey,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<Record, StoreError>;
+
+    /// Operator: forget an InProgress or Unknown record so the call may run again.
+    async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError>;
+
+    /// Delete up to `limit` expired completed records; returns how many were deleted.
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError>;
+
+    /// The store's clock.
+    async fn now(&self) -> Result<Timestamp, StoreError>;
+}
