@@ -17,6 +17,12 @@ use crate::record::{Fence, JournalEntry, Outcome, Record, StateKind, Timestamp};
 
 pub mod machine;
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

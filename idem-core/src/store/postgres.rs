@@ -1,0 +1,1 @@
+//! postgres store (in progress).

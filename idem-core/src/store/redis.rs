@@ -1,0 +1,1 @@
+//! redis store (in progress).
