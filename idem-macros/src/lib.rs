@@ -1,1 +1,15 @@
+//! The `#[tool]` attribute of idem. Use it through the `idem` facade: `use idem::prelude::*;`.
 
+mod ast;
+mod attr;
+mod errors;
+mod expand;
+mod valid;
+
+use proc_macro::TokenStream;
+
+/// Declare a tool. See the `idem` crate's documentation for the attribute's keys.
+#[proc_macro_attribute]
+pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::tool(args.into(), item.into()).into()
+}

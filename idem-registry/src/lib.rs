@@ -1,1 +1,20 @@
+//! Registry, dispatcher and provider exports of idem.
+//!
+//! Most users depend on the `idem` facade, which re-exports everything here.
 
+#![warn(missing_docs)]
+
+pub mod approval;
+pub mod args;
+pub mod context;
+pub mod dispatch;
+pub mod registry;
+pub mod schema;
+pub mod tool;
+
+pub use approval::{Approval, ApprovalRequest};
+pub use args::ArgumentError;
+pub use context::ToolContext;
+pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
+pub use registry::{Registry, RegistryBuilder, RegistryError};
+pub use tool::{StaticTool, ToolBuilder, ToolDef, ToolPolicy, ToolRegistration, ToolSpec};

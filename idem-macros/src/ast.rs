@@ -1,0 +1,129 @@
+//! A small typed view of the annotated function, keeping references to the user's tokens.
+
+use syn::{Attribute, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
+
+use crate::errors::Errors;
+
+pub(crate) struct ToolFn<'a> {
+    pub item: &'a ItemFn,
+    /// The function's doc comment, joined.
+    pub docs: String,
+    pub params: Vec<Param<'a>>,
+    /// `T` of `Result<T, E>`, when the return type is a `Result`.
+    pub ok_type: Option<&'a Type>,
+}
+
+pub(crate) struct Param<'a> {
+    pub ident: &'a Ident,
+    pub ty: &'a Type,
+    /// `doc`, `serde` and `schemars` attributes: moved onto the arguments struct's field.
+    pub field_attrs: Vec<&'a Attribute>,
+    pub is_context: bool,
+}
+
+pub(crate) fn docs(attrs: &[Attribute]) -> String {
+    let lines: Vec<String> = attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .map(|line| {
+            line.strip_prefix(' ')
+                .unwrap_or(&line)
+                .trim_end()
+                .to_owned()
+        })
+        .collect();
+    lines.join("\n").trim().to_owned()
+}
+
+/// Whether a parameter type is the injected context: `&ToolContext` (any path ending in it).
+fn context_type(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) => is_context_path(&r.elem),
+        _ => false,
+    }
+}
+
+pub(crate) fn is_context_path(ty: &Type) -> bool {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "ToolContext"),
+        _ => false,
+    }
+}
+
+pub(crate) fn is_field_attr(a: &Attribute) -> bool {
+    a.path().is_ident("doc") || a.path().is_ident("serde") || a.path().is_ident("schemars")
+}
+
+impl<'a> ToolFn<'a> {
+    pub(crate) fn from_item(item: &'a ItemFn, errors: &mut Errors) -> Self {
+        let mut params = Vec::new();
+        for input in &item.sig.inputs {
+            match input {
+                FnArg::Receiver(r) => errors.spanned(
+                    r,
+                    "#[tool] functions cannot take `self`: declare a free function, and reach shared state through a static or a handle the function can access",
+                ),
+                FnArg::Typed(pt) => {
+                    let ident = match &*pt.pat {
+                        Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => &pi.ident,
+                        other => {
+                            errors.spanned(
+                                other,
+                                "#[tool] parameters must be plain names, because each name becomes a JSON argument; bind the name and destructure inside the body: `point: Point` then `let Point { x, y } = point;`",
+                            );
+                            continue;
+                        }
+                    };
+                    params.push(Param {
+                        ident,
+                        ty: &pt.ty,
+                        field_attrs: pt.attrs.iter().filter(|a| is_field_attr(a)).collect(),
+                        is_context: context_type(&pt.ty),
+                    });
+                }
+            }
+        }
+        ToolFn {
+            item,
+            docs: docs(&item.attrs),
+            params,
+            ok_type: ok_type(&item.sig.output),
+        }
+    }
+
+    pub(crate) fn args(&self) -> impl Iterator<Item = &Param<'a>> {
+        self.params.iter().filter(|p| !p.is_context)
+    }
+}
+
+fn ok_type(output: &ReturnType) -> Option<&Type> {
+    let ReturnType::Type(_, ty) = output else {
+        return None;
+    };
+    let Type::Path(p) = &**ty else { return None };
+    let last = p.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    args.args.iter().find_map(|a| match a {
+        GenericArgument::Type(t) => Some(t),
+        _ => None,
+    })
+}

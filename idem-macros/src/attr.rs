@@ -1,0 +1,324 @@
+//! Parses the arguments of `#[tool(...)]`.
+
+use proc_macro2::{Span, TokenStream};
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::{Expr, ExprLit, Lit, LitInt, LitStr, Meta, Token};
+
+use crate::errors::{Errors, nearest};
+
+pub(crate) const CLASSES: [&str; 4] = [
+    "read",
+    "idempotent_write",
+    "non_idempotent_write",
+    "irreversible",
+];
+
+const KEYS: [&str; 13] = [
+    "class",
+    "name",
+    "description",
+    "ttl_secs",
+    "lease_secs",
+    "max_attempts",
+    "wait_secs",
+    "backoff_ms",
+    "open_world",
+    "scopes",
+    "natural_key",
+    "on_key_reuse",
+    "crate",
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    Read,
+    IdempotentWrite,
+    NonIdempotentWrite,
+    Irreversible,
+}
+
+impl Class {
+    pub(crate) fn variant(self) -> &'static str {
+        match self {
+            Class::Read => "Read",
+            Class::IdempotentWrite => "IdempotentWrite",
+            Class::NonIdempotentWrite => "NonIdempotentWrite",
+            Class::Irreversible => "Irreversible",
+        }
+    }
+}
+
+/// The parsed attribute. Every field is as the user wrote it, with its tokens for spans.
+#[derive(Default)]
+pub(crate) struct Attr {
+    pub class: Option<Class>,
+    pub name: Option<LitStr>,
+    pub description: Option<LitStr>,
+    pub ttl_secs: Option<u64>,
+    pub lease_secs: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub wait_secs: Option<u64>,
+    pub backoff_ms: Option<u64>,
+    pub open_world: bool,
+    pub scopes: Vec<LitStr>,
+    pub natural_key: Option<syn::Path>,
+    pub replay_on_key_reuse: bool,
+    pub krate: Option<syn::Path>,
+}
+
+pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
+    let mut attr = Attr::default();
+    let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args) {
+        Ok(m) => m,
+        Err(e) => {
+            errors.at(
+                e.span(),
+                format!("{e}: expected `key = value` pairs, e.g. `#[tool(class = \"read\")]`"),
+            );
+            return attr;
+        }
+    };
+    let mut seen: Vec<String> = Vec::new();
+    let mut class_given = false;
+    for meta in &metas {
+        let path = meta.path();
+        let Some(ident) = path.get_ident() else {
+            errors.spanned(
+                path,
+                format!("expected a key; valid keys are {}", list(&KEYS)),
+            );
+            continue;
+        };
+        let key = ident.to_string();
+        if !KEYS.contains(&key.as_str()) {
+            let hint = nearest(&key, &KEYS)
+                .map(|k| format!("did you mean `{k}`? "))
+                .unwrap_or_default();
+            errors.spanned(
+                ident,
+                format!("unknown key `{key}`: {hint}valid keys are {}", list(&KEYS)),
+            );
+            continue;
+        }
+        if seen.contains(&key) {
+            errors.spanned(ident, format!("`{key}` is given twice; keep only one"));
+            continue;
+        }
+        seen.push(key.clone());
+        if key == "class" {
+            class_given = true;
+        }
+        let value = match meta {
+            Meta::NameValue(nv) => &nv.value,
+            Meta::Path(_) if key == "open_world" => {
+                attr.open_world = true;
+                continue;
+            }
+            Meta::Path(_) => {
+                errors.spanned(meta, format!("`{key}` needs a value: {}", example(&key)));
+                continue;
+            }
+            Meta::List(_) => {
+                errors.spanned(
+                    meta,
+                    format!("`{key}` takes `=`, not parentheses: {}", example(&key)),
+                );
+                continue;
+            }
+        };
+        match key.as_str() {
+            "class" => {
+                let Some(lit) = string(value, &key, errors) else {
+                    continue;
+                };
+                attr.class = parse_class(&lit, errors);
+            }
+            "name" => attr.name = string(value, &key, errors),
+            "description" => attr.description = string(value, &key, errors),
+            "ttl_secs" => attr.ttl_secs = int(value, &key, 0, errors),
+            "lease_secs" => attr.lease_secs = int(value, &key, 1, errors),
+            "wait_secs" => attr.wait_secs = int(value, &key, 0, errors),
+            "backoff_ms" => attr.backoff_ms = int(value, &key, 0, errors),
+            "max_attempts" => {
+                attr.max_attempts = int::<u32>(value, &key, 1, errors);
+            }
+            "open_world" => match value {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Bool(b), ..
+                }) => attr.open_world = b.value,
+                other => errors.spanned(
+                    other,
+                    "`open_world` is a flag: write `open_world` or `open_world = true`",
+                ),
+            },
+            "scopes" => match value {
+                Expr::Array(array) => {
+                    for elem in &array.elems {
+                        if let Some(s) = string(elem, "scopes", errors) {
+                            if s.value().trim().is_empty() {
+                                errors.spanned(&s, "a scope cannot be empty");
+                            } else {
+                                attr.scopes.push(s);
+                            }
+                        }
+                    }
+                }
+                other => errors.spanned(
+                    other,
+                    format!("`scopes` takes a list: {}", example("scopes")),
+                ),
+            },
+            "natural_key" => match value {
+                Expr::Path(p) if p.qself.is_none() => attr.natural_key = Some(p.path.clone()),
+                Expr::Lit(ExprLit {
+                    lit: Lit::Str(s), ..
+                }) => match s.parse::<syn::Path>() {
+                    Ok(p) => attr.natural_key = Some(p),
+                    Err(_) => errors.spanned(
+                        s,
+                        "`natural_key` names a function: `natural_key = ticket_key`",
+                    ),
+                },
+                other => errors.spanned(
+                    other,
+                    "`natural_key` names a function: `natural_key = ticket_key`",
+                ),
+            },
+            "on_key_reuse" => {
+                let Some(lit) = string(value, &key, errors) else {
+                    continue;
+                };
+                match lit.value().as_str() {
+                    "reject" => attr.replay_on_key_reuse = false,
+                    "replay" => attr.replay_on_key_reuse = true,
+                    other => errors.spanned(&lit, format!("unknown `on_key_reuse` policy `{other}`: expected `\"reject\"` (the default) or `\"replay\"`")),
+                }
+            }
+            "crate" => {
+                let Some(lit) = string(value, &key, errors) else {
+                    continue;
+                };
+                match lit.parse::<syn::Path>() {
+                    Ok(p) => attr.krate = Some(p),
+                    Err(_) => errors.spanned(
+                        &lit,
+                        "`crate` takes the path of the idem crate, e.g. `crate = \"::my_idem\"`",
+                    ),
+                }
+            }
+            _ => unreachable!("every key in KEYS is handled"),
+        }
+    }
+    if !class_given {
+        errors.at(
+            Span::call_site(),
+            format!(
+                "missing `class`: every tool must declare its side-effect class; add `class = \"...\"` with one of {}",
+                list(&CLASSES)
+            ),
+        );
+    }
+    attr
+}
+
+fn parse_class(lit: &LitStr, errors: &mut Errors) -> Option<Class> {
+    let value = lit.value();
+    let class = match value.as_str() {
+        "read" => Class::Read,
+        "idempotent_write" => Class::IdempotentWrite,
+        "non_idempotent_write" => Class::NonIdempotentWrite,
+        "irreversible" => Class::Irreversible,
+        other => {
+            let hint = nearest(other, &CLASSES)
+                .map(|c| format!("; did you mean `{c}`?"))
+                .unwrap_or_default();
+            errors.spanned(
+                lit,
+                format!(
+                    "unknown class `{other}`: expected one of {}{hint}",
+                    list(&CLASSES)
+                ),
+            );
+            return None;
+        }
+    };
+    Some(class)
+}
+
+fn string(value: &Expr, key: &str, errors: &mut Errors) -> Option<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Some(s.clone()),
+        other => {
+            errors.spanned(
+                other,
+                format!("`{key}` takes a string literal: {}", example(key)),
+            );
+            None
+        }
+    }
+}
+
+fn int<T: std::str::FromStr>(value: &Expr, key: &str, min: u64, errors: &mut Errors) -> Option<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let Expr::Lit(ExprLit {
+        lit: Lit::Int(i), ..
+    }) = value
+    else {
+        errors.spanned(
+            value,
+            format!("`{key}` takes an integer literal: {}", example(key)),
+        );
+        return None;
+    };
+    let parsed = check_int::<T>(i, key, min);
+    match parsed {
+        Ok(v) => Some(v),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    }
+}
+
+fn check_int<T: std::str::FromStr>(i: &LitInt, key: &str, min: u64) -> syn::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let wide: u64 = i.base10_parse()?;
+    if wide < min {
+        return Err(syn::Error::new_spanned(
+            i,
+            format!("`{key}` must be at least {min}"),
+        ));
+    }
+    i.base10_parse::<T>()
+}
+
+fn example(key: &str) -> String {
+    match key {
+        "class" => "`class = \"idempotent_write\"`".into(),
+        "name" => "`name = \"send_email\"`".into(),
+        "description" => "`description = \"Send an email.\"`".into(),
+        "scopes" => "`scopes = [\"mail:send\"]`".into(),
+        "natural_key" => "`natural_key = ticket_key`".into(),
+        "on_key_reuse" => "`on_key_reuse = \"replay\"`".into(),
+        "crate" => "`crate = \"::idem\"`".into(),
+        "open_world" => "`open_world = true`".into(),
+        "max_attempts" => "`max_attempts = 3`".into(),
+        "backoff_ms" => "`backoff_ms = 100`".into(),
+        other => format!("`{other} = 30`"),
+    }
+}
+
+fn list(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|i| format!("`{i}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,230 @@
+//! What a tool body sees of the call: its stable key, its run, and the step journal.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use idem_core::{Fence, IdempotencyKey, JournalEntry, RecordKey, Store, ToolClass, ToolError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Injected into a tool body as `ctx: &ToolContext`; never part of the schema.
+///
+/// Cheap to clone. The most important thing it carries is
+/// [`idempotency_key`](ToolContext::idempotency_key): pass it to the downstream system
+/// (an `Idempotency-Key` header, a Message-ID, a client reference) so that every retry and
+/// every take-over asks for the same effect.
+#[derive(Clone)]
+pub struct ToolContext {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tool: Arc<str>,
+    class: ToolClass,
+    key: IdempotencyKey,
+    tenant: String,
+    run_id: Option<String>,
+    step: Option<u64>,
+    attempt: u32,
+    takeover: bool,
+    holder: Option<Holder>,
+    steps: Mutex<Vec<JournalEntry>>,
+}
+
+struct Holder {
+    store: Arc<dyn Store>,
+    record: RecordKey,
+    fence: Fence,
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("tool", &self.inner.tool)
+            .field("class", &self.inner.class)
+            .field("key", &self.inner.key)
+            .field("tenant", &self.inner.tenant)
+            .field("attempt", &self.inner.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything needed to build a context; used by the dispatcher.
+#[derive(Debug, Clone)]
+pub(crate) struct ContextParts {
+    pub tool: Arc<str>,
+    pub class: ToolClass,
+    pub key: IdempotencyKey,
+    pub tenant: String,
+    pub run_id: Option<String>,
+    pub step: Option<u64>,
+}
+
+impl ToolContext {
+    pub(crate) fn new(
+        parts: &ContextParts,
+        attempt: u32,
+        holder: Option<(Arc<dyn Store>, RecordKey, Fence)>,
+        takeover: bool,
+        steps: Vec<JournalEntry>,
+    ) -> Self {
+        ToolContext {
+            inner: Arc::new(Inner {
+                tool: parts.tool.clone(),
+                class: parts.class,
+                key: parts.key.clone(),
+                tenant: parts.tenant.clone(),
+                run_id: parts.run_id.clone(),
+                step: parts.step,
+                attempt,
+                takeover,
+                holder: holder.map(|(store, record, fence)| Holder {
+                    store,
+                    record,
+                    fence,
+                }),
+                steps: Mutex::new(steps),
+            }),
+        }
+    }
+
+    /// A context outside any dispatcher, for unit tests of code that takes a context.
+    /// Steps run but are not journaled.
+    ///
+    /// ```
+    /// use idem_registry::ToolContext;
+    /// use idem_core::ToolClass;
+    ///
+    /// let ctx = ToolContext::detached("send_email", ToolClass::NonIdempotentWrite, "idem-test-key");
+    /// assert_eq!(ctx.idempotency_key(), "idem-test-key");
+    /// ```
+    pub fn detached(tool: &str, class: ToolClass, key: &str) -> Self {
+        let parts = ContextParts {
+            tool: tool.into(),
+            class,
+            key: IdempotencyKey::new(key),
+            tenant: String::new(),
+            run_id: None,
+            step: None,
+        };
+        ToolContext::new(&parts, 1, None, false, Vec::new())
+    }
+
+    /// The stable key to hand downstream: the same on every retry and every take-over.
+    pub fn idempotency_key(&self) -> &str {
+        self.inner.key.as_str()
+    }
+
+    /// The same key, typed.
+    pub fn key(&self) -> &IdempotencyKey {
+        &self.inner.key
+    }
+
+    /// The tool's registered name.
+    pub fn tool(&self) -> &str {
+        &self.inner.tool
+    }
+
+    /// The tool's class.
+    pub fn class(&self) -> ToolClass {
+        self.inner.class
+    }
+
+    /// The tenant or principal the call acts for.
+    pub fn tenant(&self) -> &str {
+        &self.inner.tenant
+    }
+
+    /// The run id, if the caller gave one.
+    pub fn run_id(&self) -> Option<&str> {
+        self.inner.run_id.as_deref()
+    }
+
+    /// The step within the run, if the caller gave one.
+    pub fn run_step(&self) -> Option<u64> {
+        self.inner.step
+    }
+
+    /// Which attempt this is within the dispatch, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.inner.attempt
+    }
+
+    /// Whether this execution took over an orphaned call (an earlier holder's lease expired).
+    pub fn is_takeover(&self) -> bool {
+        self.inner.takeover
+    }
+
+    /// Whether `name` was journaled by this or an earlier holder of the key.
+    pub fn step_done(&self, name: &str) -> bool {
+        self.steps().iter().any(|e| e.step == name)
+    }
+
+    fn steps(&self) -> std::sync::MutexGuard<'_, Vec<JournalEntry>> {
+        self.inner.steps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run a named step of a multi-step effect at most once per key.
+    ///
+    /// If an earlier attempt or an earlier holder (before a crash) journaled this step, its
+    /// recorded value is returned and `f` does not run. Otherwise `f` runs and its value is
+    /// journaled under the key before this returns. If the journal write is refused (this
+    /// holder lost the key), the error is ambiguous: the step ran but is not recorded.
+    ///
+    /// ```
+    /// # use idem_registry::ToolContext;
+    /// # use idem_core::{ToolClass, ToolError};
+    /// # async fn demo(ctx: &ToolContext) -> Result<(), ToolError> {
+    /// let reservation: u64 = ctx.step("reserve", || async { Ok(42) }).await?;
+    /// let charged: bool = ctx.step("charge", || async { Ok(true) }).await?;
+    /// # let _ = (reservation, charged); Ok(()) }
+    /// ```
+    pub async fn step<T, F, Fut>(&self, name: &str, f: F) -> Result<T, ToolError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, ToolError>>,
+    {
+        let recorded = self
+            .steps()
+            .iter()
+            .find(|e| e.step == name)
+            .map(|e| e.value.clone());
+        if let Some(text) = recorded {
+            return serde_json::from_str(&text).map_err(|e| {
+                ToolError::ambiguous(format!(
+                    "journaled step `{name}` cannot be read back as this type: {e}"
+                ))
+            });
+        }
+        let value = f().await?;
+        let text = serde_json::to_string(&value).map_err(|e| {
+            ToolError::ambiguous(format!(
+                "step `{name}` ran but its value cannot be journaled: {e}"
+            ))
+        })?;
+        if let Some(h) = &self.inner.holder {
+            h.store
+                .journal(&h.record, h.fence, name, &text)
+                .await
+                .map_err(|e| {
+                    ToolError::ambiguous(format!(
+                        "step `{name}` ran but could not be journaled: {e}"
+                    ))
+                })?;
+        }
+        self.steps().push(JournalEntry {
+            step: name.to_owned(),
+            value: text,
+        });
+        Ok(value)
+    }
+}
+
+impl ToolContext {
+    /// The steps journaled so far (carried to the next attempt of the same holder).
+    pub(crate) fn journal(&self) -> Vec<JournalEntry> {
+        self.steps().clone()
+    }
+}

@@ -1,0 +1,997 @@
+//! The dispatcher: takes calls as a model emits them and applies the class's policy.
+//!
+//! Order of checks (ARCHITECTURE §8): unknown tool → arguments → permissions → key →
+//! approval → claim → execute → record. Every refusal happens before any record is written
+//! and before any effect.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use idem_core::{
+    Claim, ClaimRequest, Fence, Fingerprint, IdempotencyKey, JournalEntry, KeyMaterial, LogicalKey,
+    Outcome, RecordKey, RecordState, Store, StoreError, Timestamp, ToolClass, ToolError,
+    canonical_json,
+};
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::approval::{Approval, ApprovalRequest};
+use crate::context::{ContextParts, ToolContext};
+use crate::registry::Registry;
+use crate::tool::ToolDef;
+
+/// A tool call as the model emitted it.
+///
+/// ```
+/// use idem_registry::ToolCall;
+/// use serde_json::json;
+///
+/// let call = ToolCall::new("send_email", json!({"to": "a@example.com"})).with_call_id("call_abc");
+/// assert_eq!(call.name, "send_email");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, as JSON.
+    pub arguments: Value,
+    /// The provider's tool call id, if any.
+    pub call_id: Option<String>,
+    /// A key the caller supplies explicitly; it wins over everything else.
+    pub key: Option<String>,
+}
+
+impl ToolCall {
+    /// A call without a call id or explicit key.
+    pub fn new(name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall {
+            name: name.into(),
+            arguments,
+            call_id: None,
+            key: None,
+        }
+    }
+
+    /// Attach the provider's call id.
+    pub fn with_call_id(mut self, id: impl Into<String>) -> Self {
+        self.call_id = Some(id.into());
+        self
+    }
+
+    /// Attach an explicit key.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+}
+
+/// The run a call belongs to: who it acts for, what they may do, what was approved.
+///
+/// ```
+/// use idem_registry::RunContext;
+///
+/// let run = RunContext::new("tenant-42").with_run("run-7", 3).grant("tickets:write");
+/// assert_eq!(run.tenant, "tenant-42");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunContext {
+    /// The run id.
+    pub run_id: Option<String>,
+    /// The step within the run.
+    pub step: Option<u64>,
+    /// The tenant or principal. Two tenants never share a record.
+    pub tenant: String,
+    /// Scopes granted to the principal.
+    pub scopes: BTreeSet<String>,
+    /// Approvals for irreversible calls.
+    pub approvals: Vec<Approval>,
+}
+
+impl RunContext {
+    /// A context for a tenant.
+    pub fn new(tenant: impl Into<String>) -> Self {
+        RunContext {
+            tenant: tenant.into(),
+            ..RunContext::default()
+        }
+    }
+
+    /// Set the run id and step.
+    pub fn with_run(mut self, run_id: impl Into<String>, step: u64) -> Self {
+        self.run_id = Some(run_id.into());
+        self.step = Some(step);
+        self
+    }
+
+    /// Move to another step of the same run.
+    pub fn at_step(mut self, step: u64) -> Self {
+        self.step = Some(step);
+        self
+    }
+
+    /// Grant a scope.
+    pub fn grant(mut self, scope: impl Into<String>) -> Self {
+        self.scopes.insert(scope.into());
+        self
+    }
+
+    /// Add an approval.
+    pub fn approve(mut self, approval: Approval) -> Self {
+        self.approvals.push(approval);
+        self
+    }
+}
+
+/// A dispatched call's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatched {
+    /// The tool's output.
+    pub output: Value,
+    /// The output as the JSON text recorded (identical on every replay).
+    pub output_json: String,
+    /// Whether this is a replay of a recorded outcome rather than a new execution.
+    pub deduplicated: bool,
+    /// The key handed downstream (`None` for a read without key material).
+    pub key: Option<IdempotencyKey>,
+    /// Executions of the body in this dispatch (0 for a replay).
+    pub attempts: u32,
+    /// The tool's class.
+    pub class: ToolClass,
+}
+
+/// Why a call was refused or did not succeed. Every variant names the tool.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DispatchError {
+    /// No tool by that name.
+    #[error("unknown tool `{name}`{}", suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
+    UnknownTool {
+        /// The name called.
+        name: String,
+        /// The nearest registered name.
+        suggestion: Option<String>,
+    },
+    /// The arguments do not fit the schema; nothing was recorded or executed.
+    #[error("invalid arguments for `{tool}` at `{pointer}`: {message}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// JSON pointer to the offending value.
+        pointer: String,
+        /// The violated rule.
+        message: String,
+    },
+    /// The principal lacks scopes the tool requires.
+    #[error("permission denied for `{tool}`: missing scope(s) {}", missing.join(", "))]
+    PermissionDenied {
+        /// The tool.
+        tool: String,
+        /// The scopes not granted.
+        missing: Vec<String>,
+    },
+    /// A write call came with no key material (no explicit key, call id, run/step or
+    /// natural key); it was not executed.
+    #[error(
+        "`{tool}` is a {class} tool and the call has no key: pass the provider's call id, an explicit key, or a run id and step"
+    )]
+    MissingKey {
+        /// The tool.
+        tool: String,
+        /// Its class.
+        class: ToolClass,
+    },
+    /// An irreversible call without an approval for this key and these arguments.
+    #[error("`{}` is irreversible and needs approval for key {} with these exact arguments", request.tool, request.key)]
+    ApprovalRequired {
+        /// What to approve.
+        request: Box<ApprovalRequest>,
+    },
+    /// The key was used before with other arguments.
+    #[error(
+        "key {key} of `{tool}` was already used with other arguments; use a new key for a new call"
+    )]
+    KeyReused {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: IdempotencyKey,
+    },
+    /// Another worker holds the key and did not finish within the wait bound.
+    #[error("`{tool}` with key {key} is still running elsewhere; try again later")]
+    InProgress {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: IdempotencyKey,
+    },
+    /// The effect may or may not have happened; it will not be re-executed automatically.
+    #[error("outcome of `{tool}` with key {key} is unknown since {}: {reason}; an operator must verify and resolve it", since.as_millis())]
+    OutcomeUnknown {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: IdempotencyKey,
+        /// When it became unknown (store clock, ms since epoch).
+        since: Timestamp,
+        /// Why.
+        reason: String,
+    },
+    /// This worker lost the key (its lease expired and another took over) before recording.
+    #[error("`{tool}` with key {key}: this worker lost the key before recording its outcome")]
+    Fenced {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: IdempotencyKey,
+    },
+    /// The store could not be reached: nothing was executed (writes fail closed).
+    #[error("store unavailable for `{tool}`: {message}")]
+    StoreUnavailable {
+        /// The tool.
+        tool: String,
+        /// The store's message.
+        message: String,
+    },
+    /// Another store error (a full store, an oversized output, a corrupt record).
+    #[error("store error for `{tool}`: {message}")]
+    Store {
+        /// The tool.
+        tool: String,
+        /// The store's message.
+        message: String,
+    },
+    /// The tool returned an error. Terminal errors are recorded and replayed
+    /// (`deduplicated: true` on a replay).
+    #[error("`{tool}` failed ({}): {}", error.kind(), error.message())]
+    ToolFailed {
+        /// The tool.
+        tool: String,
+        /// The tool's error.
+        error: ToolError,
+        /// Executions in this dispatch.
+        attempts: u32,
+        /// Whether this is a replay of a recorded terminal error.
+        deduplicated: bool,
+    },
+}
+
+impl DispatchError {
+    /// A short, stable name of the variant, for logs and tables.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DispatchError::UnknownTool { .. } => "unknown_tool",
+            DispatchError::InvalidArguments { .. } => "invalid_arguments",
+            DispatchError::PermissionDenied { .. } => "permission_denied",
+            DispatchError::MissingKey { .. } => "missing_key",
+            DispatchError::ApprovalRequired { .. } => "approval_required",
+            DispatchError::KeyReused { .. } => "key_reused",
+            DispatchError::InProgress { .. } => "in_progress",
+            DispatchError::OutcomeUnknown { .. } => "outcome_unknown",
+            DispatchError::Fenced { .. } => "fenced",
+            DispatchError::StoreUnavailable { .. } => "store_unavailable",
+            DispatchError::Store { .. } => "store_error",
+            DispatchError::ToolFailed { .. } => "tool_failed",
+        }
+    }
+}
+
+/// Applies each tool's class policy to calls; see the module docs for the order of checks.
+///
+/// ```
+/// use std::sync::Arc;
+/// use idem_registry::{Dispatcher, Registry, RunContext, ToolCall, ToolContext, ToolDef};
+/// use idem_core::{store::memory::MemoryStore, ToolClass, ToolError};
+/// use serde_json::{json, Value};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let set_status = ToolDef::builder("set_status", ToolClass::IdempotentWrite)
+///     .description("Set a ticket's status.")
+///     .input_schema(json!({"type": "object"}))
+///     .handler(|ctx: ToolContext, args: Value| async move { Ok::<_, ToolError>(json!({"ok": true})) })
+///     .build()
+///     .unwrap();
+/// let registry = Registry::builder().add(set_status).build().unwrap();
+/// let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new()));
+/// let call = ToolCall::new("set_status", json!({"status": "open"})).with_call_id("call_1");
+/// let run = RunContext::new("tenant-a");
+/// let first = dispatcher.dispatch(&call, &run).await.unwrap();
+/// let again = dispatcher.dispatch(&call, &run).await.unwrap();
+/// assert!(!first.deduplicated && again.deduplicated);
+/// assert_eq!(first.output_json, again.output_json);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Dispatcher {
+    registry: Arc<Registry>,
+    store: Arc<dyn Store>,
+    namespace: String,
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("namespace", &self.namespace)
+            .field("tools", &self.registry.len())
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+/// The namespace used unless [`Dispatcher::with_namespace`] says otherwise.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+impl Dispatcher {
+    /// A dispatcher over a registry and a store.
+    pub fn new(registry: Registry, store: Arc<dyn Store>) -> Self {
+        Dispatcher {
+            registry: Arc::new(registry),
+            store,
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+        }
+    }
+
+    /// Scope every key by a stable application name (not a Rust path: refactors must not
+    /// orphan records).
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The record key a call would use, for operators and tests. `None` when the call has
+    /// no key material.
+    pub fn record_key(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+    ) -> Result<Option<RecordKey>, DispatchError> {
+        let tool = self.lookup(&call.name)?;
+        let args = prepare(tool, call.arguments.clone())?;
+        Ok(self
+            .logical_key(tool, call, run, &args)
+            .map(|k| k.record_key()))
+    }
+
+    /// Dispatch one call under its class's policy.
+    pub async fn dispatch(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+    ) -> Result<Dispatched, DispatchError> {
+        let span = tracing::info_span!(
+            "idem.dispatch",
+            tool = %call.name,
+            class = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            deduplicated = tracing::field::Empty,
+        );
+        let result = self
+            .dispatch_inner(call, run)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(d) => {
+                span.record("class", d.class.as_str());
+                span.record(
+                    "outcome",
+                    if d.deduplicated {
+                        "replayed"
+                    } else {
+                        "executed"
+                    },
+                );
+                span.record("attempts", d.attempts);
+                span.record("deduplicated", d.deduplicated);
+            }
+            Err(e) => {
+                if let Some(t) = self.registry.get(&call.name) {
+                    span.record("class", t.class.as_str());
+                }
+                span.record("outcome", e.code());
+                if let DispatchError::ToolFailed {
+                    attempts,
+                    deduplicated,
+                    ..
+                } = e
+                {
+                    span.record("attempts", *attempts);
+                    span.record("deduplicated", *deduplicated);
+                }
+            }
+        }
+        span.in_scope(|| match &result {
+            Ok(_) => tracing::debug!("dispatched"),
+            Err(e) => tracing::info!(error = %e, "dispatch refused or failed"),
+        });
+        result
+    }
+
+    fn lookup(&self, name: &str) -> Result<&Arc<ToolDef>, DispatchError> {
+        self.registry
+            .get(name)
+            .ok_or_else(|| DispatchError::UnknownTool {
+                name: name.to_owned(),
+                suggestion: self.registry.nearest(name).map(str::to_owned),
+            })
+    }
+
+    fn logical_key(
+        &self,
+        tool: &ToolDef,
+        call: &ToolCall,
+        run: &RunContext,
+        args: &Value,
+    ) -> Option<LogicalKey> {
+        // An explicit key wins. A tool that declares a natural key says its effect's identity
+        // lives in its arguments (find-or-create), so the natural key comes before ids that
+        // change on every re-call; then the provider's call id; then the run and step.
+        let material = if let Some(key) = &call.key {
+            KeyMaterial::Explicit { key: key.clone() }
+        } else if let Some(key) = tool.natural_key.as_ref().and_then(|f| f(args)) {
+            KeyMaterial::Natural { key }
+        } else if let Some(call_id) = &call.call_id {
+            KeyMaterial::CallId {
+                call_id: call_id.clone(),
+            }
+        } else if let (Some(run_id), Some(step)) = (&run.run_id, run.step) {
+            KeyMaterial::RunStep {
+                run_id: run_id.clone(),
+                step,
+            }
+        } else {
+            return None;
+        };
+        Some(LogicalKey::new(
+            self.namespace.clone(),
+            run.tenant.clone(),
+            tool.name.to_string(),
+            material,
+        ))
+    }
+
+    async fn dispatch_inner(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+    ) -> Result<Dispatched, DispatchError> {
+        let tool = self.lookup(&call.name)?;
+        let name = tool.name.to_string();
+        let args = prepare(tool, call.arguments.clone())?;
+
+        let missing: Vec<String> = tool
+            .policy
+            .scopes
+            .iter()
+            .filter(|s| !run.scopes.contains(*s))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(DispatchError::PermissionDenied {
+                tool: name,
+                missing,
+            });
+        }
+
+        let logical = self.logical_key(tool, call, run, &args);
+        if logical.is_none() && tool.class.records() {
+            return Err(DispatchError::MissingKey {
+                tool: name,
+                class: tool.class,
+            });
+        }
+        let canonical = canonical_json(&args);
+        let fingerprint = Fingerprint::of_canonical(&canonical);
+        let downstream = logical.as_ref().map(LogicalKey::downstream_key);
+
+        if tool.class.requires_approval() {
+            let key = downstream
+                .clone()
+                .unwrap_or_else(|| IdempotencyKey::new(""));
+            let approved = run
+                .approvals
+                .iter()
+                .any(|a| a.tool == name && a.key == key && a.fingerprint == fingerprint);
+            if !approved {
+                let request = ApprovalRequest {
+                    tool: name,
+                    key,
+                    fingerprint,
+                    arguments: args,
+                };
+                return Err(DispatchError::ApprovalRequired {
+                    request: Box::new(request),
+                });
+            }
+        }
+
+        let parts = ContextParts {
+            tool: Arc::from(tool.name.as_ref()),
+            class: tool.class,
+            key: downstream.clone().unwrap_or_else(unkeyed),
+            tenant: run.tenant.clone(),
+            run_id: run.run_id.clone(),
+            step: run.step,
+        };
+
+        let Some(logical) = logical.filter(|_| tool.class.records()) else {
+            return self
+                .execute_unrecorded(tool, &parts, args, downstream)
+                .await;
+        };
+        let call = Recorded {
+            tool,
+            parts,
+            args,
+            record_key: logical.record_key(),
+            downstream: logical.downstream_key(),
+            fingerprint,
+            canonical,
+        };
+        self.execute_recorded(&call).await
+    }
+
+    /// `read`: no record; retried on any error that is not terminal.
+    async fn execute_unrecorded(
+        &self,
+        tool: &ToolDef,
+        parts: &ContextParts,
+        args: Value,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Dispatched, DispatchError> {
+        let max = tool.policy.attempts_for(tool.class);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let ctx = ToolContext::new(parts, attempt, None, false, Vec::new());
+            match run_body(tool, ctx, args.clone(), None).await {
+                Ok(output) => {
+                    let output_json = output.to_string();
+                    return Ok(Dispatched {
+                        output,
+                        output_json,
+                        deduplicated: false,
+                        key,
+                        attempts: attempt,
+                        class: tool.class,
+                    });
+                }
+                Err(e) if e.kind() != idem_core::ErrorKind::Terminal && attempt < max => {
+                    tracing::debug!(attempt, error = %e, "retrying read");
+                    tokio::time::sleep(backoff(tool.policy.backoff, attempt)).await;
+                }
+                Err(error) => {
+                    return Err(DispatchError::ToolFailed {
+                        tool: tool.name.to_string(),
+                        error,
+                        attempts: attempt,
+                        deduplicated: false,
+                    });
+                }
+            }
+        }
+    }
+
+    async fn execute_recorded(&self, call: &Recorded<'_>) -> Result<Dispatched, DispatchError> {
+        let tool = call.tool;
+        let request = ClaimRequest {
+            key: call.record_key.clone(),
+            tool: tool.name.to_string(),
+            fingerprint: call.fingerprint,
+            lease: tool.policy.lease,
+            orphans: tool.class.orphan_policy(),
+            arguments: Some(call.canonical.clone()),
+        };
+        let deadline = tokio::time::Instant::now() + tool.policy.wait;
+        let mut poll = Duration::from_millis(2);
+        loop {
+            let claim = self
+                .store
+                .claim(&request)
+                .await
+                .map_err(|e| call.store_error(e))?;
+            let record = match claim {
+                Claim::Acquired {
+                    fence,
+                    steps,
+                    takeover,
+                } => {
+                    return self.execute_held(call, fence, steps, takeover).await;
+                }
+                Claim::Existing(record) => record,
+            };
+            if record.fingerprint != call.fingerprint && !tool.policy.replay_on_key_reuse {
+                return Err(DispatchError::KeyReused {
+                    tool: tool.name.to_string(),
+                    key: call.downstream.clone(),
+                });
+            }
+            match record.state {
+                RecordState::Completed { outcome, .. } => return call.replay(outcome),
+                RecordState::Unknown { since, last_error } => {
+                    return Err(DispatchError::OutcomeUnknown {
+                        tool: tool.name.to_string(),
+                        key: call.downstream.clone(),
+                        since,
+                        reason: last_error,
+                    });
+                }
+                RecordState::InProgress { .. } => {
+                    // A concurrent duplicate: wait (bounded) for the holder, claiming again so
+                    // that an orphan is taken over or settled as soon as its lease ends.
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(DispatchError::InProgress {
+                            tool: tool.name.to_string(),
+                            key: call.downstream.clone(),
+                        });
+                    }
+                    tokio::time::sleep(poll).await;
+                    poll = (poll * 2).min(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    async fn execute_held(
+        &self,
+        call: &Recorded<'_>,
+        fence: Fence,
+        mut steps: Vec<JournalEntry>,
+        takeover: bool,
+    ) -> Result<Dispatched, DispatchError> {
+        let tool = call.tool;
+        let class = tool.class;
+        let mut guard = ClaimGuard {
+            store: self.store.clone(),
+            key: call.record_key.clone(),
+            fence,
+            class,
+            armed: true,
+        };
+        let max = tool.policy.attempts_for(class);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let holder = Some((self.store.clone(), call.record_key.clone(), fence));
+            let ctx = ToolContext::new(&call.parts, attempt, holder, takeover, steps.clone());
+            let result = run_body(
+                tool,
+                ctx.clone(),
+                call.args.clone(),
+                Some((&self.store, &call.record_key, fence)),
+            )
+            .await;
+            steps = ctx.journal();
+            let error = match result {
+                Ok(output) => {
+                    let output_json = output.to_string();
+                    let outcome = Outcome::Success(output_json.clone());
+                    self.record(call, &mut guard, &outcome).await?;
+                    return Ok(Dispatched {
+                        output,
+                        output_json,
+                        deduplicated: false,
+                        key: Some(call.downstream.clone()),
+                        attempts: attempt,
+                        class,
+                    });
+                }
+                Err(error) => error,
+            };
+            use idem_core::ErrorKind::*;
+            let may_retry = attempt < max
+                && match (class, error.kind()) {
+                    (_, Terminal) => false,
+                    (ToolClass::Read | ToolClass::IdempotentWrite, _) => true,
+                    (ToolClass::NonIdempotentWrite, NotApplied) => true,
+                    _ => false,
+                };
+            if may_retry {
+                tracing::debug!(attempt, error = %error, "retrying with the same key");
+                tokio::time::sleep(backoff(tool.policy.backoff, attempt)).await;
+                continue;
+            }
+            let failed = |error: ToolError| DispatchError::ToolFailed {
+                tool: tool.name.to_string(),
+                error,
+                attempts: attempt,
+                deduplicated: false,
+            };
+            return match error.kind() {
+                Terminal => {
+                    self.record(call, &mut guard, &Outcome::Failure(error.clone()))
+                        .await?;
+                    Err(failed(error))
+                }
+                Retryable | NotApplied => {
+                    guard.armed = false;
+                    self.store
+                        .release(&call.record_key, fence)
+                        .await
+                        .map_err(|e| call.store_error(e))?;
+                    Err(failed(error))
+                }
+                Ambiguous if class.reexecution_is_safe() => {
+                    guard.armed = false;
+                    self.store
+                        .release(&call.record_key, fence)
+                        .await
+                        .map_err(|e| call.store_error(e))?;
+                    Err(failed(error))
+                }
+                Ambiguous => {
+                    guard.armed = false;
+                    let since = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
+                    match self
+                        .store
+                        .mark_unknown(&call.record_key, fence, error.message())
+                        .await
+                    {
+                        Ok(()) | Err(StoreError::Fenced { .. }) => {}
+                        Err(e) => return Err(call.store_error(e)),
+                    }
+                    Err(DispatchError::OutcomeUnknown {
+                        tool: tool.name.to_string(),
+                        key: call.downstream.clone(),
+                        since,
+                        reason: error.message().to_owned(),
+                    })
+                }
+            };
+        }
+    }
+
+    /// Record an outcome as the holder. If it cannot be recorded, settle the claim so that
+    /// nothing stays held: the effect happened, so a write whose re-execution is not safe
+    /// becomes Unknown.
+    async fn record(
+        &self,
+        call: &Recorded<'_>,
+        guard: &mut ClaimGuard,
+        outcome: &Outcome,
+    ) -> Result<(), DispatchError> {
+        let result = self
+            .store
+            .complete(&call.record_key, guard.fence, outcome, call.tool.policy.ttl)
+            .await;
+        guard.armed = false;
+        match result {
+            Ok(()) => Ok(()),
+            Err(StoreError::Fenced { .. }) => Err(DispatchError::Fenced {
+                tool: call.tool.name.to_string(),
+                key: call.downstream.clone(),
+            }),
+            Err(e) => {
+                let note =
+                    format!("the effect happened but its outcome could not be recorded: {e}");
+                let settled = if call.tool.class.reexecution_is_safe() {
+                    self.store
+                        .release(&call.record_key, guard.fence)
+                        .await
+                        .map(|_| ())
+                } else {
+                    self.store
+                        .mark_unknown(&call.record_key, guard.fence, &note)
+                        .await
+                };
+                if let Err(e2) = settled {
+                    tracing::warn!(error = %e2, "could not settle the claim; its lease will expire");
+                }
+                Err(call.store_error(e))
+            }
+        }
+    }
+}
+
+/// A recorded call, resolved and keyed.
+struct Recorded<'a> {
+    tool: &'a ToolDef,
+    parts: ContextParts,
+    args: Value,
+    record_key: RecordKey,
+    downstream: IdempotencyKey,
+    fingerprint: Fingerprint,
+    canonical: String,
+}
+
+impl Recorded<'_> {
+    fn store_error(&self, e: StoreError) -> DispatchError {
+        let tool = self.tool.name.to_string();
+        if e.is_unavailable() {
+            DispatchError::StoreUnavailable {
+                tool,
+                message: e.to_string(),
+            }
+        } else {
+            DispatchError::Store {
+                tool,
+                message: e.to_string(),
+            }
+        }
+    }
+
+    fn replay(&self, outcome: Outcome) -> Result<Dispatched, DispatchError> {
+        match outcome {
+            Outcome::Success(output_json) => {
+                let output =
+                    serde_json::from_str(&output_json).map_err(|e| DispatchError::Store {
+                        tool: self.tool.name.to_string(),
+                        message: format!("recorded output is not JSON: {e}"),
+                    })?;
+                Ok(Dispatched {
+                    output,
+                    output_json,
+                    deduplicated: true,
+                    key: Some(self.downstream.clone()),
+                    attempts: 0,
+                    class: self.tool.class,
+                })
+            }
+            Outcome::Failure(error) => Err(DispatchError::ToolFailed {
+                tool: self.tool.name.to_string(),
+                error,
+                attempts: 0,
+                deduplicated: true,
+            }),
+        }
+    }
+}
+
+/// Settles a claim whose dispatch future was dropped mid-body, so no live claim is left that
+/// nobody will finish: a write that is safe to re-run is released, any other becomes Unknown.
+struct ClaimGuard {
+    store: Arc<dyn Store>,
+    key: RecordKey,
+    fence: Fence,
+    class: ToolClass,
+    armed: bool,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, key, fence, class) =
+            (self.store.clone(), self.key.clone(), self.fence, self.class);
+        let settle = async move {
+            let result = if class.reexecution_is_safe() {
+                store.release(&key, fence).await.map(|_| ())
+            } else {
+                store
+                    .mark_unknown(
+                        &key,
+                        fence,
+                        "the dispatch was cancelled while the tool was running",
+                    )
+                    .await
+            };
+            if let Err(e) = result {
+                tracing::warn!(error = %e, key = %key, "could not settle a cancelled call; its lease will expire");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(settle);
+            }
+            Err(_) => {
+                tracing::warn!(key = %self.key, "cancelled outside a runtime; the claim's lease will expire")
+            }
+        }
+    }
+}
+
+fn prepare(tool: &ToolDef, arguments: Value) -> Result<Value, DispatchError> {
+    (tool.prepare)(arguments).map_err(|e| DispatchError::InvalidArguments {
+        tool: tool.name.to_string(),
+        pointer: e.pointer,
+        message: e.message,
+    })
+}
+
+fn unkeyed() -> IdempotencyKey {
+    IdempotencyKey::new(format!("idem-unkeyed-{:016x}", random_u64()))
+}
+
+/// Run the body, catching panics (a panic is ambiguous: the effect may have happened) and
+/// renewing the lease while it runs.
+async fn run_body(
+    tool: &ToolDef,
+    ctx: ToolContext,
+    args: Value,
+    lease: Option<(&Arc<dyn Store>, &RecordKey, Fence)>,
+) -> Result<Value, ToolError> {
+    let body = AssertUnwindSafe((tool.handler)(ctx, args)).catch_unwind();
+    let flatten = |r: std::thread::Result<Result<Value, ToolError>>| {
+        r.unwrap_or_else(|panic| {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            Err(ToolError::ambiguous(format!("the tool panicked: {msg}")))
+        })
+    };
+    let Some((store, key, fence)) = lease else {
+        return flatten(body.await);
+    };
+    let period = (tool.policy.lease / 3).max(Duration::from_millis(10));
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let mut renewing = true;
+    tokio::pin!(body);
+    loop {
+        tokio::select! {
+            r = &mut body => return flatten(r),
+            _ = ticker.tick(), if renewing => {
+                if let Err(e) = store.renew(key, fence, tool.policy.lease).await {
+                    // Keep running: the outcome's write will be refused if the key was lost.
+                    tracing::warn!(error = %e, "lease renewal failed");
+                    renewing = !matches!(e, StoreError::Fenced { .. });
+                }
+            }
+        }
+    }
+}
+
+/// Exponential backoff with jitter: between half and all of `base * 2^(attempt-1)`, at most 5 s.
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let exp = base
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(Duration::from_secs(5));
+    let half = exp / 2;
+    let jitter = if half.is_zero() {
+        0
+    } else {
+        random_u64() % (half.as_micros() as u64 + 1)
+    };
+    half + Duration::from_micros(jitter)
+}
+
+/// A cheap non-cryptographic random number (splitmix64 over a counter and the clock):
+/// jitter and unkeyed read ids need spread, not secrecy.
+fn random_u64() -> u64 {
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut z = STATE.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) ^ nanos;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let base = Duration::from_millis(100);
+        for attempt in 1..20 {
+            let d = backoff(base, attempt);
+            let full = base
+                .saturating_mul(1 << (attempt - 1).min(16))
+                .min(Duration::from_secs(5));
+            assert!(
+                d >= full / 2 && d <= full,
+                "attempt {attempt}: {d:?} outside [{:?}, {full:?}]",
+                full / 2
+            );
+        }
+    }
+}

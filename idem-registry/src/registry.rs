@@ -1,0 +1,227 @@
+//! The registry: every tool the process knows, by name.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::tool::{StaticTool, ToolDef, ToolRegistration};
+
+/// Why a tool could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Two tools share a name.
+    #[error(
+        "two tools are named `{name}`: one defined at {first}, the other at {second}; rename one with #[tool(name = \"...\")]"
+    )]
+    DuplicateName {
+        /// The name.
+        name: String,
+        /// Where the first is defined.
+        first: String,
+        /// Where the second is defined.
+        second: String,
+    },
+    /// A tool definition without a side-effect class.
+    #[error(
+        "tool `{tool}` has no class: every tool needs one of `read`, `idempotent_write`, `non_idempotent_write`, `irreversible`"
+    )]
+    MissingClass {
+        /// The tool.
+        tool: String,
+    },
+    /// A name providers would reject.
+    #[error("tool name `{name}` is invalid: {reason}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// Some other part of the definition is unusable.
+    #[error("tool `{tool}` is invalid: {reason}")]
+    Invalid {
+        /// The tool.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Check a name against `^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$`, the rule every provider accepts.
+pub fn check_name(name: &str) -> Result<(), RegistryError> {
+    let bad = |reason: &str| {
+        Err(RegistryError::InvalidName {
+            name: name.to_owned(),
+            reason: reason.to_owned(),
+        })
+    };
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return bad("it is empty"),
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
+        Some(_) => return bad("it must start with an ASCII letter or `_`"),
+    }
+    if name.len() > 64 {
+        return bad("it is longer than 64 characters");
+    }
+    if let Some(c) = chars.find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+        return bad(&format!(
+            "`{c}` is not allowed; use ASCII letters, digits, `_` and `-`"
+        ));
+    }
+    Ok(())
+}
+
+/// Every tool the dispatcher can call, by name.
+///
+/// ```
+/// use idem_registry::{Registry, ToolDef, ToolContext};
+/// use idem_core::{ToolClass, ToolError};
+/// use serde_json::{json, Value};
+///
+/// let tool = ToolDef::builder("ping", ToolClass::Read)
+///     .description("Answer pong.")
+///     .input_schema(json!({"type": "object"}))
+///     .handler(|_: ToolContext, _: Value| async { Ok::<_, ToolError>(json!("pong")) })
+///     .build()
+///     .unwrap();
+/// let registry = Registry::builder().add(tool).build().unwrap();
+/// assert!(registry.get("ping").is_some());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    tools: BTreeMap<String, Arc<ToolDef>>,
+}
+
+impl Registry {
+    /// Every tool declared with `#[tool]` and linked into this binary.
+    pub fn linked() -> Result<Registry, RegistryError> {
+        Registry::builder().linked().build()
+    }
+
+    /// Start an empty registry.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+
+    /// A tool by name.
+    pub fn get(&self, name: &str) -> Option<&Arc<ToolDef>> {
+        self.tools.get(name)
+    }
+
+    /// Every tool, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<ToolDef>> {
+        self.tools.values()
+    }
+
+    /// How many tools.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The registered name closest to `name`, for "did you mean" messages.
+    pub fn nearest(&self, name: &str) -> Option<&str> {
+        self.tools
+            .keys()
+            .map(|k| (idem_core::class::edit_distance(name, k), k))
+            .filter(|(d, k)| *d <= k.len() / 3 + 1)
+            .min_by_key(|(d, _)| *d)
+            .map(|(_, k)| k.as_str())
+    }
+}
+
+/// Collects tools, then checks them all at once; see [`Registry::builder`].
+#[derive(Debug, Default)]
+pub struct RegistryBuilder {
+    pending: Vec<ToolDef>,
+    errors: Vec<RegistryError>,
+}
+
+impl RegistryBuilder {
+    /// Add every `#[tool]` linked into this binary.
+    pub fn linked(mut self) -> Self {
+        for reg in inventory::iter::<ToolRegistration> {
+            let mut def = (reg.build)();
+            def.location.get_or_insert_with(|| reg.location.clone());
+            self.pending.push(def);
+        }
+        self
+    }
+
+    /// Add one `#[tool]` by its type.
+    pub fn tool<T: StaticTool>(mut self) -> Self {
+        self.pending.push(T::definition());
+        self
+    }
+
+    /// Add a definition.
+    pub fn add(mut self, def: ToolDef) -> Self {
+        self.pending.push(def);
+        self
+    }
+
+    /// Add a definition that may have failed to build (from [`crate::ToolSpec::into_def`]).
+    pub fn try_add(mut self, def: Result<ToolDef, RegistryError>) -> Self {
+        match def {
+            Ok(d) => self.pending.push(d),
+            Err(e) => self.errors.push(e),
+        }
+        self
+    }
+
+    /// Check names and uniqueness. The first error is returned; all are logged.
+    pub fn build(self) -> Result<Registry, RegistryError> {
+        let mut errors = self.errors;
+        let mut tools: BTreeMap<String, Arc<ToolDef>> = BTreeMap::new();
+        for def in self.pending {
+            if let Err(e) = check_name(&def.name) {
+                errors.push(e);
+                continue;
+            }
+            if let Some(first) = tools.get(def.name.as_ref()) {
+                let at = |d: &ToolDef| {
+                    d.location
+                        .as_ref()
+                        .map(|l| l.to_string())
+                        .unwrap_or_else(|| "runtime".into())
+                };
+                errors.push(RegistryError::DuplicateName {
+                    name: def.name.to_string(),
+                    first: at(first),
+                    second: at(&def),
+                });
+                continue;
+            }
+            tools.insert(def.name.to_string(), Arc::new(def));
+        }
+        for e in &errors {
+            tracing::error!(error = %e, "tool not registered");
+        }
+        match errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(Registry { tools }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_name("send_email").is_ok());
+        assert!(check_name("a-b_C9").is_ok());
+        assert!(check_name(&"a".repeat(64)).is_ok());
+        assert!(check_name(&"a".repeat(65)).is_err());
+        assert!(check_name("9lives").is_err());
+        assert!(check_name("send email").is_err());
+        assert!(check_name("").is_err());
+        assert!(check_name("émail").is_err());
+    }
+}

@@ -1,0 +1,460 @@
+//! A tool's definition: name, class, description, schemas, policy and handler.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::{ToolClass, ToolError};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::args::ArgumentError;
+use crate::context::ToolContext;
+use crate::registry::RegistryError;
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What runs a tool: context and normalised arguments in, JSON output or a tool error out.
+pub type Handler =
+    Arc<dyn Fn(ToolContext, Value) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
+
+/// Checks and normalises arguments before anything else happens.
+pub type Preparer = Arc<dyn Fn(Value) -> Result<Value, ArgumentError> + Send + Sync>;
+
+/// Computes a natural key from the normalised arguments (find-or-create semantics).
+pub type NaturalKey = Arc<dyn Fn(&Value) -> Option<String> + Send + Sync>;
+
+/// Per-tool policy settings. Every field has a documented default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolPolicy {
+    /// How long a completed record is kept for replay. Default 24 h (`ttl_secs`).
+    pub ttl: Duration,
+    /// How long a holder's lease lasts; it is renewed every third of it while the body runs.
+    /// Default 30 s (`lease_secs`).
+    pub lease: Duration,
+    /// Attempts in total, first one included, for classes that retry. Default 3
+    /// (`max_attempts`). `non_idempotent_write` is capped at 2 and `irreversible` at 1
+    /// whatever this says.
+    pub max_attempts: u32,
+    /// How long a concurrent duplicate waits for the holder's outcome before getting
+    /// `InProgress`. Default 10 s (`wait_secs`).
+    pub wait: Duration,
+    /// First retry delay; doubles per attempt, with jitter, up to 5 s. Default 100 ms
+    /// (`backoff_ms`).
+    pub backoff: Duration,
+    /// MCP `openWorldHint`: the tool talks to systems outside the agent's control.
+    /// Default `false` (`open_world`).
+    pub open_world: bool,
+    /// Scopes the principal must have been granted. Default none (`scopes`).
+    pub scopes: Vec<String>,
+    /// When a key arrives with arguments other than those recorded under it: `false`
+    /// refuses the call with `KeyReused` (the default, `on_key_reuse = "reject"`); `true`
+    /// replays the recorded outcome (`on_key_reuse = "replay"`), for find-or-create tools
+    /// whose natural key is the identity of the effect and whose other arguments may vary.
+    pub replay_on_key_reuse: bool,
+}
+
+impl Default for ToolPolicy {
+    fn default() -> Self {
+        ToolPolicy {
+            ttl: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(30),
+            max_attempts: 3,
+            wait: Duration::from_secs(10),
+            backoff: Duration::from_millis(100),
+            open_world: false,
+            scopes: Vec::new(),
+            replay_on_key_reuse: false,
+        }
+    }
+}
+
+impl ToolPolicy {
+    /// Attempts this class may make in total.
+    pub fn attempts_for(&self, class: ToolClass) -> u32 {
+        let n = self.max_attempts.max(1);
+        match class {
+            ToolClass::Read | ToolClass::IdempotentWrite => n,
+            ToolClass::NonIdempotentWrite => n.min(2),
+            ToolClass::Irreversible => 1,
+        }
+    }
+}
+
+/// Where a tool was defined, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// Source file.
+    pub file: &'static str,
+    /// Line.
+    pub line: u32,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// A complete tool definition, as the registry and dispatcher use it.
+#[derive(Clone)]
+pub struct ToolDef {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) class: ToolClass,
+    pub(crate) description: Cow<'static, str>,
+    pub(crate) input_schema: Arc<Value>,
+    pub(crate) output_schema: Option<Arc<Value>>,
+    pub(crate) policy: ToolPolicy,
+    pub(crate) prepare: Preparer,
+    pub(crate) handler: Handler,
+    pub(crate) natural_key: Option<NaturalKey>,
+    pub(crate) location: Option<Location>,
+}
+
+impl fmt::Debug for ToolDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolDef")
+            .field("name", &self.name)
+            .field("class", &self.class)
+            .field("policy", &self.policy)
+            .field("natural_key", &self.natural_key.is_some())
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolDef {
+    /// Start a tool built at runtime. The class is a required argument: a tool cannot be
+    /// constructed without one.
+    ///
+    /// ```
+    /// use idem_registry::{ToolDef, ToolContext};
+    /// use idem_core::{ToolClass, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let echo = ToolDef::builder("echo", ToolClass::Read)
+    ///     .description("Echo the arguments back.")
+    ///     .input_schema(json!({"type": "object", "properties": {"text": {"type": "string"}}}))
+    ///     .handler(|_ctx: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(echo.name(), "echo");
+    /// ```
+    pub fn builder(name: impl Into<Cow<'static, str>>, class: ToolClass) -> ToolBuilder {
+        ToolBuilder {
+            name: name.into(),
+            class,
+            description: None,
+            input_schema: None,
+            output_schema: None,
+            policy: ToolPolicy::default(),
+            prepare: None,
+            handler: None,
+            natural_key: None,
+            location: None,
+        }
+    }
+
+    /// The registered name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The side-effect class.
+    pub fn class(&self) -> ToolClass {
+        self.class
+    }
+
+    /// The description shown to the model.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The JSON schema of the arguments.
+    pub fn input_schema(&self) -> &Value {
+        &self.input_schema
+    }
+
+    /// The JSON schema of the output, if known.
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_deref()
+    }
+
+    /// The policy settings.
+    pub fn policy(&self) -> &ToolPolicy {
+        &self.policy
+    }
+
+    /// Whether the tool declares a natural key.
+    pub fn has_natural_key(&self) -> bool {
+        self.natural_key.is_some()
+    }
+
+    /// Where the tool was defined, for tools declared with `#[tool]`.
+    pub fn location(&self) -> Option<&Location> {
+        self.location.as_ref()
+    }
+}
+
+/// Builds a [`ToolDef`]; see [`ToolDef::builder`].
+pub struct ToolBuilder {
+    name: Cow<'static, str>,
+    class: ToolClass,
+    description: Option<Cow<'static, str>>,
+    input_schema: Option<Arc<Value>>,
+    output_schema: Option<Arc<Value>>,
+    policy: ToolPolicy,
+    prepare: Option<Preparer>,
+    handler: Option<Handler>,
+    natural_key: Option<NaturalKey>,
+    location: Option<Location>,
+}
+
+impl fmt::Debug for ToolBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolBuilder")
+            .field("name", &self.name)
+            .field("class", &self.class)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolBuilder {
+    /// The description shown to the model (required).
+    pub fn description(mut self, d: impl Into<Cow<'static, str>>) -> Self {
+        self.description = Some(d.into());
+        self
+    }
+
+    /// The arguments' JSON schema (required; its root must be an object schema).
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = Some(Arc::new(schema));
+        self
+    }
+
+    /// Share an already built schema.
+    pub fn input_schema_shared(mut self, schema: Arc<Value>) -> Self {
+        self.input_schema = Some(schema);
+        self
+    }
+
+    /// The output's JSON schema.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(Arc::new(schema));
+        self
+    }
+
+    /// Share an already built output schema.
+    pub fn output_schema_shared(mut self, schema: Arc<Value>) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// Policy settings.
+    pub fn policy(mut self, policy: ToolPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How arguments are checked and normalised (default: they must be a JSON object).
+    pub fn prepare(
+        mut self,
+        f: impl Fn(Value) -> Result<Value, ArgumentError> + Send + Sync + 'static,
+    ) -> Self {
+        self.prepare = Some(Arc::new(f));
+        self
+    }
+
+    /// The body (required).
+    pub fn handler<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        self.handler = Some(Arc::new(move |ctx, args| Box::pin(f(ctx, args))));
+        self
+    }
+
+    /// A natural key computed from the normalised arguments.
+    pub fn natural_key(
+        mut self,
+        f: impl Fn(&Value) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.natural_key = Some(Arc::new(f));
+        self
+    }
+
+    /// Where the tool was defined.
+    pub fn location(mut self, file: &'static str, line: u32) -> Self {
+        self.location = Some(Location { file, line });
+        self
+    }
+
+    /// Check and finish the definition.
+    pub fn build(self) -> Result<ToolDef, RegistryError> {
+        let name = self.name.into_owned();
+        crate::registry::check_name(&name)?;
+        let description = match self.description {
+            Some(d) if !d.trim().is_empty() => d,
+            _ => {
+                return Err(RegistryError::Invalid {
+                    tool: name,
+                    reason: "a description is required: the model chooses tools by it".into(),
+                });
+            }
+        };
+        let Some(input_schema) = self.input_schema else {
+            return Err(RegistryError::Invalid {
+                tool: name,
+                reason: "an input schema is required".into(),
+            });
+        };
+        if input_schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(RegistryError::Invalid {
+                tool: name,
+                reason: "the input schema's root must have `\"type\": \"object\"`".into(),
+            });
+        }
+        let Some(handler) = self.handler else {
+            return Err(RegistryError::Invalid {
+                tool: name,
+                reason: "a handler is required".into(),
+            });
+        };
+        if self.policy.lease.is_zero() {
+            return Err(RegistryError::Invalid {
+                tool: name,
+                reason: "the lease must be longer than zero".into(),
+            });
+        }
+        let prepare = self.prepare.unwrap_or_else(|| {
+            Arc::new(|v: Value| {
+                if v.is_object() {
+                    Ok(v)
+                } else {
+                    Err(ArgumentError::new(
+                        "",
+                        format!(
+                            "expected an object of named arguments, got {}",
+                            crate::args::kind(&v)
+                        ),
+                    ))
+                }
+            })
+        });
+        Ok(ToolDef {
+            name: Cow::Owned(name),
+            class: self.class,
+            description,
+            input_schema,
+            output_schema: self.output_schema,
+            policy: self.policy,
+            prepare,
+            handler,
+            natural_key: self.natural_key,
+            location: self.location,
+        })
+    }
+}
+
+/// A tool definition read from data (configuration, another system). The class is
+/// optional here only so that its absence can be refused with a clear error at
+/// registration; see [`ToolSpec::into_def`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// Its class: required, checked at registration.
+    #[serde(default)]
+    pub class: Option<ToolClass>,
+    /// The description.
+    pub description: String,
+    /// The arguments' schema.
+    #[serde(alias = "inputSchema", alias = "parameters")]
+    pub input_schema: Value,
+    /// MCP `openWorldHint`.
+    #[serde(default)]
+    pub open_world: bool,
+    /// Required scopes.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
+impl ToolSpec {
+    /// Turn the spec into a definition with the given handler. A spec without a class is
+    /// refused with [`RegistryError::MissingClass`] naming the tool.
+    ///
+    /// ```
+    /// use idem_registry::{ToolSpec, RegistryError};
+    ///
+    /// let spec: ToolSpec = serde_json::from_str(
+    ///     r#"{"name": "wire_money", "description": "Wire money.", "input_schema": {"type": "object"}}"#,
+    /// ).unwrap();
+    /// let err = spec.into_def(|_ctx, args| async move { Ok(args) }).unwrap_err();
+    /// assert!(matches!(err, RegistryError::MissingClass { ref tool } if tool == "wire_money"));
+    /// ```
+    pub fn into_def<F, Fut>(self, handler: F) -> Result<ToolDef, RegistryError>
+    where
+        F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        let Some(class) = self.class else {
+            return Err(RegistryError::MissingClass { tool: self.name });
+        };
+        let policy = ToolPolicy {
+            open_world: self.open_world,
+            scopes: self.scopes,
+            ..ToolPolicy::default()
+        };
+        ToolDef::builder(self.name, class)
+            .description(self.description)
+            .input_schema(self.input_schema)
+            .policy(policy)
+            .handler(handler)
+            .build()
+    }
+}
+
+/// A tool declared with `#[tool]`: the macro implements this for the generated unit type.
+pub trait StaticTool {
+    /// The registered name.
+    const NAME: &'static str;
+    /// The class.
+    const CLASS: ToolClass;
+    /// Build the definition.
+    fn definition() -> ToolDef;
+}
+
+/// What `#[tool]` submits to the link-time registry.
+#[derive(Debug)]
+pub struct ToolRegistration {
+    /// Builds the definition.
+    pub build: fn() -> ToolDef,
+    /// The tool's name, for duplicate checks without building.
+    pub name: &'static str,
+    /// Where it was defined.
+    pub location: Location,
+}
+
+impl ToolRegistration {
+    /// Used by the macro.
+    pub const fn new(
+        name: &'static str,
+        build: fn() -> ToolDef,
+        file: &'static str,
+        line: u32,
+    ) -> Self {
+        ToolRegistration {
+            build,
+            name,
+            location: Location { file, line },
+        }
+    }
+}
+
+inventory::collect!(ToolRegistration);
