@@ -1,0 +1,406 @@
+#![cfg(all(feature = "sqlite", feature = "conformance"))]
+//! The SQLite store: the conformance suite, plus what only a file on disk can show
+//! (persistence, several connections, locks held by others, damaged files).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use idem_core::store::conformance::{self, Subject};
+use idem_core::store::sqlite::SqliteStore;
+use idem_core::store::{Claim, ClaimRequest, Store, StoreError};
+use idem_core::{
+    Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, Outcome, RecordKey, RecordState, ToolError,
+};
+use serde_json::json;
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// A directory of its own for each test, removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "idem-sqlite-test-{name}-{}-{}",
+            std::process::id(),
+            DIRS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a temporary directory");
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn key(name: &str) -> RecordKey {
+    LogicalKey::new(
+        "idem-sqlite-test",
+        "tenant",
+        "tool",
+        KeyMaterial::Explicit { key: name.into() },
+    )
+    .record_key()
+}
+
+fn request(key: &RecordKey, lease: Duration) -> ClaimRequest {
+    ClaimRequest {
+        key: key.clone(),
+        tool: "send_email".into(),
+        fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
+        lease,
+        orphans: OrphanPolicy::MarkUnknown,
+        arguments: Some(r#"{"to":"a@example.com"}"#.into()),
+    }
+}
+
+const LEASE: Duration = Duration::from_secs(60);
+const TTL: Duration = Duration::from_secs(3600);
+
+async fn acquire(store: &SqliteStore, req: &ClaimRequest) -> u64 {
+    match store.claim(req).await.expect("claim") {
+        Claim::Acquired { fence, .. } => fence,
+        other => panic!("expected to acquire the key, got {other:?}"),
+    }
+}
+
+/// Count the rows in the table, from outside the store.
+fn rows(path: &Path) -> i64 {
+    let raw = rusqlite::Connection::open(path).expect("raw connection");
+    raw.query_row("SELECT count(*) FROM idem_records", [], |r| r.get(0))
+        .expect("count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_conforms() {
+    let dir = TempDir::new("conformance");
+    let cases = AtomicUsize::new(0);
+    conformance::run_all("sqlite", || {
+        let path = dir.file(&format!(
+            "case-{}.db",
+            cases.fetch_add(1, Ordering::Relaxed)
+        ));
+        async move { Subject::real_time(Arc::new(SqliteStore::open(path).expect("open"))) }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_survive_closing_and_reopening() {
+    let dir = TempDir::new("reopen");
+    let path = dir.file("idem.db");
+    let done = key("done");
+    let journaled = key("journaled");
+    let failure = Outcome::Failure(
+        ToolError::terminal("insufficient funds").with_details(json!({"balance": 0})),
+    );
+    let success = Outcome::Success("{ \"id\" : 7 ,\"tags\":[] }".into());
+    let journaled_fence;
+    {
+        let store = SqliteStore::open(&path).expect("open");
+        let fence = acquire(&store, &request(&done, LEASE)).await;
+        store
+            .complete(&done, fence, &success, TTL)
+            .await
+            .expect("complete");
+        journaled_fence = acquire(&store, &request(&journaled, LEASE)).await;
+        store
+            .journal(&journaled, journaled_fence, "reserve", r#"{"id":1}"#)
+            .await
+            .expect("journal");
+        let failed = key("failed");
+        let f = acquire(&store, &request(&failed, LEASE)).await;
+        store
+            .complete(&failed, f, &failure, TTL)
+            .await
+            .expect("complete with a terminal error");
+    }
+
+    let store = SqliteStore::open(&path).expect("reopen");
+    let record = store.get(&done).await.expect("get").expect("record kept");
+    match record.state {
+        RecordState::Completed { outcome, .. } => {
+            assert_eq!(outcome, success, "the outcome comes back byte for byte")
+        }
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    assert_eq!(record.tool, "send_email");
+    assert_eq!(
+        record.fingerprint,
+        Fingerprint::of(&json!({"to": "a@example.com"}))
+    );
+    assert_eq!(
+        record.arguments.as_deref(),
+        Some(r#"{"to":"a@example.com"}"#)
+    );
+    match store.claim(&request(&done, LEASE)).await.expect("claim") {
+        Claim::Existing(r) => assert!(matches!(r.state, RecordState::Completed { .. })),
+        other => panic!("a completed key is not claimed again after a restart, got {other:?}"),
+    }
+    match store
+        .get(&key("failed"))
+        .await
+        .expect("get")
+        .map(|r| r.state)
+    {
+        Some(RecordState::Completed { outcome, .. }) => assert_eq!(outcome, failure),
+        other => panic!("expected the terminal error, got {other:?}"),
+    }
+
+    let held = store
+        .get(&journaled)
+        .await
+        .expect("get")
+        .expect("in-progress record kept");
+    assert_eq!(held.fence, journaled_fence);
+    assert_eq!(held.steps.len(), 1);
+    assert_eq!(held.steps[0].step, "reserve");
+    // The holder's lease outlives the restart: it may still finish its call.
+    store
+        .complete(
+            &journaled,
+            journaled_fence,
+            &Outcome::success(&json!(true)),
+            TTL,
+        )
+        .await
+        .expect("the holder completes after the store reopens");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_connections_race_and_one_claim_wins() {
+    let dir = TempDir::new("race");
+    let path = dir.file("idem.db");
+    let stores = [
+        Arc::new(SqliteStore::open(&path).expect("open first")),
+        Arc::new(SqliteStore::open(&path).expect("open second")),
+    ];
+    let k = key("race");
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let store = Arc::clone(&stores[i % 2]);
+        let req = request(&k, LEASE);
+        tasks.push(tokio::spawn(async move { store.claim(&req).await }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        match t
+            .await
+            .expect("task")
+            .expect("no claim fails under contention")
+        {
+            Claim::Acquired { fence, .. } => {
+                winners += 1;
+                assert_eq!(fence, 1);
+            }
+            Claim::Existing(r) => assert!(
+                matches!(r.state, RecordState::InProgress { .. }),
+                "losers see the winner's claim, got {:?}",
+                r.state
+            ),
+        }
+    }
+    assert_eq!(
+        winners, 1,
+        "exactly one of 32 claims over two connections wins"
+    );
+    assert_eq!(rows(&path), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_waits_for_another_connections_write_lock() {
+    let dir = TempDir::new("busy");
+    let path = dir.file("idem.db");
+    let store = SqliteStore::open(&path).expect("open");
+    // Another process holds the write lock for a while.
+    let mut other = rusqlite::Connection::open(&path).expect("raw connection");
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let tx = other
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("take the write lock");
+        locked_tx.send(()).expect("signal");
+        // Longer than the store's retry back-off alone: only the busy timeout bridges it.
+        std::thread::sleep(Duration::from_millis(800));
+        tx.commit().expect("commit");
+    });
+    locked_rx.recv().expect("lock taken");
+    let k = key("busy");
+    let claim = store.claim(&request(&k, LEASE)).await;
+    assert!(
+        matches!(claim, Ok(Claim::Acquired { .. })),
+        "the claim waits for the lock instead of failing, got {claim:?}"
+    );
+    holder.join().expect("holder thread");
+}
+
+#[test]
+fn a_missing_directory_is_unavailable() {
+    let dir = TempDir::new("missing");
+    let path = dir.file("no-such-directory").join("idem.db");
+    match SqliteStore::open(&path) {
+        Err(StoreError::Unavailable(msg)) => assert!(
+            msg.contains("no-such-directory"),
+            "the error names the path: {msg}"
+        ),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_unavailable() {
+    let dir = TempDir::new("not-a-db");
+    let path = dir.file("notes.txt");
+    std::fs::write(
+        &path,
+        "these are not the records you are looking for\n".repeat(100),
+    )
+    .expect("write");
+    match SqliteStore::open(&path) {
+        Err(StoreError::Unavailable(msg)) => {
+            assert!(msg.contains("notes.txt"), "the error names the path: {msg}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let dir = TempDir::new("schema");
+    let path = dir.file("idem.db");
+    drop(SqliteStore::open(&path).expect("create"));
+    drop(SqliteStore::open(&path).expect("opening twice is idempotent"));
+    let raw = rusqlite::Connection::open(&path).expect("raw connection");
+    raw.pragma_update(None, "user_version", 99)
+        .expect("bump version");
+    drop(raw);
+    match SqliteStore::open(&path) {
+        Err(StoreError::Unavailable(msg)) => {
+            assert!(msg.contains("99"), "the error names the version: {msg}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_row_is_reported_not_replayed() {
+    let dir = TempDir::new("corrupt");
+    let path = dir.file("idem.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let damaged = key("damaged");
+    let fence = acquire(&store, &request(&damaged, LEASE)).await;
+    store
+        .complete(&damaged, fence, &Outcome::success(&json!({"id": 1})), TTL)
+        .await
+        .expect("complete");
+    let bad_fence = key("bad-fence");
+    acquire(&store, &request(&bad_fence, LEASE)).await;
+
+    let raw = rusqlite::Connection::open(&path).expect("raw connection");
+    raw.execute(
+        "UPDATE idem_records SET outcome = ?1 WHERE key = ?2",
+        ["{not json", damaged.as_str()],
+    )
+    .expect("damage the outcome");
+    raw.execute(
+        "UPDATE idem_records SET fence = 'seven' WHERE key = ?1",
+        [bad_fence.as_str()],
+    )
+    .expect("damage the fence");
+
+    match store.get(&damaged).await {
+        Err(StoreError::Corrupt { key, reason }) => {
+            assert_eq!(key, damaged);
+            assert!(
+                reason.contains("outcome"),
+                "the reason names the column: {reason}"
+            );
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    let claim = store.claim(&request(&damaged, LEASE)).await;
+    assert!(
+        matches!(claim, Err(StoreError::Corrupt { .. })),
+        "a corrupt record is neither replayed nor overwritten, got {claim:?}"
+    );
+    match store.get(&bad_fence).await {
+        Err(StoreError::Corrupt { key, reason }) => {
+            assert_eq!(key, bad_fence);
+            assert!(
+                reason.contains("fence"),
+                "the reason names the column: {reason}"
+            );
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_evict_expired_records() {
+    let dir = TempDir::new("evict");
+    let path = dir.file("idem.db");
+    let store = SqliteStore::open(&path).expect("open");
+    for i in 0..3 {
+        let k = key(&format!("short-{i}"));
+        let fence = acquire(&store, &request(&k, LEASE)).await;
+        store
+            .complete(&k, fence, &Outcome::success(&json!(i)), TTL)
+            .await
+            .expect("complete");
+    }
+    assert_eq!(rows(&path), 3);
+    // Let an hour pass for these records, without waiting one.
+    let raw = rusqlite::Connection::open(&path).expect("raw connection");
+    raw.execute("UPDATE idem_records SET expires_at = 0", [])
+        .expect("expire");
+    drop(raw);
+    assert_eq!(store.get(&key("short-0")).await.expect("get"), None);
+    acquire(&store, &request(&key("new-0"), LEASE)).await;
+    acquire(&store, &request(&key("new-1"), LEASE)).await;
+    assert_eq!(
+        rows(&path),
+        2,
+        "two claims evicted the three expired records and kept their own"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builders_apply() {
+    let dir = TempDir::new("builders");
+    let path = dir.file("idem.db");
+    let store = SqliteStore::open(&path)
+        .expect("open")
+        .with_synchronous_full()
+        .expect("synchronous full")
+        .with_max_outcome_bytes(8);
+    let k = key("limited");
+    let fence = acquire(&store, &request(&k, LEASE)).await;
+    let big = store
+        .complete(&k, fence, &Outcome::Success("\"123456789\"".into()), TTL)
+        .await;
+    assert!(
+        matches!(
+            big,
+            Err(StoreError::TooLarge {
+                bytes: 11,
+                limit: 8
+            })
+        ),
+        "got {big:?}"
+    );
+    store
+        .complete(&k, fence, &Outcome::Success("[1,2]".into()), TTL)
+        .await
+        .expect("a small outcome fits");
+    assert!(format!("{store:?}").contains("FULL"));
+}
