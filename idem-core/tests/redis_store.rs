@@ -1,0 +1,416 @@
+//! The Redis store against a real server: the conformance suite plus what only Redis has
+//! (key layout, TTLs, the fence counter, an unreachable server).
+//!
+//! Needs `IDEM_REDIS_URL` (e.g. `redis://127.0.0.1:6379/`); without it every test says why it
+//! is skipped and passes, unless `IDEM_REQUIRE_SERVICES=1`.
+
+#![cfg(all(feature = "redis", feature = "conformance"))]
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_core::store::conformance::{self, Subject};
+use idem_core::store::redis::RedisStore;
+use idem_core::{
+    Claim, ClaimRequest, Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, Outcome, RecordKey,
+    Store, StoreError, Timestamp,
+};
+use serde_json::json;
+
+/// The server's URL, or `None` when the test should be skipped.
+fn redis_url(test: &str) -> Option<String> {
+    match std::env::var("IDEM_REDIS_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var("IDEM_REQUIRE_SERVICES").as_deref() == Ok("1") {
+                panic!(
+                    "{test}: IDEM_REDIS_URL is not set and IDEM_REQUIRE_SERVICES=1 requires Redis"
+                );
+            }
+            eprintln!(
+                "skipping {test}: set IDEM_REDIS_URL (e.g. redis://127.0.0.1:6379/) to run it"
+            );
+            None
+        }
+    }
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A prefix no other test, subject or run uses.
+fn unique_prefix() -> String {
+    format!(
+        "idem-test:{}-{}-{}",
+        std::process::id(),
+        Timestamp::now().as_millis(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection")
+}
+
+/// Every key under a prefix.
+async fn keys_under(url: &str, prefix: &str) -> Vec<String> {
+    let mut conn = raw(url).await;
+    let mut cursor: u64 = 0;
+    let mut out = Vec::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}:*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("scan");
+        out.extend(keys);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+async fn clean(url: &str, prefixes: &[String]) {
+    let mut conn = raw(url).await;
+    for prefix in prefixes {
+        for key in keys_under(url, prefix).await {
+            let _: i64 = redis::cmd("DEL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .expect("del");
+        }
+    }
+}
+
+/// Run `body`, then delete the keys of `prefixes` whether it passed or not.
+async fn cleaning_up<F>(url: &str, prefixes: Arc<Mutex<Vec<String>>>, body: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let outcome = tokio::spawn(body).await;
+    let used = prefixes.lock().map(|p| p.clone()).unwrap_or_default();
+    clean(url, &used).await;
+    if let Err(e) = outcome {
+        match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("test task failed: {e}"),
+        }
+    }
+}
+
+fn key(case: &str) -> RecordKey {
+    LogicalKey::new(
+        "idem-redis-tests",
+        unique_prefix(),
+        case,
+        KeyMaterial::Explicit { key: "k".into() },
+    )
+    .record_key()
+}
+
+fn request(key: &RecordKey, lease: Duration, orphans: OrphanPolicy) -> ClaimRequest {
+    ClaimRequest {
+        key: key.clone(),
+        tool: "redis_test_tool".into(),
+        fingerprint: Fingerprint::of(&json!({"n": 1})),
+        lease,
+        orphans,
+        arguments: None,
+    }
+}
+
+async fn acquire(store: &RedisStore, req: &ClaimRequest) -> u64 {
+    match store.claim(req).await.expect("claim") {
+        Claim::Acquired { fence, .. } => fence,
+        other => panic!("expected to acquire, got {other:?}"),
+    }
+}
+
+/// The cluster hash tag of a key, by the cluster's rule: the text between the first `{` and
+/// the next `}`, if not empty.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let len = key[open + 1..].find('}')?;
+    (len > 0).then(|| &key[open + 1..open + 1 + len])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_conforms() {
+    let Some(url) = redis_url("redis_store_conforms") else {
+        return;
+    };
+    let prefixes = Arc::new(Mutex::new(Vec::new()));
+    let used = prefixes.clone();
+    let target = url.clone();
+    cleaning_up(&url, prefixes, async move {
+        conformance::run_all("redis", || {
+            let url = target.clone();
+            let used = used.clone();
+            async move {
+                let prefix = unique_prefix();
+                if let Ok(mut p) = used.lock() {
+                    p.push(prefix.clone());
+                }
+                Subject::real_time(Arc::new(
+                    RedisStore::connect(&url, &prefix).await.expect("connect"),
+                ))
+            }
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_closed_port_is_unavailable() {
+    // No server needed: nothing listens on port 1.
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(30),
+        RedisStore::connect("redis://127.0.0.1:1/", &unique_prefix()),
+    )
+    .await
+    .expect("connect gives up within its budget");
+    match attempt {
+        Err(StoreError::Unavailable(why)) => assert!(!why.is_empty()),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn invalid_urls_and_prefixes_are_refused() {
+    assert!(matches!(
+        RedisStore::connect("not a url", "app").await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        RedisStore::connect("redis://127.0.0.1:1/", "app{x}").await,
+        Err(StoreError::Unavailable(why)) if why.contains("prefix")
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_records_keys_share_one_hash_tag() {
+    let Some(url) = redis_url("a_records_keys_share_one_hash_tag") else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let prefixes = Arc::new(Mutex::new(vec![prefix.clone()]));
+    let target = url.clone();
+    cleaning_up(&url, prefixes, async move {
+        let store = RedisStore::connect(&target, &prefix)
+            .await
+            .expect("connect");
+        let k = key("tag");
+        let fence = acquire(
+            &store,
+            &request(&k, Duration::from_secs(60), OrphanPolicy::TakeOver),
+        )
+        .await;
+        store
+            .journal(&k, fence, "reserve", "1")
+            .await
+            .expect("journal");
+        let keys = keys_under(&target, &prefix).await;
+        assert_eq!(keys.len(), 3, "a record, its steps and its fence: {keys:?}");
+        for name in &keys {
+            assert!(
+                name.starts_with(&format!("{prefix}:")),
+                "{name} is under the prefix"
+            );
+            assert_eq!(
+                hash_tag(name),
+                Some(k.as_str()),
+                "{name} is tagged by the record key"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_records_carry_a_ttl_and_unknown_ones_never_expire() {
+    let Some(url) = redis_url("completed_records_carry_a_ttl_and_unknown_ones_never_expire") else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let prefixes = Arc::new(Mutex::new(vec![prefix.clone()]));
+    let target = url.clone();
+    cleaning_up(&url, prefixes, async move {
+        let store = RedisStore::connect(&target, &prefix)
+            .await
+            .expect("connect");
+        let conn = raw(&target).await;
+        let pttl = |name: String| {
+            let mut conn = conn.clone();
+            async move {
+                redis::cmd("PTTL")
+                    .arg(name)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .expect("pttl")
+            }
+        };
+        let lease = Duration::from_secs(60);
+
+        let done = key("ttl-done");
+        let f = acquire(&store, &request(&done, lease, OrphanPolicy::TakeOver)).await;
+        store.journal(&done, f, "step", "1").await.expect("journal");
+        assert_eq!(
+            pttl(format!("{prefix}:{{{done}}}:rec")).await,
+            -1,
+            "InProgress never expires"
+        );
+        store
+            .complete(
+                &done,
+                f,
+                &Outcome::success(&json!(1)),
+                Duration::from_secs(3600),
+            )
+            .await
+            .expect("complete");
+        let rec = pttl(format!("{prefix}:{{{done}}}:rec")).await;
+        assert!(
+            rec > 3_000_000 && rec <= 3_601_000,
+            "completed record TTL, got {rec}"
+        );
+        assert!(
+            pttl(format!("{prefix}:{{{done}}}:steps")).await > 0,
+            "its steps expire too"
+        );
+        assert!(
+            pttl(format!("{prefix}:{{{done}}}:fence")).await > rec,
+            "the fence outlives the record"
+        );
+
+        let unknown = key("ttl-unknown");
+        let g = acquire(&store, &request(&unknown, lease, OrphanPolicy::MarkUnknown)).await;
+        store
+            .mark_unknown(&unknown, g, "timed out")
+            .await
+            .expect("mark unknown");
+        assert_eq!(
+            pttl(format!("{prefix}:{{{unknown}}}:rec")).await,
+            -1,
+            "Unknown never expires"
+        );
+        assert_eq!(pttl(format!("{prefix}:{{{unknown}}}:fence")).await, -1);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_never_go_back_after_release_or_eviction() {
+    let Some(url) = redis_url("fences_never_go_back_after_release_or_eviction") else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let prefixes = Arc::new(Mutex::new(vec![prefix.clone()]));
+    let target = url.clone();
+    cleaning_up(&url, prefixes, async move {
+        let store = RedisStore::connect(&target, &prefix)
+            .await
+            .expect("connect");
+        let k = key("fence");
+        let req = request(&k, Duration::from_secs(60), OrphanPolicy::TakeOver);
+        let first = acquire(&store, &req).await;
+        assert_eq!(first, 1);
+        assert!(store.release(&k, first).await.expect("release"));
+        let second = acquire(&store, &req).await;
+        assert!(second > first, "a claim after a release gets a new fence");
+        assert!(
+            matches!(
+                store
+                    .complete(
+                        &k,
+                        first,
+                        &Outcome::success(&json!(0)),
+                        Duration::from_secs(60)
+                    )
+                    .await,
+                Err(StoreError::Fenced { .. })
+            ),
+            "the released holder stays fenced out"
+        );
+        store
+            .complete(
+                &k,
+                second,
+                &Outcome::success(&json!(1)),
+                Duration::from_millis(100),
+            )
+            .await
+            .expect("complete");
+        // Past expiry and the eviction grace: Redis has dropped the record itself.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let rec_exists: i64 = redis::cmd("EXISTS")
+            .arg(format!("{prefix}:{{{k}}}:rec"))
+            .query_async(&mut raw(&target).await)
+            .await
+            .expect("exists");
+        assert_eq!(rec_exists, 0, "the completed record was evicted by its TTL");
+        let third = acquire(&store, &req).await;
+        assert!(
+            third > second,
+            "a claim after eviction gets a greater fence"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_record_is_reported_corrupt() {
+    let Some(url) = redis_url("a_damaged_record_is_reported_corrupt") else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let prefixes = Arc::new(Mutex::new(vec![prefix.clone()]));
+    let target = url.clone();
+    cleaning_up(&url, prefixes, async move {
+        let store = RedisStore::connect(&target, &prefix)
+            .await
+            .expect("connect");
+        let k = key("corrupt");
+        let f = acquire(
+            &store,
+            &request(&k, Duration::from_secs(60), OrphanPolicy::TakeOver),
+        )
+        .await;
+        store
+            .complete(&k, f, &Outcome::success(&json!(1)), Duration::from_secs(60))
+            .await
+            .expect("complete");
+        let _: i64 = redis::cmd("HSET")
+            .arg(format!("{prefix}:{{{k}}}:rec"))
+            .arg("outcome")
+            .arg("not json")
+            .query_async(&mut raw(&target).await)
+            .await
+            .expect("hset");
+        match store.get(&k).await {
+            Err(StoreError::Corrupt { key, .. }) => assert_eq!(key, k),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        let got = store.now().await.expect("now");
+        assert!(
+            got.as_millis().abs_diff(Timestamp::now().as_millis()) < 60_000,
+            "server TIME in ms"
+        );
+        assert!(matches!(store.get(&key("absent")).await, Ok(None)));
+    })
+    .await;
+}
