@@ -201,7 +201,7 @@ async fn two_connections_race_and_one_claim_wins() {
         {
             Claim::Acquired { fence, .. } => {
                 winners += 1;
-                assert_eq!(fence, 1);
+                assert!(fence >= 1);
             }
             Claim::Existing(r) => assert!(
                 matches!(r.state, RecordState::InProgress { .. }),

@@ -19,9 +19,18 @@ pub enum Write {
     /// Nothing changes.
     Unchanged,
     /// Store this record under the key.
-    Put(Record),
+    Put(Box<Record>),
     /// Delete the key.
     Delete,
+}
+
+/// The fence of a key that has no record: the store clock in milliseconds.
+///
+/// A key that was released (or purged) and is claimed again must never hand out a fence an
+/// earlier holder may still hold; seeding from the clock makes fences increase across
+/// deletions, since a take-over adds 1 and cannot happen more than once per millisecond.
+pub fn first_fence(now: Timestamp) -> Fence {
+    now.as_millis().max(1)
 }
 
 /// Whether a record is still visible at `now` (a completed record past expiry is not).
@@ -48,11 +57,11 @@ pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (
         updated_at: now,
     };
     let Some(rec) = existing else {
-        let r = fresh(1);
+        let fence = first_fence(now);
         return (
-            Write::Put(r),
+            Write::Put(Box::new(fresh(fence))),
             Claim::Acquired {
-                fence: 1,
+                fence,
                 steps: Vec::new(),
                 takeover: false,
             },
@@ -62,7 +71,7 @@ pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (
         // The old record expired: a new call under the same key. Keep the fence increasing.
         let fence = rec.fence + 1;
         return (
-            Write::Put(fresh(fence)),
+            Write::Put(Box::new(fresh(fence))),
             Claim::Acquired {
                 fence,
                 steps: Vec::new(),
@@ -87,7 +96,7 @@ pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (
                     steps: r.steps.clone(),
                     takeover: true,
                 };
-                (Write::Put(r), claim)
+                (Write::Put(Box::new(r)), claim)
             }
             OrphanPolicy::MarkUnknown => {
                 let mut r = rec.clone();
@@ -96,7 +105,7 @@ pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (
                     last_error: "the holder's lease expired before it recorded an outcome".into(),
                 };
                 r.updated_at = now;
-                (Write::Put(r.clone()), Claim::Existing(r))
+                (Write::Put(Box::new(r.clone())), Claim::Existing(r))
             }
         },
         _ => (Write::Unchanged, Claim::Existing(rec.clone())),
@@ -141,7 +150,7 @@ pub fn complete(
         expires_at: now.plus(ttl),
     };
     r.updated_at = now;
-    Ok(Write::Put(r))
+    Ok(Write::Put(Box::new(r)))
 }
 
 /// Release the claim; a stale release changes nothing and reports `false`.
@@ -167,7 +176,7 @@ pub fn renew(
             let until = now.plus(lease);
             r.state = RecordState::InProgress { lease_until: until };
             r.updated_at = now;
-            Ok((Write::Put(r), until))
+            Ok((Write::Put(Box::new(r)), until))
         }
         _ => Err(StoreError::Fenced {
             key: key.clone(),
@@ -194,7 +203,7 @@ pub fn journal(
         }),
     }
     r.updated_at = now;
-    Ok(Write::Put(r))
+    Ok(Write::Put(Box::new(r)))
 }
 
 /// Turn the held record Unknown.
@@ -211,7 +220,7 @@ pub fn mark_unknown(
         last_error: error.to_owned(),
     };
     r.updated_at = now;
-    Ok(Write::Put(r))
+    Ok(Write::Put(Box::new(r)))
 }
 
 fn unsettled<'a>(
@@ -247,7 +256,7 @@ pub fn resolve(
         expires_at: now.plus(ttl),
     };
     r.updated_at = now;
-    Ok((Write::Put(r.clone()), r))
+    Ok((Write::Put(Box::new(r.clone())), r))
 }
 
 /// Operator: forget an InProgress or Unknown record.

@@ -164,9 +164,9 @@ impl MemoryStore {
             Write::Unchanged => {}
             Write::Put(r) => {
                 if let Some(slot) = map.get_mut(key) {
-                    *slot = r;
+                    *slot = *r;
                 } else {
-                    map.insert(key.clone(), r);
+                    map.insert(key.clone(), *r);
                 }
             }
             Write::Delete => {
