@@ -969,6 +969,16 @@ impl Store for Flaky {
         self.check()?;
         self.inner.resolve(k, o, t).await
     }
+    async fn settle_unknown(
+        &self,
+        k: &RecordKey,
+        f: Fence,
+        o: Option<&Outcome>,
+        t: Duration,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        self.inner.settle_unknown(k, f, o, t).await
+    }
     async fn force_release(&self, k: &RecordKey) -> Result<bool, StoreError> {
         self.check()?;
         self.inner.force_release(k).await

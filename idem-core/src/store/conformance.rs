@@ -104,6 +104,9 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("fence_is_not_reused_after_release", |s| {
         Box::pin(fence_is_not_reused_after_release(s))
     }),
+    ("unknown_is_settled_once", |s| {
+        Box::pin(unknown_is_settled_once(s))
+    }),
 ];
 
 /// Run every case, each on a fresh subject from `make`. Panics naming the first failing case.
@@ -680,6 +683,72 @@ async fn fence_is_not_reused_after_release(s: Subject) {
     assert!(
         third > new,
         "released and claimed again: {third} after {new}"
+    );
+}
+
+async fn unknown_is_settled_once(s: Subject) {
+    // Verified applied: Completed, with the verified outcome, fence moved on.
+    let key = fresh_key("settle-applied");
+    let fence = acquire(&s, &request(&key, LONG, OrphanPolicy::MarkUnknown)).await;
+    let wrong = s
+        .store
+        .settle_unknown(&key, fence, Some(&Outcome::success(&json!(1))), TTL)
+        .await;
+    assert!(
+        !wrong.expect("settle"),
+        "an InProgress record is not settled"
+    );
+    s.store
+        .mark_unknown(&key, fence, "timeout after sending")
+        .await
+        .expect("mark unknown");
+    let stale = s
+        .store
+        .settle_unknown(&key, fence + 1, None, TTL)
+        .await
+        .expect("settle");
+    assert!(!stale, "another fence changes nothing");
+    let verified = Outcome::success(&json!({"message_id": "m-1"}));
+    assert!(
+        s.store
+            .settle_unknown(&key, fence, Some(&verified), TTL)
+            .await
+            .expect("settle")
+    );
+    let rec = s.store.get(&key).await.expect("get").expect("record");
+    assert!(rec.fence > fence, "settling moves the fence on");
+    match rec.state {
+        RecordState::Completed { outcome, .. } => assert_eq!(outcome, verified),
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    assert!(
+        !s.store
+            .settle_unknown(&key, fence, None, TTL)
+            .await
+            .expect("settle"),
+        "a second settlement at the old fence changes nothing"
+    );
+
+    // Verified not applied: deleted, and the key can be claimed again with a greater fence.
+    let gone = fresh_key("settle-not-applied");
+    let req = request(&gone, LONG, OrphanPolicy::MarkUnknown);
+    let f = acquire(&s, &req).await;
+    s.store
+        .mark_unknown(&gone, f, "crash")
+        .await
+        .expect("mark unknown");
+    assert!(
+        s.store
+            .settle_unknown(&gone, f, None, TTL)
+            .await
+            .expect("settle")
+    );
+    assert_eq!(state_of(&s, &gone).await, None);
+    s.pass(Duration::from_millis(5)).await;
+    let again = acquire(&s, &req).await;
+    assert!(
+        again > f,
+        "claimed again with a greater fence ({again} after {f})"
     );
 }
 

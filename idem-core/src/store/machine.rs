@@ -259,6 +259,34 @@ pub fn resolve(
     Ok((Write::Put(Box::new(r.clone())), r))
 }
 
+/// Settle a record still Unknown at `fence`: complete it with `outcome`, or delete it.
+pub fn settle_unknown(
+    existing: Option<&Record>,
+    fence: Fence,
+    outcome: Option<&Outcome>,
+    ttl: Duration,
+    now: Timestamp,
+) -> (Write, bool) {
+    match existing {
+        Some(r) if r.fence == fence && matches!(r.state, RecordState::Unknown { .. }) => {
+            match outcome {
+                Some(outcome) => {
+                    let mut r = r.clone();
+                    r.fence += 1;
+                    r.state = RecordState::Completed {
+                        outcome: outcome.clone(),
+                        expires_at: now.plus(ttl),
+                    };
+                    r.updated_at = now;
+                    (Write::Put(Box::new(r)), true)
+                }
+                None => (Write::Delete, true),
+            }
+        }
+        _ => (Write::Unchanged, false),
+    }
+}
+
 /// Operator: forget an InProgress or Unknown record.
 pub fn force_release(existing: Option<&Record>, key: &RecordKey) -> Result<Write, StoreError> {
     unsettled(existing, key, "release")?;

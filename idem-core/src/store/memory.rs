@@ -306,6 +306,23 @@ impl Store for MemoryStore {
         Ok(record)
     }
 
+    async fn settle_unknown(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        outcome: Option<&Outcome>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        if let Some(o) = outcome {
+            machine::check_size(o, self.max_outcome_bytes)?;
+        }
+        let now = self.clock.now();
+        let mut map = self.shard(key);
+        let (write, settled) = machine::settle_unknown(map.get(key), fence, outcome, ttl, now);
+        Self::apply(&mut map, key, write);
+        Ok(settled)
+    }
+
     async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError> {
         let mut map = self.shard(key);
         let write = machine::force_release(map.get(key), key)?;

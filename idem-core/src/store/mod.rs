@@ -213,6 +213,20 @@ pub trait Store: Send + Sync + fmt::Debug {
         ttl: Duration,
     ) -> Result<Record, StoreError>;
 
+    /// Settle a record that is still Unknown at `fence`, after a verify hook asked the
+    /// downstream system what happened: with an outcome (the effect happened) it becomes
+    /// Completed, its fence incremented, expiring after `ttl`; without one (the effect
+    /// certainly did not happen) it is deleted so the call may run again. Returns `false`
+    /// and changes nothing if the record is no longer Unknown at that fence: another worker
+    /// settled it first.
+    async fn settle_unknown(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        outcome: Option<&Outcome>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
+
     /// Operator: forget an InProgress or Unknown record so the call may run again.
     async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError>;
 

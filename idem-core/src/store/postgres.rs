@@ -485,6 +485,33 @@ impl Store for PostgresStore {
         Err(contended(key))
     }
 
+    async fn settle_unknown(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        outcome: Option<&Outcome>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let fence_param = fence_param(key, fence)?;
+        let changed = match outcome {
+            Some(o) => {
+                machine::check_size(o, self.max_outcome_bytes)?;
+                let encoded = encode_outcome(key, o)?;
+                let ttl = millis(ttl);
+                self.execute(
+                    &self.sql.settle_complete,
+                    &[&key.as_str(), &fence_param, &encoded, &ttl],
+                )
+                .await?
+            }
+            None => {
+                self.execute(&self.sql.settle_release, &[&key.as_str(), &fence_param])
+                    .await?
+            }
+        };
+        Ok(changed == 1)
+    }
+
     async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError> {
         for _ in 0..RACE_RETRIES {
             let rows = self
@@ -601,6 +628,8 @@ struct Statements {
     list: String,
     resolve: String,
     force_release: String,
+    settle_complete: String,
+    settle_release: String,
     purge: String,
     now: String,
 }
@@ -739,6 +768,13 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
                  ORDER BY e.expires_at LIMIT $1::bigint FOR UPDATE SKIP LOCKED)) \
              AND t.state = 'completed' AND t.expires_at <= {NOW}"
         );
+        let unknown_at = "t.key = $1::text AND t.state = 'unknown' AND t.fence = $2::bigint";
+        let settle_complete = format!(
+            "UPDATE {table} AS t SET fence = t.fence + 1, state = 'completed', outcome = $3::text, \
+             expires_at = {NOW} + $4::bigint, lease_until = NULL, unknown_since = NULL, \
+             last_error = NULL, updated_at = {NOW} WHERE {unknown_at}"
+        );
+        let settle_release = format!("DELETE FROM {table} AS t WHERE {unknown_at}");
         Statements {
             claim,
             complete,
@@ -750,6 +786,8 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
             list,
             resolve,
             force_release,
+            settle_complete,
+            settle_release,
             purge,
             now: format!("SELECT {NOW}"),
         }

@@ -212,6 +212,25 @@ redis.call('PEXPIRE', fk, ARGV[1])
 return {'ok'}
 "#;
 
+/// ARGV: fence, outcome JSON (empty: release), ttl ms, grace ms, fence retention ms.
+const SETTLE_UNKNOWN: &str = r#"
+if redis.call('HGET', rk, 'state') ~= 'unknown' or redis.call('HGET', rk, 'fence') ~= ARGV[1] then
+  return {'unchanged'}
+end
+if ARGV[2] == '' then
+  redis.call('DEL', rk, sk)
+  redis.call('PEXPIRE', fk, ARGV[5])
+  return {'ok'}
+end
+local f = next_fence()
+local expires_at = now + tonumber(ARGV[3])
+redis.call('HSET', rk, 'fence', s(f), 'state', 'completed', 'outcome', ARGV[2],
+  'expires_at', s(expires_at), 'updated_at', s(now))
+redis.call('HDEL', rk, 'lease_until', 'since', 'last_error')
+settle_expiry(expires_at, tonumber(ARGV[4]), tonumber(ARGV[5]))
+return {'ok'}
+"#;
+
 /// No ARGV. Deletes the record if it is completed and past its expiry.
 const PURGE: &str = r#"
 if redis.call('HGET', rk, 'state') == 'completed' and (num('expires_at') or 0) <= now then
@@ -231,6 +250,7 @@ struct Scripts {
     mark_unknown: Script,
     resolve: Script,
     force_release: Script,
+    settle_unknown: Script,
     purge: Script,
 }
 
@@ -246,11 +266,12 @@ impl Scripts {
             mark_unknown: script(MARK_UNKNOWN),
             resolve: script(RESOLVE),
             force_release: script(FORCE_RELEASE),
+            settle_unknown: script(SETTLE_UNKNOWN),
             purge: script(PURGE),
         }
     }
 
-    fn all(&self) -> [&Script; 9] {
+    fn all(&self) -> [&Script; 10] {
         [
             &self.claim,
             &self.complete,
@@ -260,6 +281,7 @@ impl Scripts {
             &self.mark_unknown,
             &self.resolve,
             &self.force_release,
+            &self.settle_unknown,
             &self.purge,
         ]
     }
@@ -767,6 +789,40 @@ impl Store for RedisStore {
                 .ok_or_else(|| corrupt(key, "resolved record is missing")),
             ("not_found", _) => Err(StoreError::NotFound(key.clone())),
             ("wrong_state", _) => Err(settled(key, "resolve")),
+            _ => Err(unexpected(key, &status)),
+        }
+    }
+
+    async fn settle_unknown(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        outcome: Option<&Outcome>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let encoded = match outcome {
+            Some(o) => {
+                machine::check_size(o, self.max_outcome_bytes)?;
+                encode_outcome(key, o)?
+            }
+            None => String::new(),
+        };
+        let (status, _) = self
+            .run(
+                &self.scripts.settle_unknown,
+                key,
+                &[
+                    fence.to_string().as_bytes(),
+                    encoded.as_bytes(),
+                    millis(ttl).to_string().as_bytes(),
+                    millis(EVICTION_GRACE).to_string().as_bytes(),
+                    self.retention_ms().to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        match status.as_str() {
+            "ok" => Ok(true),
+            "unchanged" => Ok(false),
             _ => Err(unexpected(key, &status)),
         }
     }

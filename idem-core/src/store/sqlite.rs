@@ -815,6 +815,29 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn settle_unknown(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        outcome: Option<&Outcome>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        if let Some(o) = outcome {
+            machine::check_size(o, self.max_outcome_bytes)?;
+        }
+        let (key, outcome) = (key.clone(), outcome.cloned());
+        self.run(move |db| {
+            db.write(|tx, now| {
+                let existing = load(tx, &key)?;
+                let (write, settled) =
+                    machine::settle_unknown(existing.as_ref(), fence, outcome.as_ref(), ttl, now);
+                apply(tx, &key, write)?;
+                Ok(settled)
+            })
+        })
+        .await
+    }
+
     async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError> {
         let key = key.clone();
         self.run(move |db| {
