@@ -66,6 +66,12 @@
 #![warn(missing_docs)]
 
 pub use idem_core::store::memory::{ManualClock, MemoryStore};
+#[cfg(feature = "postgres")]
+pub use idem_core::store::postgres::PostgresStore;
+#[cfg(feature = "redis")]
+pub use idem_core::store::redis::RedisStore;
+#[cfg(feature = "sqlite")]
+pub use idem_core::store::sqlite::SqliteStore;
 pub use idem_core::{
     ClassHints, ErrorKind, Fence, Fingerprint, IdempotencyKey, KeyMaterial, ListFilter, Outcome,
     Record, RecordKey, RecordState, StateKind, Store, StoreError, Timestamp, ToolClass, ToolError,
@@ -74,7 +80,7 @@ pub use idem_macros::tool;
 pub use idem_registry::{
     Approval, ApprovalRequest, ArgumentError, DispatchError, Dispatched, Dispatcher, Registry,
     RegistryBuilder, RegistryError, RunContext, StaticTool, ToolBuilder, ToolCall, ToolContext,
-    ToolDef, ToolPolicy, ToolSpec,
+    ToolDef, ToolPolicy, ToolSpec, Verified,
 };
 
 /// Stores, their contract, and the operator operations.

@@ -23,7 +23,7 @@ use tracing::Instrument;
 use crate::approval::{Approval, ApprovalRequest};
 use crate::context::{ContextParts, ToolContext};
 use crate::registry::Registry;
-use crate::tool::ToolDef;
+use crate::tool::{ToolDef, Verified};
 
 /// A tool call as the model emitted it.
 ///
@@ -598,6 +598,7 @@ impl Dispatcher {
         };
         let deadline = tokio::time::Instant::now() + tool.policy.wait;
         let mut poll = Duration::from_millis(2);
+        let mut verifications = 0;
         loop {
             let claim = self
                 .store
@@ -623,6 +624,14 @@ impl Dispatcher {
             match record.state {
                 RecordState::Completed { outcome, .. } => return call.replay(outcome),
                 RecordState::Unknown { since, last_error } => {
+                    if tool.verify.is_some() && verifications < MAX_VERIFICATIONS {
+                        verifications += 1;
+                        match self.verify_unknown(call, record.fence, record.steps, &last_error).await? {
+                            Settled::Applied(outcome) => return call.replay(outcome),
+                            // Released, or settled by another worker: claim again.
+                            Settled::Released | Settled::Raced => continue,
+                        }
+                    }
                     return Err(DispatchError::OutcomeUnknown {
                         tool: tool.name.to_string(),
                         key: call.downstream.clone(),
@@ -755,6 +764,46 @@ impl Dispatcher {
         }
     }
 
+    /// Ask the tool's verify hook whether an Unknown call's effect happened, and settle the
+    /// record from the answer (fenced: if another worker settled it first, nothing changes).
+    async fn verify_unknown(
+        &self,
+        call: &Recorded<'_>,
+        fence: Fence,
+        steps: Vec<JournalEntry>,
+        last_error: &str,
+    ) -> Result<Settled, DispatchError> {
+        let tool = call.tool;
+        let Some(verify) = &tool.verify else { return Ok(Settled::Raced) };
+        let ctx = ToolContext::new(&call.parts, 0, None, false, steps);
+        let answer = AssertUnwindSafe(verify(ctx, call.args.clone()))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(ToolError::ambiguous("the verify hook panicked")));
+        let unknown = |why: String| DispatchError::OutcomeUnknown {
+            tool: tool.name.to_string(),
+            key: call.downstream.clone(),
+            since: Timestamp::now(),
+            reason: format!("{last_error}; verification failed: {why}"),
+        };
+        let outcome = match answer {
+            Ok(Verified::Applied(value)) => Some(Outcome::Success(value.to_string())),
+            Ok(Verified::NotApplied) => None,
+            Err(e) => return Err(unknown(e.to_string())),
+        };
+        tracing::info!(applied = outcome.is_some(), "verify hook settled an unknown outcome");
+        let done = self
+            .store
+            .settle_unknown(&call.record_key, fence, outcome.as_ref(), tool.policy.ttl)
+            .await
+            .map_err(|e| call.store_error(e))?;
+        Ok(match (done, outcome) {
+            (false, _) => Settled::Raced,
+            (true, Some(o)) => Settled::Applied(o),
+            (true, None) => Settled::Released,
+        })
+    }
+
     /// Record an outcome as the holder. If it cannot be recorded, settle the claim so that
     /// nothing stays held: the effect happened, so a write whose re-execution is not safe
     /// becomes Unknown.
@@ -795,6 +844,19 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// How many times one dispatch asks a verify hook before giving up on an Unknown record.
+const MAX_VERIFICATIONS: u32 = 2;
+
+/// What a verify hook's answer did to an Unknown record.
+enum Settled {
+    /// Completed with this outcome.
+    Applied(Outcome),
+    /// Deleted: the call may run.
+    Released,
+    /// Another worker settled it first.
+    Raced,
 }
 
 /// A recorded call, resolved and keyed.

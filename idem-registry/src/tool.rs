@@ -28,6 +28,34 @@ pub type Preparer = Arc<dyn Fn(Value) -> Result<Value, ArgumentError> + Send + S
 /// Computes a natural key from the normalised arguments (find-or-create semantics).
 pub type NaturalKey = Arc<dyn Fn(&Value) -> Option<String> + Send + Sync>;
 
+/// What a verify hook found downstream about a call whose outcome was Unknown.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verified {
+    /// The effect happened; this is the output to record and replay.
+    Applied(Value),
+    /// The effect certainly did not happen; the call may run.
+    NotApplied,
+}
+
+impl Verified {
+    /// The effect happened, with this output.
+    ///
+    /// ```
+    /// use idem_registry::Verified;
+    /// let v = Verified::applied(&serde_json::json!({"message_id": "m-1"})).unwrap();
+    /// assert!(matches!(v, Verified::Applied(_)));
+    /// ```
+    pub fn applied<T: serde::Serialize>(output: &T) -> Result<Self, ToolError> {
+        serde_json::to_value(output)
+            .map(Verified::Applied)
+            .map_err(|e| ToolError::ambiguous(format!("verified output cannot be serialised: {e}")))
+    }
+}
+
+/// Asks the downstream system, by the call's key, whether an Unknown call's effect happened.
+pub type Verifier =
+    Arc<dyn Fn(ToolContext, Value) -> BoxFuture<'static, Result<Verified, ToolError>> + Send + Sync>;
+
 /// Per-tool policy settings. Every field has a documented default.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolPolicy {
@@ -112,6 +140,7 @@ pub struct ToolDef {
     pub(crate) prepare: Preparer,
     pub(crate) handler: Handler,
     pub(crate) natural_key: Option<NaturalKey>,
+    pub(crate) verify: Option<Verifier>,
     pub(crate) location: Option<Location>,
 }
 
@@ -122,6 +151,7 @@ impl fmt::Debug for ToolDef {
             .field("class", &self.class)
             .field("policy", &self.policy)
             .field("natural_key", &self.natural_key.is_some())
+            .field("verify", &self.verify.is_some())
             .field("location", &self.location)
             .finish_non_exhaustive()
     }
@@ -155,6 +185,7 @@ impl ToolDef {
             prepare: None,
             handler: None,
             natural_key: None,
+            verify: None,
             location: None,
         }
     }
@@ -189,6 +220,11 @@ impl ToolDef {
         &self.policy
     }
 
+    /// Whether the tool declares a verify hook.
+    pub fn has_verify(&self) -> bool {
+        self.verify.is_some()
+    }
+
     /// Whether the tool declares a natural key.
     pub fn has_natural_key(&self) -> bool {
         self.natural_key.is_some()
@@ -211,6 +247,7 @@ pub struct ToolBuilder {
     prepare: Option<Preparer>,
     handler: Option<Handler>,
     natural_key: Option<NaturalKey>,
+    verify: Option<Verifier>,
     location: Option<Location>,
 }
 
@@ -288,6 +325,18 @@ impl ToolBuilder {
         self
     }
 
+    /// A verify hook: when a call's outcome is Unknown, the dispatcher asks it (with the
+    /// call's context, whose key is the downstream key, and the arguments) whether the effect
+    /// happened, and settles the record from its answer instead of refusing the call.
+    pub fn verify<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Verified, ToolError>> + Send + 'static,
+    {
+        self.verify = Some(Arc::new(move |ctx, args| Box::pin(f(ctx, args))));
+        self
+    }
+
     /// Where the tool was defined.
     pub fn location(mut self, file: &'static str, line: u32) -> Self {
         self.location = Some(Location { file, line });
@@ -356,6 +405,7 @@ impl ToolBuilder {
             prepare,
             handler,
             natural_key: self.natural_key,
+            verify: self.verify,
             location: self.location,
         })
     }

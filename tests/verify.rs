@@ -1,0 +1,152 @@
+//! Verify hooks settle Unknown outcomes by asking the downstream system.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use idem::prelude::*;
+use idem::{RecordState, ToolDef, Verified};
+use serde_json::{Value, json};
+
+/// A mail provider whose API may time out after accepting a message; it can be asked
+/// whether a Message-ID was sent.
+#[derive(Default)]
+struct Mailer {
+    sent: Mutex<HashSet<String>>,
+    requests: AtomicUsize,
+    /// Time out after sending (true) or before sending (false), on the next request only.
+    next_timeout: Mutex<Option<bool>>,
+    verify_fails: Mutex<bool>,
+}
+
+impl Mailer {
+    fn send(&self, key: &str) -> Result<Value, ToolError> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        match self.next_timeout.lock().unwrap().take() {
+            Some(true) => {
+                self.sent.lock().unwrap().insert(key.to_owned());
+                Err(ToolError::ambiguous("timed out after sending"))
+            }
+            Some(false) => Err(ToolError::ambiguous("timed out, nothing sent")),
+            None => {
+                self.sent.lock().unwrap().insert(key.to_owned());
+                Ok(json!({"message_id": key}))
+            }
+        }
+    }
+
+    fn verify(&self, key: &str) -> Result<Verified, ToolError> {
+        if *self.verify_fails.lock().unwrap() {
+            return Err(ToolError::retryable("sent-log API unavailable"));
+        }
+        Ok(if self.sent.lock().unwrap().contains(key) {
+            Verified::Applied(json!({"message_id": key, "verified": true}))
+        } else {
+            Verified::NotApplied
+        })
+    }
+}
+
+fn dispatcher(mailer: Arc<Mailer>) -> Dispatcher {
+    let (send, check) = (mailer.clone(), mailer);
+    let tool = ToolDef::builder("send_mail", ToolClass::NonIdempotentWrite)
+        .description("Send a message.")
+        .input_schema(json!({"type": "object", "properties": {"to": {"type": "string"}}}))
+        .handler(move |ctx: ToolContext, _args: Value| {
+            let m = send.clone();
+            async move { m.send(ctx.idempotency_key()) }
+        })
+        .verify(move |ctx: ToolContext, _args: Value| {
+            let m = check.clone();
+            async move { m.verify(ctx.idempotency_key()) }
+        })
+        .build()
+        .unwrap();
+    Dispatcher::new(
+        Registry::builder().add(tool).build().unwrap(),
+        Arc::new(MemoryStore::new()),
+    )
+}
+
+fn call() -> ToolCall {
+    ToolCall::new("send_mail", json!({"to": "a@example.com"})).with_call_id("call-1")
+}
+
+#[tokio::test]
+async fn applied_effect_is_settled_and_replayed_without_resending() {
+    let mailer = Arc::new(Mailer::default());
+    let d = dispatcher(mailer.clone());
+    let run = RunContext::new("t");
+    *mailer.next_timeout.lock().unwrap() = Some(true);
+    let first = d.dispatch(&call(), &run).await.unwrap_err();
+    assert!(
+        matches!(first, DispatchError::OutcomeUnknown { .. }),
+        "{first:?}"
+    );
+    let again = d.dispatch(&call(), &run).await.unwrap();
+    assert!(
+        again.deduplicated,
+        "the verified effect is replayed, not re-sent"
+    );
+    assert_eq!(again.output["verified"], json!(true));
+    assert_eq!(
+        mailer.requests.load(Ordering::SeqCst),
+        1,
+        "the mail provider was called once"
+    );
+    let rec = d
+        .store()
+        .get(&d.record_key(&call(), &run).unwrap().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(rec.state, RecordState::Completed { .. }));
+}
+
+#[tokio::test]
+async fn effect_verified_not_applied_runs_once_more() {
+    let mailer = Arc::new(Mailer::default());
+    let d = dispatcher(mailer.clone());
+    let run = RunContext::new("t");
+    *mailer.next_timeout.lock().unwrap() = Some(false);
+    assert!(matches!(
+        d.dispatch(&call(), &run).await,
+        Err(DispatchError::OutcomeUnknown { .. })
+    ));
+    let again = d.dispatch(&call(), &run).await.unwrap();
+    assert!(
+        !again.deduplicated,
+        "certainly not sent, so it was sent now"
+    );
+    assert_eq!(mailer.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        mailer.sent.lock().unwrap().len(),
+        1,
+        "one message in the end"
+    );
+    assert!(d.dispatch(&call(), &run).await.unwrap().deduplicated);
+}
+
+#[tokio::test]
+async fn a_failing_verify_hook_leaves_the_outcome_unknown() {
+    let mailer = Arc::new(Mailer::default());
+    let d = dispatcher(mailer.clone());
+    let run = RunContext::new("t");
+    *mailer.next_timeout.lock().unwrap() = Some(true);
+    *mailer.verify_fails.lock().unwrap() = true;
+    assert!(matches!(
+        d.dispatch(&call(), &run).await,
+        Err(DispatchError::OutcomeUnknown { .. })
+    ));
+    match d.dispatch(&call(), &run).await {
+        Err(DispatchError::OutcomeUnknown { reason, .. }) => {
+            assert!(reason.contains("verification failed"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        mailer.requests.load(Ordering::SeqCst),
+        1,
+        "never re-sent while unverified"
+    );
+}
