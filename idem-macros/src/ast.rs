@@ -11,6 +11,8 @@ pub(crate) struct ToolFn<'a> {
     pub params: Vec<Param<'a>>,
     /// `T` of `Result<T, E>`, when the return type is a `Result`.
     pub ok_type: Option<&'a Type>,
+    /// `E` of `Result<T, E>`, when it is written out (an alias such as `io::Result<T>` hides it).
+    pub err_type: Option<&'a Type>,
 }
 
 pub(crate) struct Param<'a> {
@@ -101,7 +103,8 @@ impl<'a> ToolFn<'a> {
             item,
             docs: docs(&item.attrs),
             params,
-            ok_type: ok_type(&item.sig.output),
+            ok_type: result_arg(&item.sig.output, 0),
+            err_type: result_arg(&item.sig.output, 1),
         }
     }
 
@@ -110,7 +113,8 @@ impl<'a> ToolFn<'a> {
     }
 }
 
-fn ok_type(output: &ReturnType) -> Option<&Type> {
+/// The `index`th type argument of a `Result<...>` return type.
+fn result_arg(output: &ReturnType, index: usize) -> Option<&Type> {
     let ReturnType::Type(_, ty) = output else {
         return None;
     };
@@ -122,8 +126,11 @@ fn ok_type(output: &ReturnType) -> Option<&Type> {
     let PathArguments::AngleBracketed(args) = &last.arguments else {
         return None;
     };
-    args.args.iter().find_map(|a| match a {
-        GenericArgument::Type(t) => Some(t),
-        _ => None,
-    })
+    args.args
+        .iter()
+        .filter_map(|a| match a {
+            GenericArgument::Type(t) => Some(t),
+            _ => None,
+        })
+        .nth(index)
 }

@@ -92,7 +92,12 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
         };
         let key = ident.to_string();
         if !KEYS.contains(&key.as_str()) {
-            let hint = nearest(&key, &KEYS)
+            let suggestion = nearest(&key, &KEYS);
+            // A misspelt `class` is reported once, here, not again as a missing class.
+            if suggestion == Some("class") {
+                class_given = true;
+            }
+            let hint = suggestion
                 .map(|k| format!("did you mean `{k}`? "))
                 .unwrap_or_default();
             errors.spanned(
@@ -252,12 +257,25 @@ fn string(value: &Expr, key: &str, errors: &mut Errors) -> Option<LitStr> {
             lit: Lit::Str(s), ..
         }) => Some(s.clone()),
         other => {
-            errors.spanned(
-                other,
-                format!("`{key}` takes a string literal: {}", example(key)),
-            );
+            let fix = match bare_word(other) {
+                Some(word) if key == "scopes" => format!("write `\"{word}\"`"),
+                Some(word) => format!("write `{key} = \"{word}\"`"),
+                None => example(key),
+            };
+            errors.spanned(other, format!("`{key}` takes a string literal: {fix}"));
             None
         }
+    }
+}
+
+/// The text of a bare identifier or number, which the user probably meant as a string.
+fn bare_word(value: &Expr) -> Option<String> {
+    match value {
+        Expr::Path(p) if p.qself.is_none() => p.path.get_ident().map(|i| i.to_string()),
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(i), ..
+        }) => Some(i.to_string()),
+        _ => None,
     }
 }
 
@@ -269,10 +287,15 @@ where
         lit: Lit::Int(i), ..
     }) = value
     else {
-        errors.spanned(
-            value,
-            format!("`{key}` takes an integer literal: {}", example(key)),
-        );
+        let fix = match value {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            }) if s.value().trim().parse::<u64>().is_ok() => {
+                format!("write `{key} = {}`, without quotes", s.value().trim())
+            }
+            _ => example(key),
+        };
+        errors.spanned(value, format!("`{key}` takes an integer literal: {fix}"));
         return None;
     };
     let parsed = check_int::<T>(i, key, min);
@@ -293,7 +316,15 @@ where
     if wide < min {
         return Err(syn::Error::new_spanned(
             i,
-            format!("`{key}` must be at least {min}"),
+            format!(
+                "`{key}` must be at least {min}{}; e.g. {}",
+                match key {
+                    "lease_secs" => ": a lease of 0 s would expire before the body starts",
+                    "max_attempts" => ": it counts the first attempt",
+                    _ => "",
+                },
+                example(key)
+            ),
         ));
     }
     i.base10_parse::<T>()

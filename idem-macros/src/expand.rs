@@ -68,25 +68,74 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
         .unwrap_or_else(|| tool.docs.clone());
     let class = format_ident!("{}", attr.class.map(|c| c.variant()).unwrap_or("Read"));
 
-    // The arguments struct.
-    let fields = tool.args().map(|param| {
+    // Each parameter's type is proven usable, on its own tokens, before anything uses it:
+    // the arguments struct is generic, and `__idem_define` receives its type arguments only
+    // through the proofs (see `__private` in the facade). A type that fails its proof is
+    // reported once, there, and nothing downstream reports it again.
+    let args: Vec<_> = tool.args().collect();
+    let mut struct_generics = Vec::new();
+    let mut proof_generics = Vec::new();
+    let mut proofs = Vec::new();
+    let mut fields = Vec::new();
+    let mut run_types = Vec::new();
+    let mut args_type_args = Vec::new();
+    for (i, param) in args.iter().enumerate() {
         let id = param.ident;
         let ty = param.ty;
         let attrs = &param.field_attrs;
-        quote!(#(#attrs)* #id: #ty)
-    });
+        let keys: Vec<(String, bool)> = attrs.iter().flat_map(|a| codec_keys(a)).collect();
+        if keys.iter().any(|(key, valued)| concrete_key(key, *valued)) {
+            // The attribute names code written for the concrete type (`with = "module"`,
+            // `default = "path"`, `skip_serializing_if = "..."`): the field keeps that type,
+            // and it is not proven, since a custom codec frees the type of the traits.
+            fields.push(quote!(#(#attrs)* #id: #ty));
+            run_types.push(quote!(#ty));
+            continue;
+        }
+        let generic = format_ident!("__P{}", i);
+        let proof = format_ident!("__M{}", i);
+        // schemars, unlike serde, does not bound a generic `#[serde(default)]` field by
+        // `Default` (nor by `Serialize`, which it needs to show the default in the schema).
+        // A field's own bound replaces the one schemars infers, hence `JsonSchema` too.
+        let default_bound = keys.iter().any(|(key, _)| key == "default").then(|| {
+            let bound = quote!(#generic: #p::schemars::JsonSchema + ::core::default::Default + #p::serde::Serialize)
+                .to_string();
+            quote!(#[schemars(bound = #bound)])
+        });
+        fields.push(quote!(#(#attrs)* #default_bound #id: #generic));
+        run_types.push(quote!(<#proof as #p::Proven>::Type));
+        args_type_args.push(quote!(<#proof as #p::Proven>::Type));
+        proofs.push(quote_spanned!(ty.span()=> #p::param::<#ty, _>()));
+        struct_generics.push(generic);
+        proof_generics.push(proof);
+    }
+    let struct_params = (!struct_generics.is_empty()).then(|| quote!(<#(#struct_generics),*>));
+    let args_type = if args_type_args.is_empty() {
+        quote!(__IdemArgs)
+    } else {
+        quote!(__IdemArgs<#(#args_type_args),*>)
+    };
     let serde_crate = quote!(#p::serde).to_string().replace(' ', "");
     let schemars_crate = quote!(#p::schemars).to_string().replace(' ', "");
     let args_struct = quote! {
         #[derive(#p::serde::Deserialize, #p::serde::Serialize, #p::schemars::JsonSchema)]
         #[serde(crate = #serde_crate, deny_unknown_fields)]
         #[schemars(crate = #schemars_crate)]
-        struct __IdemArgs { #(#fields,)* }
+        struct __IdemArgs #struct_params { #(#fields,)* }
     };
-    let param_checks = tool.args().map(|param| {
-        let ty = param.ty;
-        quote_spanned!(ty.span()=> #p::assert_param::<#ty>();)
-    });
+
+    // The output and error types are proven the same way, on their own tokens.
+    let output_proof = match tool.ok_type {
+        Some(t) => quote_spanned!(t.span()=> #p::output::<#t, _>()),
+        None => quote!(#p::output::<(), _>()),
+    };
+    // Called in a closure, not passed as a fn item: `map_err` would check the item's bound
+    // a second time, spanned on the attribute.
+    let into_tool_error = match (tool.err_type, &item.sig.output) {
+        (Some(t), _) => quote_spanned!(t.span()=> #p::tool_error::<#t, _>(__idem_e)),
+        (None, syn::ReturnType::Type(_, t)) => quote_spanned!(t.span()=> #p::tool_error(__idem_e)),
+        (None, syn::ReturnType::Default) => quote!(#p::tool_error(__idem_e)),
+    };
 
     // The body, renamed and out of reach: it runs only through the dispatcher.
     let mut body = strip_param_attrs(item.clone());
@@ -94,7 +143,7 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
     body.vis = syn::Visibility::Inherited;
     body.attrs.retain(|a| !a.path().is_ident("doc"));
 
-    let arg_idents: Vec<_> = tool.args().map(|p| p.ident).collect();
+    let arg_idents: Vec<_> = args.iter().map(|p| p.ident).collect();
     let call_args = tool.params.iter().map(|param| {
         if param.is_context {
             quote!(&__idem_ctx)
@@ -104,10 +153,6 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
         }
     });
     let await_body = item.sig.asyncness.map(|_| quote!(.await));
-    let ok_type = tool
-        .ok_type
-        .map(|t| quote!(#t))
-        .unwrap_or_else(|| quote!(()));
 
     let mut policy = Vec::new();
     if let Some(v) = attr.ttl_secs {
@@ -152,12 +197,53 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
         const _: () = {
             #args_struct
 
-            #[allow(dead_code)]
-            fn __idem_check_params() {
-                #(#param_checks)*
-            }
-
             #body
+
+            // `needless_update`: the policy literal ends in `..Default::default()` even when
+            // every key is given.
+            #[allow(clippy::type_complexity, clippy::needless_update)]
+            fn __idem_define<#(#proof_generics: #p::Proven,)* __MO: #p::Proven, __F, __Fut>(
+                _: (#(::core::marker::PhantomData<#proof_generics>,)*),
+                _: ::core::marker::PhantomData<__MO>,
+                __idem_run: __F,
+            ) -> #p::ToolDef
+            where
+                #args_type: #p::serde::de::DeserializeOwned + #p::serde::Serialize + #p::schemars::JsonSchema,
+                <__MO as #p::Proven>::Type: #p::serde::Serialize + #p::schemars::JsonSchema,
+                __F: ::core::ops::Fn(#p::ToolContext, #(#run_types),*) -> __Fut
+                    + ::core::marker::Send + ::core::marker::Sync + 'static,
+                __Fut: ::core::future::Future<
+                        Output = ::core::result::Result<<__MO as #p::Proven>::Type, #p::ToolError>,
+                    > + ::core::marker::Send + 'static,
+            {
+                static __IDEM_INPUT: #p::OnceLock<#p::Arc<#p::Value>> = #p::OnceLock::new();
+                static __IDEM_OUTPUT: #p::OnceLock<#p::Arc<#p::Value>> = #p::OnceLock::new();
+                let __idem_input = __IDEM_INPUT
+                    .get_or_init(|| #p::Arc::new(#p::schema::arguments::<#args_type>()))
+                    .clone();
+                let __idem_output = __IDEM_OUTPUT
+                    .get_or_init(|| #p::Arc::new(#p::schema::output::<<__MO as #p::Proven>::Type>()))
+                    .clone();
+                #p::finish(
+                    #p::ToolDef::builder(#name, #p::ToolClass::#class)
+                        .description(#description)
+                        .input_schema_shared(__idem_input)
+                        .output_schema_shared(__idem_output)
+                        .policy(#p::ToolPolicy { #(#policy,)* ..::core::default::Default::default() })
+                        .prepare(#p::args::normalise::<#args_type>)
+                        .handler(move |__idem_ctx: #p::ToolContext, __idem_args: #p::Value| {
+                            let __idem_call = #p::args::parse::<#args_type>(__idem_args)
+                                .map_err(#p::ToolError::not_applied)
+                                .map(|__IdemArgs { #(#arg_idents,)* }| __idem_run(__idem_ctx, #(#arg_idents),*));
+                            async move {
+                                let __idem_out = __idem_call?.await?;
+                                #p::output_value(&__idem_out)
+                            }
+                        })
+                        #natural_key
+                        .location(::core::file!(), ::core::line!()),
+                )
+            }
 
             #[automatically_derived]
             impl #p::StaticTool for #ident {
@@ -165,26 +251,13 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
                 const CLASS: #p::ToolClass = #p::ToolClass::#class;
 
                 fn definition() -> #p::ToolDef {
-                    static __IDEM_INPUT: #p::OnceLock<#p::Arc<#p::Value>> = #p::OnceLock::new();
-                    static __IDEM_OUTPUT: #p::OnceLock<#p::Arc<#p::Value>> = #p::OnceLock::new();
-                    let __idem_input = __IDEM_INPUT.get_or_init(|| #p::Arc::new(#p::schema::arguments::<__IdemArgs>())).clone();
-                    let __idem_output = __IDEM_OUTPUT.get_or_init(|| #p::Arc::new(#p::schema::output::<#ok_type>())).clone();
-                    #p::finish(
-                        #p::ToolDef::builder(#name, #p::ToolClass::#class)
-                            .description(#description)
-                            .input_schema_shared(__idem_input)
-                            .output_schema_shared(__idem_output)
-                            .policy(#p::ToolPolicy { #(#policy,)* ..::core::default::Default::default() })
-                            .prepare(#p::args::normalise::<__IdemArgs>)
-                            .handler(|__idem_ctx: #p::ToolContext, __idem_args: #p::Value| async move {
-                                let __IdemArgs { #(#arg_idents,)* } = #p::args::parse::<__IdemArgs>(__idem_args)
-                                    .map_err(#p::ToolError::not_applied)?;
-                                let __idem_out = __idem_body(#(#call_args),*) #await_body
-                                    .map_err(::core::convert::Into::<#p::ToolError>::into)?;
-                                #p::output_value(&__idem_out)
-                            })
-                            #natural_key
-                            .location(::core::file!(), ::core::line!()),
+                    __idem_define(
+                        (#(#proofs,)*),
+                        #output_proof,
+                        |__idem_ctx: #p::ToolContext, #(#arg_idents),*| async move {
+                            __idem_body(#(#call_args),*) #await_body
+                                .map_err(|__idem_e| #into_tool_error)
+                        },
                     )
                 }
             }
@@ -194,4 +267,48 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
             }
         };
     }
+}
+
+/// The keys of a `#[serde(...)]` or `#[schemars(...)]` parameter attribute, each with whether
+/// it has a value (`default` versus `default = "path"`).
+fn codec_keys(attr: &syn::Attribute) -> Vec<(String, bool)> {
+    if !(attr.path().is_ident("serde") || attr.path().is_ident("schemars")) {
+        return Vec::new();
+    }
+    let syn::Meta::List(list) = &attr.meta else {
+        return Vec::new();
+    };
+    let mut keys = Vec::new();
+    let mut tokens = list.tokens.clone().into_iter().peekable();
+    let mut at_key = true;
+    while let Some(token) = tokens.next() {
+        match &token {
+            proc_macro2::TokenTree::Punct(p) if p.as_char() == ',' => at_key = true,
+            proc_macro2::TokenTree::Ident(ident) if at_key => {
+                let valued = matches!(tokens.peek(), Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == '=');
+                keys.push((ident.to_string(), valued));
+                at_key = false;
+            }
+            _ => at_key = false,
+        }
+    }
+    keys
+}
+
+/// Whether a key makes serde or schemars use code written for the parameter's concrete type,
+/// which a generic field would not type-check against.
+fn concrete_key(key: &str, valued: bool) -> bool {
+    matches!(
+        key,
+        "with"
+            | "deserialize_with"
+            | "serialize_with"
+            | "schema_with"
+            | "skip_serializing_if"
+            | "getter"
+            | "bound"
+            | "skip"
+            | "skip_deserializing"
+            | "skip_serializing"
+    ) || (key == "default" && valued)
 }

@@ -28,7 +28,7 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
         );
     }
     if let Some(v) = &sig.variadic {
-        errors.spanned(&v.dots, "#[tool] functions cannot be variadic");
+        errors.spanned(v.dots, "#[tool] functions cannot be variadic");
     }
 
     let mut context_seen = false;
@@ -78,8 +78,14 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
         .map(|n| n.value())
         .unwrap_or_else(|| sig.ident.to_string().trim_start_matches("r#").to_owned());
     if let Some(problem) = name_problem(&name) {
+        let hint = match sanitised(&name) {
+            Some(fixed) if fixed != name && name_problem(&fixed).is_none() => {
+                format!("; did you mean `{fixed}`?")
+            }
+            _ => String::new(),
+        };
         let message = format!(
-            "tool name `{name}` {problem}; names must match `^[a-zA-Z_][a-zA-Z0-9_-]{{0,63}}$`"
+            "tool name `{name}` {problem}; names must match `^[a-zA-Z_][a-zA-Z0-9_-]{{0,63}}$`{hint}"
         );
         match &attr.name {
             Some(lit) => errors.spanned(lit, message),
@@ -128,4 +134,20 @@ fn name_problem(name: &str) -> Option<&'static str> {
         return Some("contains a character other than ASCII letters, digits, `_` and `-`");
     }
     None
+}
+
+/// `name` with each disallowed character replaced by `_`, if that is all that is wrong.
+fn sanitised(name: &str) -> Option<String> {
+    let fixed: String = name
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    (!fixed.is_empty()).then_some(fixed)
 }

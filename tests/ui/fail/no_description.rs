@@ -1,0 +1,8 @@
+use idem::prelude::*;
+
+#[tool(class = "read")]
+fn get_weather(city: String) -> Result<String, ToolError> {
+    Ok(city)
+}
+
+fn main() {}
