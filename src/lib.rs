@@ -77,11 +77,14 @@ pub use idem_core::{
     Record, RecordKey, RecordState, StateKind, Store, StoreError, Timestamp, ToolClass, ToolError,
 };
 pub use idem_macros::tool;
+/// Provider exports (OpenAI, Anthropic, Gemini, MCP) and their portability reports.
+pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
 pub use idem_registry::{
     Approval, ApprovalRequest, ArgumentError, DispatchError, Dispatched, Dispatcher, Registry,
     RegistryBuilder, RegistryError, RunContext, StaticTool, ToolBuilder, ToolCall, ToolContext,
     ToolDef, ToolPolicy, ToolSpec, Verified,
 };
+pub use idem_registry::{export, schema, validate};
 
 /// Stores, their contract, and the operator operations.
 pub mod store {

@@ -958,11 +958,14 @@ impl Drop for ClaimGuard {
 }
 
 fn prepare(tool: &ToolDef, arguments: Value) -> Result<Value, DispatchError> {
-    (tool.prepare)(arguments).map_err(|e| DispatchError::InvalidArguments {
+    // Validated against the published schema before serde sees anything (ARCHITECTURE §7).
+    let invalid = |e: crate::args::ArgumentError| DispatchError::InvalidArguments {
         tool: tool.name.to_string(),
         pointer: e.pointer,
         message: e.message,
-    })
+    };
+    let arguments = tool.validate_arguments(arguments).map_err(invalid)?;
+    (tool.prepare)(arguments).map_err(invalid)
 }
 
 fn unkeyed() -> IdempotencyKey {

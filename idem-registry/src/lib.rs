@@ -8,9 +8,11 @@ pub mod approval;
 pub mod args;
 pub mod context;
 pub mod dispatch;
+pub mod export;
 pub mod registry;
 pub mod schema;
 pub mod tool;
+pub mod validate;
 
 pub use approval::{Approval, ApprovalRequest};
 pub use args::ArgumentError;

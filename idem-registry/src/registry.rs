@@ -183,6 +183,11 @@ impl RegistryBuilder {
                 errors.push(e);
                 continue;
             }
+            // Arguments must form one object, and its validator is compiled here, once.
+            if let Err(e) = crate::validate::check_registered(&def) {
+                errors.push(e);
+                continue;
+            }
             if let Some(first) = tools.get(def.name.as_ref()) {
                 let at = |d: &ToolDef| {
                     d.location

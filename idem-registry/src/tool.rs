@@ -142,6 +142,8 @@ pub struct ToolDef {
     pub(crate) natural_key: Option<NaturalKey>,
     pub(crate) verify: Option<Verifier>,
     pub(crate) location: Option<Location>,
+    /// The compiled argument validator, shared by clones; see `ToolDef::arguments_validator`.
+    pub(crate) validator: crate::validate::CompiledValidator,
 }
 
 impl fmt::Debug for ToolDef {
@@ -407,6 +409,7 @@ impl ToolBuilder {
             natural_key: self.natural_key,
             verify: self.verify,
             location: self.location,
+            validator: Arc::default(),
         })
     }
 }
