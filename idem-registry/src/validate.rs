@@ -37,6 +37,12 @@ pub(crate) fn check_registered(def: &ToolDef) -> Result<(), RegistryError> {
 const MORE_PROBLEMS: usize = 3;
 
 /// A schema the validator cannot compile.
+///
+/// ```
+/// use idem_registry::validate::ArgumentValidator;
+/// let err = ArgumentValidator::new(&serde_json::json!({"type": "text"})).unwrap_err();
+/// assert!(err.to_string().starts_with("the input schema cannot be compiled"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the input schema cannot be compiled: {message}")]
 pub struct SchemaError {

@@ -114,6 +114,11 @@ impl Provider {
 
     /// Whether this form's schema is a JSON Schema document (every form but
     /// [`Provider::GeminiOpenApi`], whose `parameters` are an OpenAPI 3.0 schema object).
+    ///
+    /// ```
+    /// use idem_registry::export::Provider;
+    /// assert!(Provider::Mcp.is_json_schema() && !Provider::GeminiOpenApi.is_json_schema());
+    /// ```
     pub const fn is_json_schema(self) -> bool {
         !matches!(self, Provider::GeminiOpenApi)
     }
@@ -126,6 +131,12 @@ impl fmt::Display for Provider {
 }
 
 /// A provider name that is not one of [`Provider::ALL`].
+///
+/// ```
+/// use idem_registry::export::Provider;
+/// let err = "bard".parse::<Provider>().unwrap_err();
+/// assert!(err.to_string().contains("expected one of `openai`"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown provider `{0}`: expected one of `openai`, `openai-responses`, `anthropic`, `anthropic-strict`, `gemini`, `gemini-openapi`, `mcp`"
@@ -151,6 +162,24 @@ impl FromStr for Provider {
 }
 
 /// Whether a provider was told to enforce the schema strictly.
+///
+/// ```
+/// use idem_registry::export::{self, Provider, Strictness};
+/// use idem_registry::{ToolContext, ToolDef};
+/// use idem_core::{ToolClass, ToolError};
+/// use serde_json::{json, Value};
+///
+/// let tool = ToolDef::builder("store", ToolClass::IdempotentWrite)
+///     .description("Store any JSON.")
+///     .input_schema(json!({"type": "object", "properties": {"doc": true}, "required": ["doc"]}))
+///     .handler(|_: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+///     .build()
+///     .unwrap();
+/// let report = export::export(&tool, Provider::OpenAiChat).unwrap().report;
+/// assert!(matches!(report.strictness, Strictness::NotStrict { .. }));
+/// let report = export::export(&tool, Provider::Mcp).unwrap().report;
+/// assert_eq!(report.strictness, Strictness::NotApplicable);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Strictness {
     /// The form has no strict flag (Anthropic plain, Gemini, MCP).
@@ -165,6 +194,12 @@ pub enum Strictness {
 }
 
 /// How much of a schema feature survived an export.
+///
+/// ```
+/// use idem_registry::export::ChangeKind;
+/// // Reports list changes in document order; kinds sort from harmless to lossy.
+/// assert!(ChangeKind::Adapted < ChangeKind::Described && ChangeKind::Described < ChangeKind::Dropped);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ChangeKind {
     /// Rewritten into the provider's form with the same meaning for the model (`oneOf` to
@@ -189,7 +224,7 @@ impl ChangeKind {
     }
 }
 
-/// One change an export made.
+/// One change an export made; see [`PortabilityReport`] for an example.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     /// JSON pointer into the canonical schema (into the exported one where recursion was
@@ -310,6 +345,23 @@ impl fmt::Display for PortabilityReport {
 }
 
 /// A tool the provider cannot take in any form.
+///
+/// ```
+/// use idem_registry::export::{self, Provider};
+/// use idem_registry::{ToolContext, ToolDef};
+/// use idem_core::{ToolClass, ToolError};
+/// use serde_json::{json, Value};
+///
+/// let tool = ToolDef::builder("tag", ToolClass::Read)
+///     .description("Tag things.")
+///     .input_schema(json!({"type": "object", "properties": {"content-type": {"type": "string"}}}))
+///     .handler(|_: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+///     .build()
+///     .unwrap();
+/// let err = export::export(&tool, Provider::Gemini).unwrap_err();
+/// assert_eq!(err.tool, "tag");
+/// assert!(err.reason.contains("`content-type`"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("tool `{tool}` cannot be exported for {provider}: {reason}")]
 pub struct ExportError {
@@ -321,7 +373,7 @@ pub struct ExportError {
     pub reason: String,
 }
 
-/// One tool in one provider's form, with its report.
+/// One tool in one provider's form, with its report; see [`export()`] for an example.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Exported {
     /// One entry of the provider's `tools` array.
@@ -373,7 +425,7 @@ pub fn export(tool: &ToolDef, provider: Provider) -> Result<Exported, ExportErro
     })
 }
 
-/// Every tool of a registry in one provider's form.
+/// Every tool of a registry in one provider's form; see [`Registry::export_all`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolsExport {
     /// The `tools` array (an array of the exported tools, by name).
