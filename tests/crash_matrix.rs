@@ -1,0 +1,950 @@
+//! The crash matrix: a process dispatching a write call is killed with SIGKILL at each named
+//! point of the dispatch, against each durable store, and a restarted process dispatches the
+//! same calls again. For every point × class × store:
+//!
+//! - `idempotent_write`: the effect is applied once downstream. A take-over after the dead
+//!   holder's lease runs the body again with the *same* downstream key, which the downstream
+//!   service dedupes; the ledger shows the repeated attempt and the single application.
+//! - `non_idempotent_write` and `irreversible`: an orphan (claimed, maybe applied, never
+//!   recorded) ends Unknown (`DispatchError::OutcomeUnknown`) and is never run again.
+//! - no completed result is lost: a call completed before the kill replays with
+//!   `deduplicated: true` and the same output, in every cell.
+//!
+//! How: the `crash_matrix_*` tests start this test binary again as a child process running
+//! only [`crash_child`], configured by the `IDEM_CRASH_CHILD` environment variable. The child
+//! dispatches call `A` (completes), then call `B`, and kills itself at the named point: inside
+//! a wrapper [`Store`] around the real store (before or after `claim`, before or after
+//! `complete`) or inside the tool's body (after the downstream service received the request,
+//! before it applied it). A second child, without the kill, dispatches `A`, `B` and `B` again
+//! and prints every result; the parent compares them with the ledger file the downstream
+//! service wrote.
+//!
+//! Redis and PostgreSQL cells need `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL`; without them those
+//! tests say why they are skipped, unless `IDEM_REQUIRE_SERVICES=1` makes that a failure.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use idem::prelude::*;
+use idem::store::{Claim, ClaimRequest, ListFilter};
+use idem::{Fence, Outcome, Record, RecordKey, StoreError, Timestamp};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// The environment variable that turns a run of this binary into a crash child.
+const CHILD_ENV: &str = "IDEM_CRASH_CHILD";
+/// Lines of the child's standard output that carry a result start with this.
+const RESULT_PREFIX: &str = "IDEM-CRASH-RESULT ";
+/// A child that neither dies nor exits by then is reported as hung (a safety net, not a
+/// measurement: a healthy child takes about the lease, one second).
+const CHILD_DEADLINE: Duration = Duration::from_secs(120);
+const TENANT: &str = "tenant-crash";
+
+// ---------------------------------------------------------------------------------------
+// The matrix
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Point {
+    /// Before the claim reaches the store.
+    BeforeClaim,
+    /// After the store granted the claim, before the body ran.
+    AfterClaim,
+    /// Inside the effect: the downstream service received the request and logged the
+    /// attempt, and the process died before it applied it.
+    InsideEffect,
+    /// After the effect was applied, before `complete` reached the store.
+    AfterEffect,
+    /// After the store recorded the outcome, before the caller saw it.
+    AfterComplete,
+}
+
+const POINTS: [Point; 5] = [
+    Point::BeforeClaim,
+    Point::AfterClaim,
+    Point::InsideEffect,
+    Point::AfterEffect,
+    Point::AfterComplete,
+];
+
+const CLASSES: [ToolClass; 3] = [
+    ToolClass::IdempotentWrite,
+    ToolClass::NonIdempotentWrite,
+    ToolClass::Irreversible,
+];
+
+fn tool_of(class: ToolClass) -> &'static str {
+    match class {
+        ToolClass::IdempotentWrite => "crash_idem",
+        ToolClass::NonIdempotentWrite => "crash_once",
+        ToolClass::Irreversible => "crash_irrev",
+        other => panic!("no crash probe for {other:?}"),
+    }
+}
+
+impl fmt::Display for Point {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = serde_json::to_value(self).expect("point name");
+        f.write_str(name.as_str().unwrap_or("?"))
+    }
+}
+
+/// What a child is told to do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ChildSpec {
+    /// `sqlite`, `redis` or `postgres`.
+    store: String,
+    /// The SQLite file, or the server's URL.
+    target: String,
+    /// The Redis prefix or PostgreSQL schema.
+    scope: String,
+    namespace: String,
+    tool: String,
+    ledger: PathBuf,
+    /// Where to die; `None` in the restarted run.
+    point: Option<Point>,
+}
+
+/// One line a child prints per dispatch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Reported {
+    call: String,
+    /// `ok`, or the `DispatchError::code()` of the failure.
+    code: String,
+    key: Option<String>,
+    deduplicated: bool,
+    attempts: u32,
+    output_json: Option<String>,
+    error: Option<String>,
+}
+
+/// What a probe returns: which process executed it and which one the downstream service
+/// says applied the effect (its dedupe answer on a repeated key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+struct Receipt {
+    key: String,
+    applied_by: u32,
+    executed_by: u32,
+    takeover: bool,
+}
+
+// ---------------------------------------------------------------------------------------
+// The fake downstream service: a ledger file shared by every process of a cell. It logs
+// every attempt and applies each key at most once (under an exclusive `flock`, so two
+// processes cannot both apply a key).
+
+fn lock_exclusive(file: &File) {
+    // SAFETY: `flock` only reads the descriptor, which `file` keeps open for the call. The
+    // lock is released when the file is closed, or by the kernel when the process dies.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+}
+
+/// Apply the effect for `key`, once. Returns the process that applied it.
+fn call_downstream(ledger: &Path, label: &str, key: &str, die_before_applying: bool) -> u32 {
+    let pid = std::process::id();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(ledger)
+        .expect("open the ledger");
+    lock_exclusive(&file);
+    let mut text = String::new();
+    file.read_to_string(&mut text).expect("read the ledger");
+    writeln!(file, "attempt {label} {key} {pid}").expect("write the ledger");
+    file.sync_data().ok();
+    if die_before_applying {
+        kill_self();
+    }
+    if let Some(entry) = parse_ledger(&text)
+        .into_iter()
+        .find(|e| e.kind == "applied" && e.key == key)
+    {
+        return entry.pid;
+    }
+    writeln!(file, "applied {label} {key} {pid}").expect("write the ledger");
+    pid
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LedgerEntry {
+    kind: String,
+    label: String,
+    key: String,
+    pid: u32,
+}
+
+fn parse_ledger(text: &str) -> Vec<LedgerEntry> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let parts: Vec<&str> = line.split(' ').collect();
+            assert_eq!(parts.len(), 4, "malformed ledger line {line:?}");
+            LedgerEntry {
+                kind: parts[0].to_owned(),
+                label: parts[1].to_owned(),
+                key: parts[2].to_owned(),
+                pid: parts[3].parse().expect("pid"),
+            }
+        })
+        .collect()
+}
+
+fn kill_self() -> ! {
+    // SAFETY: `kill` and `getpid` have no memory-safety preconditions; SIGKILL ends the
+    // whole process here, with no destructor, no flush and no heartbeat, like a crash.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The probes
+
+/// What the child was told, for the tool bodies.
+struct ChildState {
+    ledger: PathBuf,
+    point: Option<Point>,
+}
+
+static CHILD: OnceLock<ChildState> = OnceLock::new();
+
+async fn effect(ctx: &ToolContext, label: &str) -> Result<Receipt, ToolError> {
+    let state = CHILD.get().expect("probes run only in a crash child");
+    let die = label == "B" && state.point == Some(Point::InsideEffect);
+    let applied_by = call_downstream(&state.ledger, label, ctx.idempotency_key(), die);
+    Ok(Receipt {
+        key: ctx.idempotency_key().to_owned(),
+        applied_by,
+        executed_by: std::process::id(),
+        takeover: ctx.is_takeover(),
+    })
+}
+
+/// Idempotent write probe.
+#[tool(class = "idempotent_write", lease_secs = 1, wait_secs = 30)]
+async fn crash_idem(ctx: &ToolContext, label: String) -> Result<Receipt, ToolError> {
+    effect(ctx, &label).await
+}
+
+/// Non-idempotent write probe.
+#[tool(class = "non_idempotent_write", lease_secs = 1, wait_secs = 30)]
+async fn crash_once(ctx: &ToolContext, label: String) -> Result<Receipt, ToolError> {
+    effect(ctx, &label).await
+}
+
+/// Irreversible probe.
+#[tool(class = "irreversible", lease_secs = 1, wait_secs = 30)]
+async fn crash_irrev(ctx: &ToolContext, label: String) -> Result<Receipt, ToolError> {
+    effect(ctx, &label).await
+}
+
+// ---------------------------------------------------------------------------------------
+// A store that dies at a named point of call `B`'s dispatch and otherwise forwards.
+
+#[derive(Debug)]
+struct Crashing {
+    inner: Arc<dyn Store>,
+    target: RecordKey,
+    point: Option<Point>,
+}
+
+impl Crashing {
+    fn at(&self, key: &RecordKey, point: Point) -> bool {
+        self.point == Some(point) && *key == self.target
+    }
+}
+
+#[async_trait]
+impl Store for Crashing {
+    async fn claim(&self, r: &ClaimRequest) -> Result<Claim, StoreError> {
+        if self.at(&r.key, Point::BeforeClaim) {
+            kill_self();
+        }
+        let claim = self.inner.claim(r).await;
+        if self.at(&r.key, Point::AfterClaim) && matches!(claim, Ok(Claim::Acquired { .. })) {
+            kill_self();
+        }
+        claim
+    }
+    async fn complete(
+        &self,
+        k: &RecordKey,
+        f: Fence,
+        o: &Outcome,
+        t: Duration,
+    ) -> Result<(), StoreError> {
+        if self.at(k, Point::AfterEffect) {
+            kill_self();
+        }
+        let done = self.inner.complete(k, f, o, t).await;
+        if self.at(k, Point::AfterComplete) && done.is_ok() {
+            kill_self();
+        }
+        done
+    }
+    async fn release(&self, k: &RecordKey, f: Fence) -> Result<bool, StoreError> {
+        self.inner.release(k, f).await
+    }
+    async fn renew(&self, k: &RecordKey, f: Fence, l: Duration) -> Result<Timestamp, StoreError> {
+        self.inner.renew(k, f, l).await
+    }
+    async fn journal(&self, k: &RecordKey, f: Fence, s: &str, v: &str) -> Result<(), StoreError> {
+        self.inner.journal(k, f, s, v).await
+    }
+    async fn mark_unknown(&self, k: &RecordKey, f: Fence, e: &str) -> Result<(), StoreError> {
+        self.inner.mark_unknown(k, f, e).await
+    }
+    async fn get(&self, k: &RecordKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(k).await
+    }
+    async fn list(&self, f: ListFilter) -> Result<Vec<Record>, StoreError> {
+        self.inner.list(f).await
+    }
+    async fn resolve(&self, k: &RecordKey, o: &Outcome, t: Duration) -> Result<Record, StoreError> {
+        self.inner.resolve(k, o, t).await
+    }
+    async fn settle_unknown(
+        &self,
+        k: &RecordKey,
+        f: Fence,
+        o: Option<&Outcome>,
+        t: Duration,
+    ) -> Result<bool, StoreError> {
+        self.inner.settle_unknown(k, f, o, t).await
+    }
+    async fn force_release(&self, k: &RecordKey) -> Result<bool, StoreError> {
+        self.inner.force_release(k).await
+    }
+    async fn purge_expired(&self, l: usize) -> Result<usize, StoreError> {
+        self.inner.purge_expired(l).await
+    }
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.inner.now().await
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The child
+
+async fn open_store(spec: &ChildSpec) -> Arc<dyn Store> {
+    match spec.store.as_str() {
+        "sqlite" => {
+            Arc::new(idem::store::sqlite::SqliteStore::open(&spec.target).expect("open SQLite"))
+        }
+        #[cfg(feature = "redis")]
+        "redis" => Arc::new(
+            idem::store::redis::RedisStore::connect(&spec.target, &spec.scope)
+                .await
+                .expect("connect to Redis"),
+        ),
+        #[cfg(feature = "postgres")]
+        "postgres" => Arc::new(
+            idem::store::postgres::PostgresStore::from_pool(small_pool(&spec.target), &spec.scope)
+                .await
+                .expect("connect to PostgreSQL"),
+        ),
+        other => panic!("this build has no {other} store"),
+    }
+}
+
+/// Two connections are enough for one dispatch and its heartbeat, and keep a matrix of
+/// concurrent children well inside the server's connection limit.
+#[cfg(feature = "postgres")]
+fn small_pool(url: &str) -> idem::store::postgres::deadpool_postgres::Pool {
+    use idem::store::postgres::deadpool_postgres::tokio_postgres::{Config, NoTls};
+    use idem::store::postgres::deadpool_postgres::{
+        Manager, ManagerConfig, Pool, RecyclingMethod, Runtime,
+    };
+    let mut config: Config = url.parse().expect("PostgreSQL URL");
+    config.connect_timeout(Duration::from_secs(10));
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(2)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .create_timeout(Some(Duration::from_secs(11)))
+        .build()
+        .expect("PostgreSQL pool")
+}
+
+fn report(call: &str, result: &Result<Dispatched, DispatchError>) {
+    let line = match result {
+        Ok(d) => Reported {
+            call: call.to_owned(),
+            code: "ok".into(),
+            key: d.key.as_ref().map(|k| k.as_str().to_owned()),
+            deduplicated: d.deduplicated,
+            attempts: d.attempts,
+            output_json: Some(d.output_json.clone()),
+            error: None,
+        },
+        Err(e) => Reported {
+            call: call.to_owned(),
+            code: e.code().into(),
+            key: match e {
+                DispatchError::OutcomeUnknown { key, .. } => Some(key.as_str().to_owned()),
+                _ => None,
+            },
+            deduplicated: false,
+            attempts: 0,
+            output_json: None,
+            error: Some(e.to_string()),
+        },
+    };
+    let mut out = std::io::stdout().lock();
+    // On a line of its own: the test harness may have printed the test's name without one.
+    writeln!(
+        out,
+        "\n{RESULT_PREFIX}{}",
+        serde_json::to_string(&line).expect("report")
+    )
+    .expect("stdout");
+    out.flush().expect("stdout");
+}
+
+/// Dispatch a call, approving it first if its tool is irreversible (the approval is bound
+/// to the key and arguments, so the restarted run approves the very same call).
+async fn dispatch(d: &Dispatcher, call: &ToolCall) -> Result<Dispatched, DispatchError> {
+    let run = RunContext::new(TENANT);
+    match d.dispatch(call, &run).await {
+        Err(DispatchError::ApprovalRequired { request }) => {
+            d.dispatch(call, &run.approve(request.approve())).await
+        }
+        other => other,
+    }
+}
+
+/// Not a test of its own: the body of a crash child, started by the `crash_matrix_*` tests.
+/// Run directly, without `IDEM_CRASH_CHILD`, it does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let spec: ChildSpec = serde_json::from_str(&spec).expect("child spec");
+    let _ = CHILD.set(ChildState {
+        ledger: spec.ledger.clone(),
+        point: spec.point,
+    });
+    let call = |label: &str| {
+        ToolCall::new(spec.tool.clone(), json!({ "label": label }))
+            .with_call_id(format!("call-{label}"))
+    };
+    let (a, b) = (call("A"), call("B"));
+    let plain = Dispatcher::new(
+        Registry::linked().expect("registry"),
+        open_store(&spec).await,
+    )
+    .with_namespace(spec.namespace.clone());
+    let target = plain
+        .record_key(&b, &RunContext::new(TENANT))
+        .expect("record key")
+        .expect("keyed call");
+    let store = Arc::new(Crashing {
+        inner: plain.store().clone(),
+        target,
+        point: spec.point,
+    });
+    let d = Dispatcher::new(Registry::linked().expect("registry"), store)
+        .with_namespace(spec.namespace.clone());
+
+    report("A", &dispatch(&d, &a).await);
+    report("B", &dispatch(&d, &b).await);
+    if spec.point.is_some() {
+        panic!("the child should have died at {:?}", spec.point);
+    }
+    report("B-again", &dispatch(&d, &b).await);
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent
+
+/// Where the cells of one store keep their records.
+#[derive(Debug, Clone)]
+struct Target {
+    store: &'static str,
+    /// The server URL (Redis, PostgreSQL); `None` for SQLite, whose files are per cell.
+    url: Option<String>,
+    scope: String,
+}
+
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn service_url(var: &str, test: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if std::env::var("IDEM_REQUIRE_SERVICES").as_deref() == Ok("1") => {
+            panic!("{test}: IDEM_REQUIRE_SERVICES=1 but {var} is not set")
+        }
+        _ => {
+            eprintln!("skipping {test}: set {var} to run the crash matrix against that store");
+            None
+        }
+    }
+}
+
+/// A name no other run or test uses: process id, clock, and the test's name.
+fn unique(tag: &str) -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!("{tag}_{}_{millis}", std::process::id())
+}
+
+struct Cell {
+    point: Point,
+    class: ToolClass,
+}
+
+impl fmt::Display for Cell {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} × {}", self.point, self.class.as_str())
+    }
+}
+
+struct ChildRun {
+    pid: u32,
+    status: std::process::ExitStatus,
+    results: Vec<Reported>,
+    stdout: String,
+    stderr: String,
+}
+
+impl ChildRun {
+    fn result(&self, call: &str) -> Result<&Reported, String> {
+        self.results
+            .iter()
+            .find(|r| r.call == call)
+            .ok_or_else(|| format!("no result for call {call}; {}", self.dump()))
+    }
+
+    fn dump(&self) -> String {
+        format!(
+            "child {} exited {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.pid, self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+fn run_child(spec: &ChildSpec, dir: &Path, name: &str) -> Result<ChildRun, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out_path = dir.join(format!("{name}.out"));
+    let err_path = dir.join(format!("{name}.err"));
+    let mut child = Command::new(exe)
+        .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, serde_json::to_string(spec).expect("spec"))
+        .stdin(Stdio::null())
+        .stdout(File::create(&out_path).map_err(|e| e.to_string())?)
+        .stderr(File::create(&err_path).map_err(|e| e.to_string())?)
+        .spawn()
+        .map_err(|e| format!("spawn the child: {e}"))?;
+    let pid = child.id();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if started.elapsed() > CHILD_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "child {name} ({pid}) hung: still running after {CHILD_DEADLINE:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let results = stdout
+        .lines()
+        .filter_map(|l| {
+            l.find(RESULT_PREFIX)
+                .map(|at| &l[at + RESULT_PREFIX.len()..])
+        })
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("bad result line {l:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    Ok(ChildRun {
+        pid,
+        status,
+        results,
+        stdout,
+        stderr,
+    })
+}
+
+fn ensure(condition: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if condition { Ok(()) } else { Err(what()) }
+}
+
+fn receipt(r: &Reported) -> Result<Receipt, String> {
+    let json = r
+        .output_json
+        .as_deref()
+        .ok_or_else(|| format!("{}: no output", r.call))?;
+    serde_json::from_str(json).map_err(|e| format!("{}: output {json}: {e}", r.call))
+}
+
+/// Run one cell: a child killed at the point, then a restarted one; check what they report
+/// against the ledger.
+fn run_cell(target: &Target, root: &Path, cell: &Cell) -> Result<(), String> {
+    let name = format!("{}-{}", cell.point, cell.class.as_str());
+    let dir = root.join(&name);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let ledger = dir.join("ledger");
+    let spec = ChildSpec {
+        store: target.store.to_owned(),
+        target: match &target.url {
+            Some(url) => url.clone(),
+            None => dir.join("idem.db").display().to_string(),
+        },
+        scope: target.scope.clone(),
+        namespace: format!("crash/{}/{name}", target.scope),
+        tool: tool_of(cell.class).to_owned(),
+        ledger: ledger.clone(),
+        point: Some(cell.point),
+    };
+
+    let crashed = run_child(&spec, &dir, "crashed")?;
+    ensure(crashed.status.signal() == Some(libc::SIGKILL), || {
+        format!("the first child was not killed; {}", crashed.dump())
+    })?;
+    let a1 = crashed.result("A")?;
+    ensure(a1.code == "ok" && !a1.deduplicated, || {
+        format!("A did not execute in the first child: {a1:?}")
+    })?;
+    ensure(crashed.result("B").is_err(), || {
+        format!("B returned before the kill; {}", crashed.dump())
+    })?;
+
+    let restarted = run_child(
+        &ChildSpec {
+            point: None,
+            ..spec.clone()
+        },
+        &dir,
+        "restarted",
+    )?;
+    ensure(restarted.status.success(), || {
+        format!("the restarted child failed; {}", restarted.dump())
+    })?;
+    let (first, second) = (crashed.pid, restarted.pid);
+
+    // No completed result is lost: A replays, with the output the first child recorded.
+    let a2 = restarted.result("A")?;
+    ensure(
+        a2.code == "ok" && a2.deduplicated && a2.attempts == 0 && a2.output_json == a1.output_json,
+        || format!("A was not replayed as recorded: first {a1:?}, then {a2:?}"),
+    )?;
+
+    let b = restarted.result("B")?;
+    let b_again = restarted.result("B-again")?;
+    let entries = parse_ledger(&std::fs::read_to_string(&ledger).unwrap_or_default());
+    let of = |label: &str, kind: &str| -> Vec<LedgerEntry> {
+        entries
+            .iter()
+            .filter(|e| e.label == label && e.kind == kind)
+            .cloned()
+            .collect()
+    };
+    let ledger_text = || format!("ledger: {entries:?}");
+
+    ensure(
+        of("A", "attempt").len() == 1 && of("A", "applied").len() == 1,
+        || format!("A ran again after the restart; {}", ledger_text()),
+    )?;
+
+    let orphan_is_unknown = cell.class != ToolClass::IdempotentWrite
+        && matches!(
+            cell.point,
+            Point::AfterClaim | Point::InsideEffect | Point::AfterEffect
+        );
+    // (attempts logged downstream, process that applied the effect, if any)
+    let (attempts, applier): (usize, Option<u32>) = match (cell.point, orphan_is_unknown) {
+        (Point::BeforeClaim, _) => (1, Some(second)),
+        (Point::AfterClaim, false) => (1, Some(second)),
+        (Point::AfterClaim, true) => (0, None),
+        (Point::InsideEffect, false) => (2, Some(second)),
+        (Point::InsideEffect, true) => (1, None),
+        (Point::AfterEffect, false) => (2, Some(first)),
+        (Point::AfterEffect, true) => (1, Some(first)),
+        (Point::AfterComplete, _) => (1, Some(first)),
+    };
+    let b_attempts = of("B", "attempt");
+    let b_applied = of("B", "applied");
+    ensure(b_attempts.len() == attempts, || {
+        format!(
+            "expected {attempts} attempt(s) of B downstream; {}",
+            ledger_text()
+        )
+    })?;
+    ensure(
+        b_applied.iter().map(|e| e.pid).collect::<Vec<_>>()
+            == applier.into_iter().collect::<Vec<_>>(),
+        || {
+            format!(
+                "expected B applied once by {applier:?} (first child {first}, restarted {second}); {}",
+                ledger_text()
+            )
+        },
+    )?;
+    let key = b
+        .key
+        .clone()
+        .ok_or_else(|| format!("B reported no key: {b:?}"))?;
+    ensure(
+        b_attempts.iter().chain(&b_applied).all(|e| e.key == key),
+        || {
+            format!(
+                "every attempt must hand downstream the key {key}; {}",
+                ledger_text()
+            )
+        },
+    )?;
+
+    if orphan_is_unknown {
+        for r in [b, b_again] {
+            ensure(r.code == "outcome_unknown", || {
+                format!("the orphan should be Unknown, got {r:?}")
+            })?;
+        }
+        return Ok(());
+    }
+
+    ensure(b.code == "ok", || {
+        format!("B failed after the restart: {b:?}")
+    })?;
+    let out = receipt(b)?;
+    match cell.point {
+        Point::AfterComplete => {
+            ensure(b.deduplicated && b.attempts == 0, || {
+                format!("B completed before the kill, so it must replay: {b:?}")
+            })?;
+            ensure(out.executed_by == first, || {
+                format!("the replay must carry the first child's output: {out:?}")
+            })?;
+        }
+        point => {
+            ensure(!b.deduplicated && b.attempts == 1, || {
+                format!("B should have executed once in the restarted child: {b:?}")
+            })?;
+            ensure(out.executed_by == second, || {
+                format!("B should have run in the restarted child: {out:?}")
+            })?;
+            let takeover = point != Point::BeforeClaim;
+            ensure(out.takeover == takeover, || {
+                format!("B's take-over flag should be {takeover}: {out:?}")
+            })?;
+        }
+    }
+    ensure(Some(out.applied_by) == applier, || {
+        format!("the downstream service's answer names the wrong applier: {out:?}")
+    })?;
+    ensure(
+        b_again.code == "ok"
+            && b_again.deduplicated
+            && b_again.attempts == 0
+            && b_again.output_json == b.output_json,
+        || format!("B again must replay B's output: {b:?} then {b_again:?}"),
+    )?;
+    Ok(())
+}
+
+/// Run every cell of one store, in parallel, and report every failing cell at once.
+fn run_matrix(target: Target) {
+    let root = std::env::temp_dir().join(unique(&format!("idem-crash-{}", target.store)));
+    std::fs::create_dir_all(&root).expect("temp dir");
+    let cells: Vec<Cell> = POINTS
+        .iter()
+        .flat_map(|&point| CLASSES.iter().map(move |&class| Cell { point, class }))
+        .collect();
+    let started = Instant::now();
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = cells
+            .iter()
+            .map(|cell| {
+                let (target, root) = (&target, &root);
+                s.spawn(move || run_cell(target, root, cell))
+            })
+            .collect();
+        cells
+            .iter()
+            .zip(handles)
+            .filter_map(|(cell, h)| match h.join() {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(format!("[{} | {cell}] {e}", target.store)),
+                Err(_) => Some(format!("[{} | {cell}] the cell panicked", target.store)),
+            })
+            .collect()
+    });
+    eprintln!(
+        "crash matrix on {}: {} cells ({} points × {} classes) in {:.1?}, {} failed",
+        target.store,
+        cells.len(),
+        POINTS.len(),
+        CLASSES.len(),
+        started.elapsed(),
+        failures.len()
+    );
+    if failures.is_empty() {
+        let _ = std::fs::remove_dir_all(&root);
+    } else {
+        panic!(
+            "{} of {} cells failed (files kept in {}):\n\n{}",
+            failures.len(),
+            cells.len(),
+            root.display(),
+            failures.join("\n\n")
+        );
+    }
+}
+
+#[test]
+fn crash_matrix_sqlite() {
+    run_matrix(Target {
+        store: "sqlite",
+        url: None,
+        scope: String::new(),
+    });
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn crash_matrix_redis() {
+    let Some(url) = service_url("IDEM_REDIS_URL", "crash_matrix_redis") else {
+        return;
+    };
+    let prefix = unique("idem-crash");
+    let target = Target {
+        store: "redis",
+        url: Some(url.clone()),
+        scope: prefix.clone(),
+    };
+    let outcome = std::panic::catch_unwind(|| run_matrix(target));
+    let deleted = redis_delete_prefix(&url, &prefix);
+    eprintln!("deleted {deleted} Redis keys under {prefix}");
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn crash_matrix_postgres() {
+    let Some(url) = service_url("IDEM_POSTGRES_URL", "crash_matrix_postgres") else {
+        return;
+    };
+    let schema = unique("idem_crash");
+    let target = Target {
+        store: "postgres",
+        url: Some(url.clone()),
+        scope: schema.clone(),
+    };
+    let outcome = std::panic::catch_unwind(|| run_matrix(target));
+    drop_schema(&url, &schema);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Cleaning up the servers
+
+/// Delete every key under `prefix` with one Lua script, over a bare RESP connection (the
+/// store offers no way to drop its fence counters, which outlive records by design).
+#[cfg(feature = "redis")]
+fn redis_delete_prefix(url: &str, prefix: &str) -> i64 {
+    use std::net::TcpStream;
+    const SCRIPT: &str = "local n = 0 local c = '0' repeat \
+        local r = redis.call('SCAN', c, 'MATCH', ARGV[1], 'COUNT', 1000) c = r[1] \
+        for _, k in ipairs(r[2]) do redis.call('DEL', k) n = n + 1 end \
+        until c == '0' return n";
+    let rest = url.split_once("://").map(|(_, r)| r).expect("redis:// URL");
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (auth, host) = match authority.rsplit_once('@') {
+        Some((auth, host)) => (Some(auth), host),
+        None => (None, authority),
+    };
+    let host = if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:6379")
+    };
+    let mut stream = TcpStream::connect(&host).expect("connect to Redis to clean up");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut send = |args: &[&str]| -> String {
+        let mut cmd = format!("*{}\r\n", args.len());
+        for a in args {
+            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        stream.write_all(cmd.as_bytes()).expect("send to Redis");
+        let mut reply = Vec::new();
+        let mut byte = [0u8; 1];
+        while !reply.ends_with(b"\r\n") {
+            stream.read_exact(&mut byte).expect("read from Redis");
+            reply.push(byte[0]);
+        }
+        String::from_utf8_lossy(&reply).trim_end().to_owned()
+    };
+    if let Some(auth) = auth {
+        let reply = match auth.split_once(':') {
+            Some((user, pass)) if !user.is_empty() => send(&["AUTH", user, pass]),
+            Some((_, pass)) => send(&["AUTH", pass]),
+            None => send(&["AUTH", auth]),
+        };
+        assert!(reply.starts_with('+'), "Redis AUTH: {reply}");
+    }
+    let db = path.trim_matches('/');
+    if !db.is_empty() {
+        let reply = send(&["SELECT", db]);
+        assert!(reply.starts_with('+'), "Redis SELECT: {reply}");
+    }
+    let pattern = format!("{prefix}:*");
+    let reply = send(&["EVAL", SCRIPT, "0", &pattern]);
+    reply
+        .strip_prefix(':')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("Redis clean-up failed: {reply}"))
+}
+
+#[cfg(feature = "postgres")]
+fn drop_schema(url: &str, schema: &str) {
+    use idem::store::postgres::deadpool_postgres::tokio_postgres::{self, NoTls};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, NoTls)
+            .await
+            .expect("connect to drop the schema");
+        let connection = tokio::spawn(connection);
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .expect("drop the schema");
+        drop(client);
+        let _ = connection.await;
+    });
+}
