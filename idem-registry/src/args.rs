@@ -58,6 +58,12 @@ pub fn parse<T: DeserializeOwned>(arguments: Value) -> Result<T, ArgumentError> 
             ),
         ));
     }
+    // Valid arguments, the common case, need no path: deserialise from a borrow, and track
+    // the path only to explain a failure (serde_json's `&Value` deserialiser accepts exactly
+    // what its owned one accepts, so the typed value is the same).
+    if let Ok(typed) = T::deserialize(&arguments) {
+        return Ok(typed);
+    }
     serde_path_to_error::deserialize(arguments).map_err(|e| {
         let pointer = pointer_of(e.path());
         ArgumentError::new(pointer, e.into_inner().to_string())
