@@ -538,7 +538,8 @@ impl Dispatcher {
             parts,
             args,
             record_key: logical.record_key(),
-            downstream: logical.downstream_key(),
+            // Already derived above (the branch without a logical key has returned).
+            downstream: downstream.unwrap_or_else(|| logical.downstream_key()),
             fingerprint,
             canonical,
         };
@@ -994,10 +995,17 @@ async fn run_body(
     let Some((store, key, fence)) = lease else {
         return flatten(body.await);
     };
+    tokio::pin!(body);
+    // A body that finishes on its first poll (any synchronous tool) has no lease to renew:
+    // poll it once before arming the renewal timer, which costs a timer registration.
+    if let std::task::Poll::Ready(r) =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(body.as_mut().poll(cx))).await
+    {
+        return flatten(r);
+    }
     let period = (tool.policy.lease / 3).max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     let mut renewing = true;
-    tokio::pin!(body);
     loop {
         tokio::select! {
             r = &mut body => return flatten(r),
