@@ -256,7 +256,14 @@ mod tests {
             .map(|c| format!("a{c}b"))
             .collect();
         cases.extend(
-            ["", "plain", "é\n\"q\"\\", "\u{7f}\u{80}\u{2028}😀", "\u{0}\u{1f}"].map(String::from),
+            [
+                "",
+                "plain",
+                "é\n\"q\"\\",
+                "\u{7f}\u{80}\u{2028}😀",
+                "\u{0}\u{1f}",
+            ]
+            .map(String::from),
         );
         for s in cases {
             let mut out = String::new();
