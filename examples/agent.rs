@@ -62,8 +62,17 @@ fn with<T>(p: &Mutex<Option<Provider>>, f: impl FnOnce(&mut Provider) -> T) -> T
 // ---------------------------------------------------------------------------------------
 // The tools.
 
+/// Ask the mail provider's sent log whether our Message-ID went out (settles Unknown calls).
+async fn mail_was_sent(ctx: &ToolContext) -> Result<Verified, ToolError> {
+    let message_id = format!("<{}@mail.example>", ctx.idempotency_key());
+    match with(&MAIL, |m| m.effects.get(&message_id).cloned()) {
+        Some(receipt) => Ok(Verified::Applied(receipt)),
+        None => Ok(Verified::NotApplied),
+    }
+}
+
 /// Send an email to a customer.
-#[tool(class = "non_idempotent_write", open_world, scopes = ["mail:send"])]
+#[tool(class = "non_idempotent_write", open_world, scopes = ["mail:send"], verify = mail_was_sent)]
 async fn send_email(
     ctx: &ToolContext,
     /// Recipient address.
@@ -349,7 +358,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .with_call_id("call_e2");
     s.play("timeout after sending", slow.clone()).await.ok();
-    s.play("model calls again", slow).await.ok();
+    s.play("model calls again (verified)", slow).await.ok();
     FLAKY_STATUS
         .lock()
         .unwrap_or_else(|e| e.into_inner())

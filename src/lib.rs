@@ -52,6 +52,7 @@
 //! | `open_world` | MCP `openWorldHint` | false |
 //! | `scopes` | scopes the principal must hold, e.g. `["mail:send"]` | none |
 //! | `natural_key` | a `fn(&serde_json::Value) -> Option<String>` computing the key from the arguments | none |
+//! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()`, whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
 //! | `on_key_reuse` | `"reject"` (a key with other arguments is `KeyReused`) or `"replay"` | `"reject"` |
 //! | `crate` | the path of this crate if renamed, e.g. `"::my_idem"` | `"::idem"` |
 //!
@@ -95,7 +96,7 @@ pub mod store {
 pub mod prelude {
     pub use crate::{
         Approval, DispatchError, Dispatched, Dispatcher, ErrorKind, MemoryStore, Registry,
-        RunContext, Store, ToolCall, ToolClass, ToolContext, ToolError, tool,
+        RunContext, Store, ToolCall, ToolClass, ToolContext, ToolError, Verified, tool,
     };
 }
 

@@ -14,7 +14,7 @@ pub(crate) const CLASSES: [&str; 4] = [
     "irreversible",
 ];
 
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "class",
     "name",
     "description",
@@ -26,6 +26,7 @@ const KEYS: [&str; 13] = [
     "open_world",
     "scopes",
     "natural_key",
+    "verify",
     "on_key_reuse",
     "crate",
 ];
@@ -63,6 +64,7 @@ pub(crate) struct Attr {
     pub open_world: bool,
     pub scopes: Vec<LitStr>,
     pub natural_key: Option<syn::Path>,
+    pub verify: Option<syn::Path>,
     pub replay_on_key_reuse: bool,
     pub krate: Option<syn::Path>,
 }
@@ -188,6 +190,13 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                 other => errors.spanned(
                     other,
                     "`natural_key` names a function: `natural_key = ticket_key`",
+                ),
+            },
+            "verify" => match value {
+                Expr::Path(p) if p.qself.is_none() => attr.verify = Some(p.path.clone()),
+                other => errors.spanned(
+                    other,
+                    "`verify` names an async function `fn(&ToolContext) -> Result<Verified, ToolError>`: `verify = check_sent`",
                 ),
             },
             "on_key_reuse" => {
@@ -337,6 +346,7 @@ fn example(key: &str) -> String {
         "description" => "`description = \"Send an email.\"`".into(),
         "scopes" => "`scopes = [\"mail:send\"]`".into(),
         "natural_key" => "`natural_key = ticket_key`".into(),
+        "verify" => "`verify = check_sent`".into(),
         "on_key_reuse" => "`on_key_reuse = \"replay\"`".into(),
         "crate" => "`crate = \"::idem\"`".into(),
         "open_world" => "`open_world = true`".into(),

@@ -184,6 +184,10 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
         .natural_key
         .as_ref()
         .map(|path| quote!(.natural_key(#path)));
+    let verify = attr.verify.as_ref().map(|path| {
+        let call = quote_spanned!(path.span()=> #path(&__idem_ctx).await);
+        quote!(.verify(|__idem_ctx: #p::ToolContext, _: #p::Value| async move { #call }))
+    });
 
     quote! {
         #[doc = #description]
@@ -241,6 +245,7 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
                             }
                         })
                         #natural_key
+                        #verify
                         .location(::core::file!(), ::core::line!()),
                 )
             }

@@ -627,7 +627,10 @@ impl Dispatcher {
                 RecordState::Unknown { since, last_error } => {
                     if tool.verify.is_some() && verifications < MAX_VERIFICATIONS {
                         verifications += 1;
-                        match self.verify_unknown(call, record.fence, record.steps, &last_error).await? {
+                        match self
+                            .verify_unknown(call, record.fence, record.steps, &last_error)
+                            .await?
+                        {
                             Settled::Applied(outcome) => return call.replay(outcome),
                             // Released, or settled by another worker: claim again.
                             Settled::Released | Settled::Raced => continue,
@@ -775,7 +778,9 @@ impl Dispatcher {
         last_error: &str,
     ) -> Result<Settled, DispatchError> {
         let tool = call.tool;
-        let Some(verify) = &tool.verify else { return Ok(Settled::Raced) };
+        let Some(verify) = &tool.verify else {
+            return Ok(Settled::Raced);
+        };
         let ctx = ToolContext::new(&call.parts, 0, None, false, steps);
         let answer = AssertUnwindSafe(verify(ctx, call.args.clone()))
             .catch_unwind()
@@ -792,7 +797,10 @@ impl Dispatcher {
             Ok(Verified::NotApplied) => None,
             Err(e) => return Err(unknown(e.to_string())),
         };
-        tracing::info!(applied = outcome.is_some(), "verify hook settled an unknown outcome");
+        tracing::info!(
+            applied = outcome.is_some(),
+            "verify hook settled an unknown outcome"
+        );
         let done = self
             .store
             .settle_unknown(&call.record_key, fence, outcome.as_ref(), tool.policy.ttl)

@@ -19,4 +19,6 @@ pub use args::ArgumentError;
 pub use context::ToolContext;
 pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
-pub use tool::{StaticTool, ToolBuilder, ToolDef, ToolPolicy, ToolRegistration, ToolSpec, Verified};
+pub use tool::{
+    StaticTool, ToolBuilder, ToolDef, ToolPolicy, ToolRegistration, ToolSpec, Verified,
+};

@@ -160,6 +160,8 @@ impl RegistryBuilder {
     }
 
     /// Add a definition.
+    // A builder step, not arithmetic: `std::ops::Add` would read wrongly here.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(mut self, def: ToolDef) -> Self {
         self.pending.push(def);
         self

@@ -53,8 +53,9 @@ impl Verified {
 }
 
 /// Asks the downstream system, by the call's key, whether an Unknown call's effect happened.
-pub type Verifier =
-    Arc<dyn Fn(ToolContext, Value) -> BoxFuture<'static, Result<Verified, ToolError>> + Send + Sync>;
+pub type Verifier = Arc<
+    dyn Fn(ToolContext, Value) -> BoxFuture<'static, Result<Verified, ToolError>> + Send + Sync,
+>;
 
 /// Per-tool policy settings. Every field has a documented default.
 #[derive(Debug, Clone, PartialEq)]
