@@ -1,8 +1,10 @@
 //! An in-memory store: for tests and single-process use. Sharded, bounded, and it makes its
 //! decisions with the same state machine as the durable stores.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::HashSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -73,6 +75,41 @@ impl Clock for ManualClock {
 
 const SHARDS: usize = 16;
 
+/// One shard: records found by their own key. A set of boxed records rather than a map from
+/// key to record keeps the key once per record (not twice) and the table's slots one pointer
+/// wide (a table is at most 7/8 full and up to half empty after it grows, so inline records
+/// would cost their size again in empty slots).
+type Shard = HashSet<Slot>;
+
+/// A record in a shard, hashed and compared by its key.
+struct Slot(Box<Record>);
+
+impl Borrow<str> for Slot {
+    fn borrow(&self) -> &str {
+        self.0.key.as_str()
+    }
+}
+
+impl Hash for Slot {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // The same hash as the key's `str`, as `Borrow<str>` requires.
+        self.0.key.as_str().hash(state);
+    }
+}
+
+impl PartialEq for Slot {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for Slot {}
+
+/// The record under `key` in a shard.
+fn find<'a>(map: &'a Shard, key: &RecordKey) -> Option<&'a Record> {
+    map.get(key.as_str()).map(|slot| &*slot.0)
+}
+
 /// The default number of records a [`MemoryStore`] holds.
 pub const DEFAULT_CAPACITY: usize = 1_000_000;
 
@@ -90,7 +127,7 @@ pub const DEFAULT_CAPACITY: usize = 1_000_000;
 /// # let _ = store;
 /// ```
 pub struct MemoryStore {
-    shards: Box<[Mutex<HashMap<RecordKey, Record>>]>,
+    shards: Box<[Mutex<Shard>]>,
     per_shard: usize,
     clock: Arc<dyn Clock>,
     max_outcome_bytes: usize,
@@ -115,7 +152,7 @@ impl MemoryStore {
     /// A store holding up to [`DEFAULT_CAPACITY`] records, on the system clock.
     pub fn new() -> Self {
         MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect(),
             per_shard: DEFAULT_CAPACITY.div_ceil(SHARDS),
             clock: Arc::new(SystemClock),
             max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
@@ -150,7 +187,7 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn shard(&self, key: &RecordKey) -> MutexGuard<'_, HashMap<RecordKey, Record>> {
+    fn shard(&self, key: &RecordKey) -> MutexGuard<'_, Shard> {
         // Keys are hex digests: their first bytes are uniformly spread.
         let b = key.as_str().as_bytes();
         let h = b.iter().take(4).fold(0usize, |acc, x| {
@@ -159,18 +196,16 @@ impl MemoryStore {
         lock(&self.shards[h % SHARDS])
     }
 
-    fn apply(map: &mut HashMap<RecordKey, Record>, key: &RecordKey, write: Write) {
+    fn apply(map: &mut Shard, key: &RecordKey, write: Write) {
         match write {
             Write::Unchanged => {}
             Write::Put(r) => {
-                if let Some(slot) = map.get_mut(key) {
-                    *slot = *r;
-                } else {
-                    map.insert(key.clone(), *r);
-                }
+                // The machine writes a record under the key it was asked about.
+                debug_assert_eq!(&r.key, key);
+                map.replace(Slot(r));
             }
             Write::Delete => {
-                map.remove(key);
+                map.remove(key.as_str());
             }
         }
     }
@@ -178,7 +213,7 @@ impl MemoryStore {
 
 /// A poisoned shard only means another thread panicked while holding it; every write to a
 /// shard is a single map operation, so its data is still consistent.
-fn lock(m: &Mutex<HashMap<RecordKey, Record>>) -> MutexGuard<'_, HashMap<RecordKey, Record>> {
+fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -187,15 +222,15 @@ impl Store for MemoryStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, StoreError> {
         let now = self.clock.now();
         let mut map = self.shard(&request.key);
-        if !map.contains_key(&request.key) && map.len() >= self.per_shard {
-            map.retain(|_, r| machine::is_live(r, now));
+        if !map.contains(request.key.as_str()) && map.len() >= self.per_shard {
+            map.retain(|slot| machine::is_live(&slot.0, now));
             if map.len() >= self.per_shard {
                 return Err(StoreError::CapacityExceeded {
                     capacity: self.per_shard * SHARDS,
                 });
             }
         }
-        let (write, claim) = machine::claim(map.get(&request.key), request, now);
+        let (write, claim) = machine::claim(find(&map, &request.key), request, now);
         Self::apply(&mut map, &request.key, write);
         Ok(claim)
     }
@@ -210,14 +245,14 @@ impl Store for MemoryStore {
         machine::check_size(outcome, self.max_outcome_bytes)?;
         let now = self.clock.now();
         let mut map = self.shard(key);
-        let write = machine::complete(map.get(key), key, fence, outcome, ttl, now)?;
+        let write = machine::complete(find(&map, key), key, fence, outcome, ttl, now)?;
         Self::apply(&mut map, key, write);
         Ok(())
     }
 
     async fn release(&self, key: &RecordKey, fence: Fence) -> Result<bool, StoreError> {
         let mut map = self.shard(key);
-        let (write, released) = machine::release(map.get(key), key, fence);
+        let (write, released) = machine::release(find(&map, key), key, fence);
         Self::apply(&mut map, key, write);
         Ok(released)
     }
@@ -230,7 +265,7 @@ impl Store for MemoryStore {
     ) -> Result<Timestamp, StoreError> {
         let now = self.clock.now();
         let mut map = self.shard(key);
-        let (write, until) = machine::renew(map.get(key), key, fence, lease, now)?;
+        let (write, until) = machine::renew(find(&map, key), key, fence, lease, now)?;
         Self::apply(&mut map, key, write);
         Ok(until)
     }
@@ -244,7 +279,7 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
         let mut map = self.shard(key);
-        let write = machine::journal(map.get(key), key, fence, step, value, now)?;
+        let write = machine::journal(find(&map, key), key, fence, step, value, now)?;
         Self::apply(&mut map, key, write);
         Ok(())
     }
@@ -257,7 +292,7 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
         let mut map = self.shard(key);
-        let write = machine::mark_unknown(map.get(key), key, fence, error, now)?;
+        let write = machine::mark_unknown(find(&map, key), key, fence, error, now)?;
         Self::apply(&mut map, key, write);
         Ok(())
     }
@@ -265,7 +300,9 @@ impl Store for MemoryStore {
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         let now = self.clock.now();
         let map = self.shard(key);
-        Ok(map.get(key).filter(|r| machine::is_live(r, now)).cloned())
+        Ok(find(&map, key)
+            .filter(|r| machine::is_live(r, now))
+            .cloned())
     }
 
     async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError> {
@@ -273,7 +310,7 @@ impl Store for MemoryStore {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let map = lock(shard);
-            for r in map.values() {
+            for r in map.iter().map(|slot| &*slot.0) {
                 let wanted = match filter.state {
                     Some(kind) => r.state.kind() == kind,
                     None => r.state.kind() != StateKind::Completed,
@@ -301,7 +338,7 @@ impl Store for MemoryStore {
         machine::check_size(outcome, self.max_outcome_bytes)?;
         let now = self.clock.now();
         let mut map = self.shard(key);
-        let (write, record) = machine::resolve(map.get(key), key, outcome, ttl, now)?;
+        let (write, record) = machine::resolve(find(&map, key), key, outcome, ttl, now)?;
         Self::apply(&mut map, key, write);
         Ok(record)
     }
@@ -318,14 +355,14 @@ impl Store for MemoryStore {
         }
         let now = self.clock.now();
         let mut map = self.shard(key);
-        let (write, settled) = machine::settle_unknown(map.get(key), fence, outcome, ttl, now);
+        let (write, settled) = machine::settle_unknown(find(&map, key), fence, outcome, ttl, now);
         Self::apply(&mut map, key, write);
         Ok(settled)
     }
 
     async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError> {
         let mut map = self.shard(key);
-        let write = machine::force_release(map.get(key), key)?;
+        let write = machine::force_release(find(&map, key), key)?;
         Self::apply(&mut map, key, write);
         Ok(true)
     }
@@ -340,14 +377,15 @@ impl Store for MemoryStore {
             let mut map = lock(shard);
             let expired: Vec<RecordKey> = map
                 .iter()
-                .filter(|(_, r)| {
+                .map(|slot| &*slot.0)
+                .filter(|r| {
                     matches!(r.state, RecordState::Completed { .. }) && !machine::is_live(r, now)
                 })
-                .map(|(k, _)| k.clone())
+                .map(|r| r.key.clone())
                 .take(limit - purged)
                 .collect();
             for k in expired {
-                map.remove(&k);
+                map.remove(k.as_str());
                 purged += 1;
             }
         }
