@@ -594,9 +594,6 @@ async fn redis_unresponsive_server_fails_writes_closed_within_the_timeout() {
 
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: RedisStore keeps its multiplexed connection after a response timeout \
-            (the connection manager reconnects only on a dropped connection), so every later \
-            operation times out on the same silent connection"]
 async fn redis_store_replaces_a_connection_that_went_silent() {
     redis_case("silent", |d, proxy, tag| async move {
         silent_connection(&d, &proxy, &tag).await
@@ -606,9 +603,6 @@ async fn redis_store_replaces_a_connection_that_went_silent() {
 
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: after Redis was unreachable for longer than the connection manager's \
-            reconnection attempts, RedisStore's first operation once the server is back \
-            fails with the stale `Connection refused` of the last failed reconnection"]
 async fn redis_first_write_after_a_long_outage_succeeds() {
     redis_case("long", |d, proxy, tag| async move {
         long_outage(&d, &proxy, &tag).await
@@ -736,9 +730,6 @@ async fn postgres_unresponsive_server_fails_writes_closed_within_the_timeout() {
 
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: PostgresStore returns a connection whose operation timed out to the pool, \
-            and fast recycling reuses it, so every later operation times out on the same \
-            silent connection"]
 async fn postgres_store_replaces_a_connection_that_went_silent() {
     postgres_case("silent", |d, proxy, tag| async move {
         silent_connection(&d, &proxy, &tag).await

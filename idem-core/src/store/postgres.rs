@@ -215,7 +215,9 @@ impl PostgresStore {
     /// Bound every operation, waiting for a pooled connection included (default
     /// [`DEFAULT_OPERATION_TIMEOUT`]). An operation that runs out of time fails with
     /// [`StoreError::Unavailable`]; a claim cut short may still have been recorded, in which
-    /// case its lease expires like any orphan's.
+    /// case its lease expires like any orphan's. The connection such an operation used is
+    /// closed, not returned to the pool: a server that stopped answering on it would make
+    /// every later operation time out too.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -253,16 +255,25 @@ impl PostgresStore {
     /// `IF NOT EXISTS` statements can still collide on the catalogs' unique indexes, so
     /// set-up is serialised on a transaction-scoped advisory lock keyed by the schema name.
     async fn set_up(&self) -> Result<(), StoreError> {
-        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let mut checkout = self.checkout().await?;
+        let result = Self::create_schema(&self.schema, checkout.client()).await;
+        checkout.finish();
+        result
+    }
+
+    async fn create_schema(
+        schema: &str,
+        client: &mut deadpool_postgres::Object,
+    ) -> Result<(), StoreError> {
         let tx = client.transaction().await.map_err(db_error)?;
-        let lock_name = format!("idem/schema/{}", self.schema);
+        let lock_name = format!("idem/schema/{schema}");
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))",
             &[&lock_name],
         )
         .await
         .map_err(db_error)?;
-        let table = format!("\"{}\".records", self.schema);
+        let table = format!("\"{schema}\".records");
         let exists: bool = tx
             .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&table])
             .await
@@ -270,9 +281,7 @@ impl PostgresStore {
             .try_get(0)
             .map_err(|e| StoreError::Unavailable(format!("unexpected catalog answer: {e}")))?;
         if !exists {
-            tx.batch_execute(&ddl(&self.schema))
-                .await
-                .map_err(db_error)?;
+            tx.batch_execute(&ddl(schema)).await.map_err(db_error)?;
         }
         tx.commit().await.map_err(db_error)
     }
@@ -291,6 +300,14 @@ impl PostgresStore {
         }
     }
 
+    /// A pooled connection for one operation. Call [`Checkout::finish`] once the operation
+    /// has its answer; if the operation is cut short instead (by the operation timeout, or
+    /// because the caller dropped it), the connection is closed rather than pooled.
+    async fn checkout(&self) -> Result<Checkout, StoreError> {
+        let object = self.pool.get().await.map_err(pool_error)?;
+        Ok(Checkout(Some(object)))
+    }
+
     /// Run one statement (prepared once per connection) and return its rows.
     async fn query(
         &self,
@@ -298,9 +315,14 @@ impl PostgresStore {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
         self.bounded(async {
-            let client = self.pool.get().await.map_err(pool_error)?;
-            let statement = client.prepare_cached(sql).await.map_err(db_error)?;
-            client.query(&statement, params).await.map_err(db_error)
+            let mut checkout = self.checkout().await?;
+            let client = checkout.client();
+            let result = match client.prepare_cached(sql).await {
+                Ok(statement) => client.query(&statement, params).await,
+                Err(e) => Err(e),
+            };
+            checkout.finish();
+            result.map_err(db_error)
         })
         .await
     }
@@ -308,11 +330,52 @@ impl PostgresStore {
     /// Run one statement and return how many rows it changed.
     async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, StoreError> {
         self.bounded(async {
-            let client = self.pool.get().await.map_err(pool_error)?;
-            let statement = client.prepare_cached(sql).await.map_err(db_error)?;
-            client.execute(&statement, params).await.map_err(db_error)
+            let mut checkout = self.checkout().await?;
+            let client = checkout.client();
+            let result = match client.prepare_cached(sql).await {
+                Ok(statement) => client.execute(&statement, params).await,
+                Err(e) => Err(e),
+            };
+            checkout.finish();
+            result.map_err(db_error)
         })
         .await
+    }
+}
+
+/// A pooled connection lent to one operation.
+///
+/// An operation that timed out (or was cancelled) leaves its connection in an unknown state:
+/// the server may have stopped answering while keeping the socket open, or a reply may be
+/// half read. The pool's fast recycling only checks that a connection is not closed, so such
+/// a connection would be handed to every later operation, which would time out on it in
+/// turn. Dropping a `Checkout` that was not [finished](Checkout::finish) therefore takes the
+/// connection out of the pool and closes it; the pool opens a fresh one when needed.
+/// Discarding a connection is always safe: nothing is in flight on it any more, and an
+/// operation that was cut short has already been reported as failed.
+struct Checkout(Option<deadpool_postgres::Object>);
+
+impl Checkout {
+    fn client(&mut self) -> &mut deadpool_postgres::Object {
+        self.0
+            .as_mut()
+            .expect("a checkout holds its connection until it is finished or dropped")
+    }
+
+    /// The operation got its answer (a result or an error): the connection goes back to the
+    /// pool, whose recycling discards it if it has closed.
+    fn finish(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        if let Some(object) = self.0.take() {
+            // Out of the pool for good; dropping the client aborts its connection task,
+            // which closes the socket.
+            drop(deadpool_postgres::Object::take(object));
+        }
     }
 }
 

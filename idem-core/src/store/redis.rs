@@ -38,11 +38,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, Script, Value};
+use redis::{RedisError, RedisResult, Script, Value};
 
 use crate::canonical::Fingerprint;
 use crate::class::OrphanPolicy;
@@ -66,7 +67,8 @@ pub const MAX_DURATION: Duration = Duration::from_millis(1_000_000_000_000_000);
 const CONNECT_BUDGET: Duration = Duration::from_secs(10);
 /// One connection attempt.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
-/// One command; a 1 MiB outcome on a busy server must fit in it.
+/// One command; a 1 MiB outcome on a busy server must fit in it. A connection on which a
+/// command timed out is replaced (see [`Connection`]).
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reconnection attempts after a dropped connection.
 const RECONNECT_RETRIES: usize = 2;
@@ -317,7 +319,9 @@ impl RecordKeys {
 /// A [`Store`] on Redis, shared by any number of workers on any number of hosts.
 ///
 /// Cloning is cheap: clones share one multiplexed connection, which reconnects on its own
-/// after the server went away. See the [module documentation](self) for the key layout.
+/// after the server went away, and which a store made by [`connect`](RedisStore::connect)
+/// replaces after a command timed out on it. See the [module documentation](self) for the key
+/// layout.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -332,9 +336,9 @@ impl RecordKeys {
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Arc<Connection>,
     prefix: String,
-    scripts: std::sync::Arc<Scripts>,
+    scripts: Arc<Scripts>,
     max_outcome_bytes: usize,
     fence_retention: Duration,
 }
@@ -370,13 +374,9 @@ impl RedisStore {
         check_prefix(prefix)?;
         let client = redis::Client::open(url)
             .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECTION_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(RECONNECT_RETRIES);
         let conn = tokio::time::timeout(
             CONNECT_BUDGET,
-            ConnectionManager::new_with_config(client, config),
+            ConnectionManager::new_with_config(client.clone(), manager_config()),
         )
         .await
         .map_err(|_| {
@@ -386,8 +386,8 @@ impl RedisStore {
             ))
         })?
         .map_err(unavailable)?;
-        let store = Self::from_manager(conn, prefix)?;
-        let mut conn = store.conn.clone();
+        let store = Self::over(Connection::new(conn, Some(client)), prefix);
+        let (_, mut conn) = store.conn.manager();
         for script in store.scripts.all() {
             script.load_async(&mut conn).await.map_err(unavailable)?;
         }
@@ -396,6 +396,11 @@ impl RedisStore {
 
     /// A store over a connection the caller configured (timeouts, retries). Scripts are
     /// loaded on first use. Fails only when the prefix contains `{` or `}`.
+    ///
+    /// The manager reconnects on its own after a dropped connection, but not after a command
+    /// timed out on a connection that stays open and silent, and this store cannot build
+    /// another manager like the caller's: give it a response timeout, and prefer
+    /// [`connect`](RedisStore::connect), which replaces a connection after a timeout.
     ///
     /// ```no_run
     /// use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -411,13 +416,18 @@ impl RedisStore {
     /// ```
     pub fn from_manager(conn: ConnectionManager, prefix: &str) -> Result<Self, StoreError> {
         check_prefix(prefix)?;
-        Ok(RedisStore {
-            conn,
+        Ok(Self::over(Connection::new(conn, None), prefix))
+    }
+
+    /// A store with default limits over `conn`; the prefix is checked already.
+    fn over(conn: Connection, prefix: &str) -> Self {
+        RedisStore {
+            conn: Arc::new(conn),
             prefix: prefix.to_owned(),
-            scripts: std::sync::Arc::new(Scripts::new()),
+            scripts: Arc::new(Scripts::new()),
             max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
             fence_retention: DEFAULT_FENCE_RETENTION,
-        })
+        }
     }
 
     /// Limit the size of one recorded outcome (default
@@ -490,11 +500,13 @@ impl RedisStore {
         for arg in args {
             invocation.arg(*arg);
         }
-        let mut conn = self.conn.clone();
-        let reply: Value = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+        let invocation = &invocation;
+        // A state-changing script: sent again only if it certainly never reached the server.
+        let reply: Value = self
+            .call(Resend::IfNeverSent, move |mut conn| async move {
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
         let Value::Array(mut items) = reply else {
             return Err(corrupt(key, format!("unexpected script reply {reply:?}")));
         };
@@ -517,8 +529,12 @@ impl RedisStore {
             pipe.cmd("HGETALL").arg(&k.rec);
             pipe.cmd("LRANGE").arg(&k.steps).arg(0).arg(-1);
         }
-        let mut conn = self.conn.clone();
-        let values: Vec<Value> = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+        let pipe = &pipe;
+        let values: Vec<Value> = self
+            .call(Resend::AfterDrop, move |mut conn| async move {
+                pipe.query_async(&mut conn).await
+            })
+            .await?;
         let mut values = values.into_iter();
         let now = values
             .next()
@@ -538,16 +554,48 @@ impl RedisStore {
     /// One `SCAN` step over this store's record hashes.
     async fn scan(&self, cursor: u64) -> Result<(u64, Vec<String>), StoreError> {
         let pattern = format!("{}:{{*}}:rec", glob_escape(&self.prefix));
-        let mut conn = self.conn.clone();
-        redis::cmd("SCAN")
-            .arg(cursor)
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
             .arg("MATCH")
             .arg(pattern)
             .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)
+            .arg(SCAN_COUNT);
+        let scan = &scan;
+        self.call(Resend::AfterDrop, move |mut conn| async move {
+            scan.query_async(&mut conn).await
+        })
+        .await
+    }
+
+    /// Run `operation` on the current connection. If it fails because the connection is
+    /// gone, run it once more, on the connection the manager is already making, when that is
+    /// safe (see [`Resend`]); a command that timed out is never sent again. Either way a
+    /// timed-out connection is replaced for the operations that follow.
+    ///
+    /// Why once: the manager reconnects after the first failure (with its own bounded
+    /// retries and connection timeout), so a second attempt waits for that reconnection. A
+    /// long outage leaves the manager holding the `Connection refused` of its last failed
+    /// reconnection; without the second attempt the first operation once the server is back
+    /// would fail on that stale error.
+    async fn call<T, F, Fut>(&self, resend: Resend, operation: F) -> Result<T, StoreError>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let (generation, conn) = self.conn.manager();
+        let error = match operation(conn).await {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        self.conn.failed(generation, &error);
+        if !resend.allows(&error) {
+            return Err(unavailable(error));
+        }
+        let (generation, conn) = self.conn.manager();
+        operation(conn).await.map_err(|e| {
+            self.conn.failed(generation, &e);
+            unavailable(e)
+        })
     }
 
     fn retention_ms(&self) -> u64 {
@@ -881,12 +929,112 @@ impl Store for RedisStore {
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
-        let mut conn = self.conn.clone();
-        let time: Value = redis::cmd("TIME")
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+        let time: Value = self
+            .call(Resend::AfterDrop, |mut conn| async move {
+                redis::cmd("TIME").query_async(&mut conn).await
+            })
+            .await?;
         server_time(&time).ok_or_else(|| StoreError::Unavailable("Redis TIME gave no time".into()))
+    }
+}
+
+/// The manager every connection of a store made by [`RedisStore::connect`] comes from.
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_number_of_retries(RECONNECT_RETRIES)
+}
+
+/// The store's connection manager, and a fresh one after a command timed out.
+///
+/// The manager reconnects by itself only when its connection drops. A connection that stays
+/// open but answers nothing (a hung server, a flow dropped by a firewall without a reset)
+/// makes each command wait for the response timeout and fail, for as long as the socket
+/// stays open. So after a timeout the store replaces the manager with a new one that connects
+/// on first use; operations still in flight on the old one finish or time out on it, and it
+/// is closed when the last of them lets go.
+struct Connection {
+    current: Mutex<Current>,
+    /// How to make a new manager; `None` for a manager the caller built
+    /// ([`RedisStore::from_manager`]), which is kept.
+    client: Option<redis::Client>,
+}
+
+struct Current {
+    /// Counts replacements, so the many operations that time out on one silent connection
+    /// replace it once.
+    generation: u64,
+    manager: ConnectionManager,
+}
+
+impl Connection {
+    fn new(manager: ConnectionManager, client: Option<redis::Client>) -> Self {
+        Connection {
+            current: Mutex::new(Current {
+                generation: 0,
+                manager,
+            }),
+            client,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        // `Current` is updated only once a new manager exists, so it is consistent even if a
+        // thread panicked while holding the lock.
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The current manager (a cheap handle on it) and its generation.
+    fn manager(&self) -> (u64, ConnectionManager) {
+        let current = self.lock();
+        (current.generation, current.manager.clone())
+    }
+
+    /// An operation on the manager of `generation` failed with `error`: replace that manager
+    /// if the error is a timeout and it has not been replaced already.
+    fn failed(&self, generation: u64, error: &RedisError) {
+        let Some(client) = &self.client else {
+            return;
+        };
+        if !error.is_timeout() {
+            return;
+        }
+        let mut current = self.lock();
+        if current.generation != generation {
+            return;
+        }
+        // Connects lazily: nothing waits on the server under the lock. It fails only on a
+        // configuration the first manager was built with already.
+        if let Ok(manager) =
+            ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
+        {
+            current.manager = manager;
+            current.generation += 1;
+        }
+    }
+}
+
+/// When an operation whose connection failed may be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// Only when the command certainly never reached the server: the connection to it was
+    /// refused, so no byte of the command was written to any socket (a refusal can only come
+    /// from a connection attempt, never from a connection that carried a command). Used for
+    /// the state-changing scripts: running one twice is not harmless in general (a second
+    /// `claim` would find the caller's own record and report it as someone else's; a second
+    /// `complete`, `mark_unknown` or `settle_unknown` would find the record already settled
+    /// and report the holder fenced).
+    IfNeverSent,
+    /// Also after the connection dropped with the command possibly sent: for reads (`TIME`,
+    /// `SCAN`, a `MULTI` of `HGETALL`/`LRANGE`), which change nothing when run twice.
+    AfterDrop,
+}
+
+impl Resend {
+    fn allows(self, error: &RedisError) -> bool {
+        error.is_connection_refusal()
+            || (self == Resend::AfterDrop && !error.is_timeout() && error.is_connection_dropped())
     }
 }
 
