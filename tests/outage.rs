@@ -7,18 +7,16 @@
 //!
 //! A server that stops answering but keeps its connections open (a hung process) must not
 //! hang the dispatcher either: the write fails closed within the store's own timeout (the
-//! Redis store's response timeout, 5 s; the PostgreSQL store's operation timeout, set to 3 s
-//! here), and nothing executes.
+//! Redis store's response timeout, 5 s, plus one reconnection when the connection went
+//! silent; the PostgreSQL store's operation timeout, set to 3 s here), and nothing executes.
 //!
 //! The real servers keep running (other tests use them): each test puts a TCP proxy between
 //! its store and the server. "Stopping the server" closes the proxy's listener and every
 //! connection through it; "restarting" listens again on the same port; "freezing" forwards
 //! nothing and closes nothing. After a restart the tests wait (bounded) for the store to
-//! answer a health check before dispatching, as a worker would; the ignored
-//! `*_first_write_after_a_long_outage_succeeds` tests dispatch without one.
-//!
-//! Three tests are ignored because they fail on known store bugs (see their `ignore`
-//! reasons): run them with `--ignored`.
+//! answer a health check before dispatching, as a worker would; the
+//! `*_first_write_after_a_long_outage_succeeds` tests dispatch without one, and the
+//! frozen-server tests check that later operations get a fresh connection.
 //!
 //! Needs `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL`; without them the tests say why they are
 //! skipped, unless `IDEM_REQUIRE_SERVICES=1` makes that a failure.
