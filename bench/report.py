@@ -1,0 +1,130 @@
+"""Summarise a `scripts/bench` run: medians with spread, and ratios to the baseline measured in
+the same run, as the table BENCHMARKS.md reproduces.
+
+    python report.py <results-dir>          # reads results.jsonl and criterion's estimates
+    python report.py sum <row> <contender> <concurrency> <rep> < worker-lines
+"""
+
+import json
+import os
+import statistics
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip().startswith("{")]
+
+
+def summed(row, contender, concurrency, rep):
+    """Add up the lines of workers that ran in the same window (one line per process)."""
+    lines = [json.loads(l) for l in sys.stdin if l.strip().startswith("{")]
+    ops = sum(l["ops"] for l in lines)
+    secs = max(l["secs"] for l in lines)
+    print(json.dumps({"row": row, "contender": contender, "concurrency": int(concurrency),
+                      "rep": int(rep), "ops": ops, "secs": secs, "per_sec": ops / secs}))
+
+
+def spread(values):
+    return f"{statistics.median(values):,.0f} [{min(values):,.0f}–{max(values):,.0f}]"
+
+
+def ratio_line(runs, row, contender, baseline, concurrency, target, higher_is_better=True):
+    def per_rep(name):
+        return {r["rep"]: r["per_sec"] for r in runs
+                if r["row"] == row and r["contender"] == name and r["concurrency"] == concurrency}
+    mine, base = per_rep(contender), per_rep(baseline)
+    reps = sorted(set(mine) & set(base))
+    if not reps:
+        return None
+    ratios = [mine[r] / base[r] for r in reps]
+    ratio = statistics.median(ratios)
+    met = ratio >= target if higher_is_better else ratio <= target
+    return (f"| {row} c={concurrency}: {contender} | {baseline} | "
+            f"{spread([mine[r] for r in reps])} /s | {spread([base[r] for r in reps])} /s | "
+            f"**{ratio:.2f}×** [{min(ratios):.2f}–{max(ratios):.2f}] | ≥ {target}× | "
+            f"{'yes' if met else 'no'} |")
+
+
+def criterion(root, group, name):
+    path = os.path.join(root, group, *name.split("/"), "new", "estimates.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        e = json.load(f)
+    return e["median"]["point_estimate"], e["median_abs_dev"]["point_estimate"]
+
+
+def hot_path(root):
+    out = ["| hot path | median ± MAD | ÷ floor | target | met? | ÷ rmcp | ≤ rmcp? |",
+           "|---|---|---|---|---|---|---|"]
+    rmcp = criterion(root, "first", "rmcp")
+    for group, target in (("first", 3.0), ("replay", 2.0)):
+        floor = criterion(root, group, "floor")
+        if floor is None:
+            continue
+        out.append(f"| {group}/floor | {floor[0]:,.0f} ± {floor[1]:,.0f} ns | 1 | | | "
+                   f"{floor[0] / rmcp[0]:.2f} | |")
+        if group == "first" and rmcp:
+            out.append(f"| rmcp dispatch | {rmcp[0]:,.0f} ± {rmcp[1]:,.0f} ns | "
+                       f"{rmcp[0] / floor[0]:.2f} | | | 1 | |")
+        for cls in ("read", "idempotent_write", "non_idempotent_write", "irreversible"):
+            m = criterion(root, group, f"idem/{cls}")
+            if m is None:
+                continue
+            r = m[0] / floor[0]
+            rr = m[0] / rmcp[0] if rmcp else float("nan")
+            out.append(f"| {group}/idem/{cls} | {m[0]:,.0f} ± {m[1]:,.0f} ns | **{r:.2f}×** | "
+                       f"≤ {target:g}× | {'yes' if r <= target else 'no'} | {rr:.2f}× | "
+                       f"{'yes' if rr <= 1 else 'no'} |")
+    return out
+
+
+def main(results):
+    runs = load(os.path.join(results, "results.jsonl"))
+    lines = []
+    crit = os.path.join(results, "..", "criterion")
+    if os.path.isdir(crit):
+        lines += ["### Hot path (criterion, per call)", ""] + hot_path(crit) + [""]
+    table = ["| row | baseline | idem, median [min–max] | baseline, median [min–max] | ratio, median of paired runs [min–max] | target | met? |",
+             "|---|---|---|---|---|---|---|"]
+    for procs in (1, 2):
+        table.append(ratio_line(runs, "sqlite", "idem", "raw", procs, 0.8))
+    for c in (1, 16, 64):
+        table.append(ratio_line(runs, "redis", "idem", "raw", c, 0.8))
+        table.append(ratio_line(runs, "redis", "idem", "powertools", c, 3.0))
+    for c in (1, 16, 64):
+        table.append(ratio_line(runs, "postgres", "idem", "pgbench", c, 0.7))
+    table = [t for t in table if t]
+    if len(table) > 2:
+        lines += ["### Stores (dispatches per second, claim + complete)", ""] + table + [""]
+    macro = [r for r in runs if r["row"] == "macro"]
+    if macro:
+        lines += ["### Macro cost (seconds, dev profile, 100 tools)", "",
+                  "| build | idem, median [min–max] | rmcp, median [min–max] | ratio | target | met? |",
+                  "|---|---|---|---|---|---|"]
+        for kind in ("clean", "incremental"):
+            idem = [r["secs"] for r in macro if r["contender"] == "idem" and r["kind"] == kind]
+            rmcp = [r["secs"] for r in macro if r["contender"] == "rmcp" and r["kind"] == kind]
+            if idem and rmcp:
+                ratio = statistics.median(idem) / statistics.median(rmcp)
+                lines.append(f"| {kind} | {statistics.median(idem):.2f} [{min(idem):.2f}–{max(idem):.2f}] | "
+                             f"{statistics.median(rmcp):.2f} [{min(rmcp):.2f}–{max(rmcp):.2f}] | "
+                             f"**{ratio:.2f}×** | ≤ 1× | {'yes' if ratio <= 1 else 'no'} |")
+        lines.append("")
+    memory = [r for r in runs if r["row"] == "memory"]
+    if memory:
+        m = memory[-1]
+        lines += ["### Memory (MemoryStore, completed records)", "",
+                  f"{m['records']:,} records; payload {m['payload_bytes']} B each; "
+                  f"live heap {m['live_bytes_per_record']} B/record → **{m['overhead_bytes_per_record']} B** "
+                  f"beyond the payload (target ≤ 200 B: {'met' if m['overhead_bytes_per_record'] <= 200 else 'missed'}); "
+                  f"`Record` itself is {m['record_struct_bytes']} B; RSS growth {m['rss_bytes_per_record']} B/record.", ""]
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "sum":
+        summed(*sys.argv[2:6])
+    else:
+        main(sys.argv[1])

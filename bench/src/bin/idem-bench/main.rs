@@ -1,0 +1,35 @@
+//! The benchmark driver `scripts/bench` runs: one subcommand per row that criterion cannot
+//! measure in-process, each printing one JSON line of results.
+
+mod macros;
+mod profile;
+mod server;
+mod sqlite;
+mod timed;
+
+const USAGE: &str = "usage: idem-bench <command> ...
+  sqlite idem|raw <db> <worker> <start_ms|now> <seconds>
+  redis <url> <prefix> <concurrency> <start_ms|now> <seconds>
+  postgres <url> <schema> <concurrency> <start_ms|now> <seconds>
+  gen-macro-crates <dir> <tools>
+  profile first|replay <tool> <calls>";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((command, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        std::process::exit(2);
+    };
+    let result = match command.as_str() {
+        "sqlite" => sqlite::run(rest),
+        "redis" => server::run("redis", rest),
+        "postgres" => server::run("postgres", rest),
+        "gen-macro-crates" => macros::run(rest),
+        "profile" => profile::run(rest),
+        other => Err(format!("unknown command {other:?}\n{USAGE}")),
+    };
+    if let Err(e) = result {
+        eprintln!("idem-bench {command}: {e}");
+        std::process::exit(1);
+    }
+}

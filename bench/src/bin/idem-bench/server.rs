@@ -1,0 +1,86 @@
+//! Rows 3 and 4: dispatches per second on Redis and PostgreSQL at a given concurrency, from
+//! one process (a multi-threaded runtime with one task per concurrent caller, every call a new
+//! key, so each dispatch is a claim and a complete: two round trips).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use idem::store::postgres::deadpool_postgres::tokio_postgres::NoTls;
+use idem::store::postgres::deadpool_postgres::{self, PoolConfig, Runtime};
+use idem::{PostgresStore, RedisStore, RunContext, Store};
+use idem_bench::{TENANT, call, dispatcher};
+
+use crate::timed::{Window, report};
+
+/// `redis|postgres <url> <namespace> <concurrency> <start_ms|now> <seconds>`
+pub fn run(row: &str, args: &[String]) -> Result<(), String> {
+    let [url, namespace, concurrency, start, seconds] = args else {
+        return Err(format!(
+            "usage: {row} <url> <prefix-or-schema> <concurrency> <start_ms|now> <seconds>"
+        ));
+    };
+    let concurrency: usize = concurrency
+        .parse()
+        .map_err(|e| format!("concurrency: {e}"))?;
+    let window = Window::parse(start, seconds)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let store: Arc<dyn Store> = match row {
+            "redis" => Arc::new(
+                RedisStore::connect(url, namespace)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            "postgres" => {
+                // As many connections as callers, like pgbench's clients.
+                let config = deadpool_postgres::Config {
+                    url: Some(url.clone()),
+                    pool: Some(PoolConfig::new(concurrency)),
+                    ..Default::default()
+                };
+                let pool = config
+                    .create_pool(Some(Runtime::Tokio1), NoTls)
+                    .map_err(|e| e.to_string())?;
+                Arc::new(
+                    PostgresStore::from_pool(pool, namespace)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+            other => return Err(format!("unknown row {other:?}")),
+        };
+        let d = Arc::new(dispatcher(store));
+        let ops = Arc::new(AtomicU64::new(0));
+        let end = tokio::task::spawn_blocking(move || window.wait())
+            .await
+            .map_err(|e| e.to_string())?;
+        let begin = Instant::now();
+        let mut tasks = Vec::with_capacity(concurrency);
+        for worker in 0..concurrency {
+            let (d, ops) = (d.clone(), ops.clone());
+            let pid = std::process::id();
+            tasks.push(tokio::spawn(async move {
+                let run = RunContext::new(TENANT);
+                let mut i = 0u64;
+                while Instant::now() < end {
+                    let call = call("noop_idempotent_write", &format!("call-{pid}-{worker}-{i}"));
+                    let out = d.dispatch(&call, &run).await.map_err(|e| e.to_string())?;
+                    black_box(out);
+                    ops.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+                Ok::<_, String>(())
+            }));
+        }
+        for task in tasks {
+            task.await.map_err(|e| e.to_string())??;
+        }
+        report(row, "idem", concurrency, ops.load(Ordering::Relaxed), begin.elapsed());
+        Ok(())
+    })
+}

@@ -1,0 +1,267 @@
+//! What every benchmark of idem shares: one realistic tool call, the same no-op tool declared
+//! four ways (one per class) with idem's `#[tool]` and once with rmcp's, and the floor that
+//! any deduplicating dispatcher must pay.
+//!
+//! The benchmarks themselves are `benches/hot_path.rs` (criterion) and the `idem-bench`
+//! binary, which `scripts/bench` drives for the multi-process and server rows.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::Arc;
+
+use idem::prelude::*;
+use idem::{Approval, Registry};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The arguments of every benchmarked call, as the model emits them (JSON text, ~200 bytes).
+pub const ARGUMENTS: &str = r#"{"ticket":48213,"status":"in_progress","assignee":"dana.okafor@example.com","note":"Export button does nothing on Safari 17; reproduced on staging.","tags":["bug","export","safari"],"priority":2}"#;
+
+/// The tenant every benchmarked call acts for.
+pub const TENANT: &str = "tenant-bench";
+
+/// The four no-op tools, one per class, all taking the parameters of [`ARGUMENTS`].
+pub mod tools {
+    use super::*;
+
+    /// Set a ticket's status (no-op, `read`).
+    #[tool(class = "read")]
+    pub fn noop_read(
+        ticket: u64,
+        status: String,
+        assignee: String,
+        note: String,
+        tags: Vec<String>,
+        priority: u8,
+    ) -> Result<String, ToolError> {
+        black_box((ticket, &status, &assignee, &note, &tags, priority));
+        Ok("ok".to_owned())
+    }
+
+    /// Set a ticket's status (no-op, `idempotent_write`).
+    #[tool(class = "idempotent_write")]
+    pub fn noop_idempotent_write(
+        ticket: u64,
+        status: String,
+        assignee: String,
+        note: String,
+        tags: Vec<String>,
+        priority: u8,
+    ) -> Result<String, ToolError> {
+        black_box((ticket, &status, &assignee, &note, &tags, priority));
+        Ok("ok".to_owned())
+    }
+
+    /// Set a ticket's status (no-op, `non_idempotent_write`).
+    #[tool(class = "non_idempotent_write")]
+    pub fn noop_non_idempotent_write(
+        ticket: u64,
+        status: String,
+        assignee: String,
+        note: String,
+        tags: Vec<String>,
+        priority: u8,
+    ) -> Result<String, ToolError> {
+        black_box((ticket, &status, &assignee, &note, &tags, priority));
+        Ok("ok".to_owned())
+    }
+
+    /// Set a ticket's status (no-op, `irreversible`).
+    #[tool(class = "irreversible")]
+    pub fn noop_irreversible(
+        ticket: u64,
+        status: String,
+        assignee: String,
+        note: String,
+        tags: Vec<String>,
+        priority: u8,
+    ) -> Result<String, ToolError> {
+        black_box((ticket, &status, &assignee, &note, &tags, priority));
+        Ok("ok".to_owned())
+    }
+}
+
+/// The benchmarked classes, with the name of their no-op tool.
+pub const CLASSES: [(&str, &str); 4] = [
+    ("read", "noop_read"),
+    ("idempotent_write", "noop_idempotent_write"),
+    ("non_idempotent_write", "noop_non_idempotent_write"),
+    ("irreversible", "noop_irreversible"),
+];
+
+/// A registry of exactly the four no-op tools (explicit, so no linker question arises).
+pub fn registry() -> Registry {
+    Registry::builder()
+        .tool::<tools::noop_read>()
+        .tool::<tools::noop_idempotent_write>()
+        .tool::<tools::noop_non_idempotent_write>()
+        .tool::<tools::noop_irreversible>()
+        .build()
+        .expect("the four no-op tools register")
+}
+
+/// A dispatcher over the four no-op tools and a store.
+pub fn dispatcher(store: Arc<dyn Store>) -> Dispatcher {
+    Dispatcher::new(registry(), store).with_namespace("bench")
+}
+
+/// The run context of one call: irreversible calls carry the approval of exactly that call,
+/// obtained the way an application obtains it (the dispatcher's `ApprovalRequired`).
+pub async fn run_for(dispatcher: &Dispatcher, tool: &str, call_id: &str) -> RunContext {
+    let run = RunContext::new(TENANT);
+    if tool != "noop_irreversible" {
+        return run;
+    }
+    let call = call(tool, call_id);
+    match dispatcher.dispatch(&call, &run).await {
+        Err(DispatchError::ApprovalRequired { request }) => {
+            let approval: Approval = request.approve();
+            run.approve(approval)
+        }
+        other => panic!("expected ApprovalRequired, got {other:?}"),
+    }
+}
+
+/// A call as the application builds it from the model's message: the arguments parsed from
+/// their JSON text.
+pub fn call(tool: &str, call_id: &str) -> ToolCall {
+    let arguments: Value = serde_json::from_str(ARGUMENTS).expect("ARGUMENTS is JSON");
+    ToolCall::new(tool, arguments).with_call_id(call_id)
+}
+
+/// The floor of any deduplicating dispatcher: parse the arguments, SHA-256 of their
+/// canonical text, one `HashMap` insert (first execution) or lookup (replay).
+#[derive(Default)]
+pub struct Floor {
+    records: HashMap<String, ([u8; 32], String)>,
+}
+
+impl Floor {
+    /// An empty map.
+    pub fn new() -> Self {
+        Floor::default()
+    }
+
+    fn fingerprint(arguments: &str) -> [u8; 32] {
+        let value: Value = serde_json::from_str(arguments).expect("arguments are JSON");
+        // serde_json's map is ordered (no `preserve_order`), so this text is canonical.
+        let canonical = serde_json::to_string(&value).expect("a Value serialises");
+        Sha256::digest(canonical.as_bytes()).into()
+    }
+
+    /// First execution: record the output under the call id.
+    pub fn first(&mut self, call_id: &str, arguments: &str) {
+        let fp = Self::fingerprint(arguments);
+        self.records
+            .insert(call_id.to_owned(), (fp, "\"ok\"".to_owned()));
+    }
+
+    /// Replay: find the recorded output and check the arguments are the same.
+    pub fn replay(&self, call_id: &str, arguments: &str) -> bool {
+        let fp = Self::fingerprint(arguments);
+        matches!(self.records.get(call_id), Some((f, out)) if *f == fp && !out.is_empty())
+    }
+
+    /// How many records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+/// The same no-op tool declared with rmcp's `#[tool_router]` / `#[tool]`.
+pub mod mcp {
+    use std::borrow::Cow;
+
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::tool::ToolCallContext;
+    use rmcp::handler::server::wrapper::Parameters;
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, NumberOrString};
+    use rmcp::service::{RequestContext, RoleServer, RunningService, serve_directly};
+    use rmcp::{tool, tool_router};
+
+    use super::*;
+
+    /// The parameters of [`ARGUMENTS`].
+    #[derive(Debug, Deserialize, Serialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct TicketArgs {
+        ticket: u64,
+        status: String,
+        assignee: String,
+        note: String,
+        tags: Vec<String>,
+        priority: u8,
+    }
+
+    /// An rmcp server with the one no-op tool.
+    #[derive(Clone)]
+    pub struct Server {
+        tool_router: ToolRouter<Self>,
+    }
+
+    #[tool_router(server_handler)]
+    impl Server {
+        /// Set a ticket's status (no-op).
+        #[tool(description = "Set a ticket's status (no-op).")]
+        async fn noop(&self, Parameters(args): Parameters<TicketArgs>) -> String {
+            black_box(&args);
+            "ok".to_owned()
+        }
+    }
+
+    /// rmcp's dispatch without a transport: the router is called directly with a request
+    /// context, as rmcp's server loop calls it for every request it reads.
+    pub struct Direct {
+        server: Server,
+        running: RunningService<RoleServer, Server>,
+        next_id: i64,
+    }
+
+    impl Direct {
+        /// Start the server over an in-memory pipe only to obtain a peer handle; calls then
+        /// go straight to the router.
+        pub fn new() -> Self {
+            let server = Server {
+                tool_router: Server::tool_router(),
+            };
+            let (a, _b) = tokio::io::duplex(1 << 16);
+            let (read, write) = tokio::io::split(a);
+            let running = serve_directly(server.clone(), (read, write), None);
+            Direct {
+                server,
+                running,
+                next_id: 0,
+            }
+        }
+
+        /// Parse the arguments and dispatch the no-op through rmcp's router.
+        pub async fn call(&mut self) -> CallToolResponse {
+            self.next_id += 1;
+            let arguments: JsonObject =
+                serde_json::from_str(ARGUMENTS).expect("ARGUMENTS is a JSON object");
+            let params = CallToolRequestParams::new(Cow::Borrowed("noop")).with_arguments(arguments);
+            let context = RequestContext::new(
+                NumberOrString::Number(self.next_id),
+                self.running.peer().clone(),
+            );
+            self.server
+                .tool_router
+                .call(ToolCallContext::new(&self.server, params, context))
+                .await
+                .expect("the no-op succeeds")
+        }
+    }
+
+    impl Default for Direct {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+}
