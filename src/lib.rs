@@ -74,12 +74,15 @@ pub use idem_core::store::redis::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use idem_core::store::sqlite::SqliteStore;
 pub use idem_core::{
-    ClassHints, ErrorKind, Fence, Fingerprint, IdempotencyKey, KeyMaterial, ListFilter, Outcome,
-    Record, RecordKey, RecordState, StateKind, Store, StoreError, Timestamp, ToolClass, ToolError,
+    ClassHints, ErrorKind, Fence, Fingerprint, IdempotencyKey, JournalEntry, KeyMaterial,
+    ListFilter, LogicalKey, ORPHANED, OrphanPolicy, Outcome, Record, RecordKey, RecordState,
+    StateKind, Store, StoreError, Timestamp, ToolClass, ToolError, UnknownClass,
 };
 pub use idem_macros::tool;
+pub use idem_registry::dispatch::DEFAULT_NAMESPACE;
 /// Provider exports (OpenAI, Anthropic, Gemini, MCP) and their portability reports.
 pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
+pub use idem_registry::tool::Location;
 pub use idem_registry::{
     Approval, ApprovalRequest, ArgumentError, DispatchError, Dispatched, Dispatcher, Registry,
     RegistryBuilder, RegistryError, RunContext, StaticTool, ToolBuilder, ToolCall, ToolContext,

@@ -31,6 +31,9 @@ pub enum KeyMaterial {
         run_id: String,
         /// The step number inside the run.
         step: u64,
+        /// The call's position among the parallel calls of the step.
+        #[serde(default)]
+        index: u32,
     },
     /// A key the tool computed from its arguments (find-or-create semantics).
     Natural {
@@ -105,9 +108,14 @@ impl LogicalKey {
         match &self.material {
             KeyMaterial::Explicit { key } | KeyMaterial::Natural { key } => field(key),
             KeyMaterial::CallId { call_id } => field(call_id),
-            KeyMaterial::RunStep { run_id, step } => {
+            KeyMaterial::RunStep {
+                run_id,
+                step,
+                index,
+            } => {
                 field(run_id);
                 field(&step.to_string());
+                field(&index.to_string());
             }
         }
         h.finalize().into()
@@ -236,7 +244,23 @@ mod tests {
             KeyMaterial::RunStep {
                 run_id: "r".into(),
                 step: 3,
+                index: 0,
             },
+        );
+        let parallel = key(
+            "ns",
+            "t",
+            "tool",
+            KeyMaterial::RunStep {
+                run_id: "r".into(),
+                step: 3,
+                index: 1,
+            },
+        );
+        assert_ne!(
+            a.record_key(),
+            parallel.record_key(),
+            "parallel calls of a step differ"
         );
         assert_eq!(a.downstream_key(), a.clone().downstream_key());
         assert!(a.downstream_key().as_str().starts_with("idem-"));

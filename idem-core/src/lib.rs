@@ -16,5 +16,7 @@ pub use canonical::{Fingerprint, canonical_json};
 pub use class::{ClassHints, OrphanPolicy, ToolClass, UnknownClass};
 pub use error::{ErrorKind, ToolError};
 pub use key::{IdempotencyKey, KeyMaterial, LogicalKey, RecordKey};
-pub use record::{Fence, JournalEntry, Outcome, Record, RecordState, StateKind, Timestamp};
+pub use record::{
+    Fence, JournalEntry, ORPHANED, Outcome, Record, RecordState, StateKind, Timestamp,
+};
 pub use store::{Claim, ClaimRequest, ListFilter, Store, StoreError};

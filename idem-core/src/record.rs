@@ -8,6 +8,10 @@ use crate::canonical::Fingerprint;
 use crate::error::ToolError;
 use crate::key::RecordKey;
 
+/// The `last_error` of a record a store turned Unknown because its holder's lease expired
+/// (the holder may still be running, which matters to a verify hook).
+pub const ORPHANED: &str = "the holder's lease expired before it recorded an outcome";
+
 /// A per-key counter incremented on every claim and take-over. Every holder write is
 /// conditional on it, so a stale holder can never overwrite a newer one.
 pub type Fence = u64;

@@ -143,7 +143,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             }
             "name" => attr.name = string(value, &key, errors),
             "description" => attr.description = string(value, &key, errors),
-            "ttl_secs" => attr.ttl_secs = int(value, &key, 0, errors),
+            "ttl_secs" => attr.ttl_secs = int(value, &key, 1, errors),
             "lease_secs" => attr.lease_secs = int(value, &key, 1, errors),
             "wait_secs" => attr.wait_secs = int(value, &key, 0, errors),
             "backoff_ms" => attr.backoff_ms = int(value, &key, 0, errors),
@@ -329,6 +329,7 @@ where
                 "`{key}` must be at least {min}{}; e.g. {}",
                 match key {
                     "lease_secs" => ": a lease of 0 s would expire before the body starts",
+                    "ttl_secs" => ": a record kept 0 s would never dedupe anything",
                     "max_attempts" => ": it counts the first attempt",
                     _ => "",
                 },

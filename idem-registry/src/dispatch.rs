@@ -44,6 +44,9 @@ pub struct ToolCall {
     pub call_id: Option<String>,
     /// A key the caller supplies explicitly; it wins over everything else.
     pub key: Option<String>,
+    /// The call's position among the calls the model made in one step (parallel tool
+    /// calls). Part of the run/step key, so two calls of one step never share a record.
+    pub index: u32,
 }
 
 impl ToolCall {
@@ -53,6 +56,7 @@ impl ToolCall {
             name: name.into(),
             arguments,
             call_id: None,
+            index: 0,
             key: None,
         }
     }
@@ -60,6 +64,12 @@ impl ToolCall {
     /// Attach the provider's call id.
     pub fn with_call_id(mut self, id: impl Into<String>) -> Self {
         self.call_id = Some(id.into());
+        self
+    }
+
+    /// Set the call's position among the parallel calls of its step.
+    pub fn with_index(mut self, index: u32) -> Self {
+        self.index = index;
         self
     }
 
@@ -78,7 +88,8 @@ impl ToolCall {
 /// let run = RunContext::new("tenant-42").with_run("run-7", 3).grant("tickets:write");
 /// assert_eq!(run.tenant, "tenant-42");
 /// ```
-#[derive(Debug, Clone, Default, PartialEq)]
+// No `Default`: a forgotten tenant would silently put every caller's records in one scope.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunContext {
     /// The run id.
     pub run_id: Option<String>,
@@ -96,8 +107,11 @@ impl RunContext {
     /// A context for a tenant.
     pub fn new(tenant: impl Into<String>) -> Self {
         RunContext {
+            run_id: None,
+            step: None,
             tenant: tenant.into(),
-            ..RunContext::default()
+            scopes: BTreeSet::new(),
+            approvals: Vec::new(),
         }
     }
 
@@ -452,6 +466,7 @@ impl Dispatcher {
             KeyMaterial::RunStep {
                 run_id: run_id.clone(),
                 step,
+                index: call.index,
             }
         } else {
             return None;
@@ -542,6 +557,7 @@ impl Dispatcher {
             downstream: downstream.unwrap_or_else(|| logical.downstream_key()),
             fingerprint,
             canonical,
+            natural: matches!(logical.material, KeyMaterial::Natural { .. }),
         };
         self.execute_recorded(&call).await
     }
@@ -589,7 +605,7 @@ impl Dispatcher {
 
     async fn execute_recorded(&self, call: &Recorded<'_>) -> Result<Dispatched, DispatchError> {
         let tool = call.tool;
-        let request = ClaimRequest {
+        let mut request = ClaimRequest {
             key: call.record_key.clone(),
             tool: tool.name.to_string(),
             fingerprint: call.fingerprint,
@@ -602,8 +618,7 @@ impl Dispatcher {
         let mut verifications = 0;
         loop {
             let claim = self
-                .store
-                .claim(&request)
+                .claim_cancel_safe(&request, tool.class)
                 .await
                 .map_err(|e| call.store_error(e))?;
             let record = match claim {
@@ -616,16 +631,37 @@ impl Dispatcher {
                 }
                 Claim::Existing(record) => record,
             };
-            if record.fingerprint != call.fingerprint && !tool.policy.replay_on_key_reuse {
-                return Err(DispatchError::KeyReused {
-                    tool: tool.name.to_string(),
-                    key: call.downstream.clone(),
-                });
+            if record.fingerprint != call.fingerprint {
+                // Only a natural key may stand for calls whose other arguments differ, and
+                // only if the tool opted in; any other reused key is a caller's mistake.
+                if !(tool.policy.replay_on_key_reuse && call.natural) {
+                    return Err(DispatchError::KeyReused {
+                        tool: tool.name.to_string(),
+                        key: call.downstream.clone(),
+                    });
+                }
+                if request.fingerprint != record.fingerprint {
+                    // Claim under the recorded fingerprint from now on, so that an orphan
+                    // under this key is taken over (or settled) as for identical calls.
+                    request.fingerprint = record.fingerprint;
+                    continue;
+                }
             }
             match record.state {
                 RecordState::Completed { outcome, .. } => return call.replay(outcome),
                 RecordState::Unknown { since, last_error } => {
-                    if tool.verify.is_some() && verifications < MAX_VERIFICATIONS {
+                    // An orphan's holder may still be running (a long pause, not a crash):
+                    // asking downstream before a lease has passed could miss an effect it is
+                    // about to apply.
+                    let settled_in_time = last_error != idem_core::ORPHANED
+                        || self.store.now().await.is_ok_and(|now| {
+                            since.plus(tool.policy.lease.saturating_mul(2)) <= now
+                        });
+                    if tool.verify.is_some()
+                        && verifications < MAX_VERIFICATIONS
+                        && settled_in_time
+                        && record.steps.is_empty()
+                    {
                         verifications += 1;
                         match self
                             .verify_unknown(call, record.fence, record.steps, &last_error)
@@ -673,6 +709,7 @@ impl Dispatcher {
             key: call.record_key.clone(),
             fence,
             class,
+            ctx: None,
             armed: true,
         };
         let max = tool.policy.attempts_for(class);
@@ -681,6 +718,7 @@ impl Dispatcher {
             attempt += 1;
             let holder = Some((self.store.clone(), call.record_key.clone(), fence));
             let ctx = ToolContext::new(&call.parts, attempt, holder, takeover, steps.clone());
+            guard.ctx = Some(ctx.clone());
             let result = run_body(
                 tool,
                 ctx.clone(),
@@ -716,7 +754,27 @@ impl Dispatcher {
             if may_retry {
                 tracing::debug!(attempt, error = %error, "retrying with the same key");
                 tokio::time::sleep(backoff(tool.policy.backoff, attempt)).await;
-                continue;
+                // Make sure this worker still holds the key before running the body again:
+                // during the backoff its lease may have lapsed and another worker moved on.
+                match self
+                    .store
+                    .renew(&call.record_key, fence, tool.policy.lease)
+                    .await
+                {
+                    Ok(_) => continue,
+                    Err(StoreError::Fenced { .. }) => {
+                        guard.armed = false;
+                        return Err(DispatchError::Fenced {
+                            tool: tool.name.to_string(),
+                            key: call.downstream.clone(),
+                        });
+                    }
+                    Err(e) => {
+                        // Unknown whether the key is still held: leave it to the lease.
+                        guard.armed = false;
+                        return Err(call.store_error(e));
+                    }
+                }
             }
             let failed = |error: ToolError| DispatchError::ToolFailed {
                 tool: tool.name.to_string(),
@@ -724,48 +782,64 @@ impl Dispatcher {
                 attempts: attempt,
                 deduplicated: false,
             };
-            return match error.kind() {
-                Terminal => {
-                    self.record(call, &mut guard, &Outcome::Failure(error.clone()))
-                        .await?;
-                    Err(failed(error))
-                }
-                Retryable | NotApplied => {
+            if error.kind() == Terminal {
+                self.record(call, &mut guard, &Outcome::Failure(error.clone()))
+                    .await?;
+                return Err(failed(error));
+            }
+            let give_back =
+                GiveBack::after(class, error.kind(), !steps.is_empty(), error.message());
+            let since = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
+            match give_back.apply(&*self.store, &call.record_key, fence).await {
+                Ok(()) => guard.armed = false,
+                Err(e) => {
                     guard.armed = false;
-                    self.store
-                        .release(&call.record_key, fence)
-                        .await
-                        .map_err(|e| call.store_error(e))?;
-                    Err(failed(error))
+                    return Err(call.store_error(e));
                 }
-                Ambiguous if class.reexecution_is_safe() => {
-                    guard.armed = false;
-                    self.store
-                        .release(&call.record_key, fence)
-                        .await
-                        .map_err(|e| call.store_error(e))?;
-                    Err(failed(error))
-                }
-                Ambiguous => {
-                    guard.armed = false;
-                    let since = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
-                    match self
-                        .store
-                        .mark_unknown(&call.record_key, fence, error.message())
-                        .await
-                    {
-                        Ok(()) | Err(StoreError::Fenced { .. }) => {}
-                        Err(e) => return Err(call.store_error(e)),
-                    }
-                    Err(DispatchError::OutcomeUnknown {
-                        tool: tool.name.to_string(),
-                        key: call.downstream.clone(),
-                        since,
-                        reason: error.message().to_owned(),
-                    })
-                }
+            }
+            return match give_back {
+                GiveBack::Unknown(reason) => Err(DispatchError::OutcomeUnknown {
+                    tool: tool.name.to_string(),
+                    key: call.downstream.clone(),
+                    since,
+                    reason,
+                }),
+                GiveBack::Release | GiveBack::Expire => Err(failed(error)),
             };
         }
+    }
+
+    /// Claim, so that a dispatch dropped while the claim is in flight leaves no claim that
+    /// nobody will use: a claim that is not answered at once finishes in a task of its own,
+    /// which gives the key back if the caller has gone.
+    async fn claim_cancel_safe(
+        &self,
+        request: &ClaimRequest,
+        class: ToolClass,
+    ) -> Result<Claim, StoreError> {
+        let store = self.store.clone();
+        let owned = request.clone();
+        let mut fut = Box::pin(async move { store.claim(&owned).await });
+        if let Some(answer) = (&mut fut).now_or_never() {
+            return answer;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return fut.await;
+        };
+        let mut pending = PendingClaim {
+            handle: Some(runtime.spawn(fut)),
+            store: self.store.clone(),
+            key: request.key.clone(),
+            class,
+        };
+        let handle = pending.handle.as_mut().expect("set just above");
+        let answer = handle.await;
+        pending.handle = None;
+        answer.unwrap_or_else(|e| {
+            Err(StoreError::Unavailable(format!(
+                "the claim task failed: {e}"
+            )))
+        })
     }
 
     /// Ask the tool's verify hook whether an Unknown call's effect happened, and settle the
@@ -826,6 +900,7 @@ impl Dispatcher {
             .store
             .complete(&call.record_key, guard.fence, outcome, call.tool.policy.ttl)
             .await;
+        // Disarmed only now: a dispatch dropped during the write still settles the claim.
         guard.armed = false;
         match result {
             Ok(()) => Ok(()),
@@ -877,6 +952,8 @@ struct Recorded<'a> {
     downstream: IdempotencyKey,
     fingerprint: Fingerprint,
     canonical: String,
+    /// Whether the key is the tool's natural key.
+    natural: bool,
 }
 
 impl Recorded<'_> {
@@ -922,13 +999,63 @@ impl Recorded<'_> {
     }
 }
 
+/// How a holder gives its claim back when it will not record an outcome.
+#[derive(Debug, Clone, PartialEq)]
+enum GiveBack {
+    /// Delete the claim: nothing happened that a later call must know about.
+    Release,
+    /// End the lease but keep the record, so the next claim takes it over and inherits the
+    /// journaled steps (re-running is safe, and finished steps must not run again).
+    Expire,
+    /// The effect may have happened: the record becomes Unknown.
+    Unknown(String),
+}
+
+impl GiveBack {
+    fn after(class: ToolClass, kind: idem_core::ErrorKind, has_steps: bool, why: &str) -> Self {
+        use idem_core::ErrorKind::*;
+        let certain = matches!(kind, Retryable | NotApplied);
+        match (class.reexecution_is_safe(), has_steps) {
+            (_, false) if certain => GiveBack::Release,
+            (true, false) => GiveBack::Release,
+            (true, true) => GiveBack::Expire,
+            // A journaled step happened even if the last one did not: partly applied.
+            (false, true) if certain => GiveBack::Unknown(format!(
+                "{why} (after journaled steps: the effect is partly applied)"
+            )),
+            (false, _) => GiveBack::Unknown(why.to_owned()),
+        }
+    }
+
+    async fn apply(
+        &self,
+        store: &dyn Store,
+        key: &RecordKey,
+        fence: Fence,
+    ) -> Result<(), StoreError> {
+        let result = match self {
+            GiveBack::Release => store.release(key, fence).await.map(|_| ()),
+            GiveBack::Expire => store.renew(key, fence, Duration::ZERO).await.map(|_| ()),
+            GiveBack::Unknown(why) => store.mark_unknown(key, fence, why).await,
+        };
+        match result {
+            // Someone else holds or settled the key already: nothing of ours to give back.
+            Err(StoreError::Fenced { .. }) => Ok(()),
+            other => other,
+        }
+    }
+}
+
 /// Settles a claim whose dispatch future was dropped mid-body, so no live claim is left that
-/// nobody will finish: a write that is safe to re-run is released, any other becomes Unknown.
+/// nobody will finish: a write that is safe to re-run is released (or, with journaled
+/// steps, left to be taken over), any other becomes Unknown.
 struct ClaimGuard {
     store: Arc<dyn Store>,
     key: RecordKey,
     fence: Fence,
     class: ToolClass,
+    /// The running attempt's context, to see whether steps were journaled.
+    ctx: Option<ToolContext>,
     armed: bool,
 }
 
@@ -937,21 +1064,16 @@ impl Drop for ClaimGuard {
         if !self.armed {
             return;
         }
-        let (store, key, fence, class) =
-            (self.store.clone(), self.key.clone(), self.fence, self.class);
+        let has_steps = self.ctx.as_ref().is_some_and(|c| !c.journal().is_empty());
+        let give_back = GiveBack::after(
+            self.class,
+            idem_core::ErrorKind::Ambiguous,
+            has_steps,
+            "the dispatch was cancelled while the tool was running",
+        );
+        let (store, key, fence) = (self.store.clone(), self.key.clone(), self.fence);
         let settle = async move {
-            let result = if class.reexecution_is_safe() {
-                store.release(&key, fence).await.map(|_| ())
-            } else {
-                store
-                    .mark_unknown(
-                        &key,
-                        fence,
-                        "the dispatch was cancelled while the tool was running",
-                    )
-                    .await
-            };
-            if let Err(e) = result {
+            if let Err(e) = give_back.apply(&*store, &key, fence).await {
                 tracing::warn!(error = %e, key = %key, "could not settle a cancelled call; its lease will expire");
             }
         };
@@ -963,6 +1085,36 @@ impl Drop for ClaimGuard {
                 tracing::warn!(key = %self.key, "cancelled outside a runtime; the claim's lease will expire")
             }
         }
+    }
+}
+
+/// A claim running in its own task; if the dispatch is dropped before the answer, the task's
+/// claim is given back (the body never ran, so releasing is safe; a take-over is only
+/// expired again, keeping its journal).
+struct PendingClaim {
+    handle: Option<tokio::task::JoinHandle<Result<Claim, StoreError>>>,
+    store: Arc<dyn Store>,
+    key: RecordKey,
+    class: ToolClass,
+}
+
+impl Drop for PendingClaim {
+    fn drop(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        let (store, key, _class) = (self.store.clone(), self.key.clone(), self.class);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if let Ok(Ok(Claim::Acquired { fence, takeover, steps })) = handle.await {
+                let give_back = if takeover || !steps.is_empty() { GiveBack::Expire } else { GiveBack::Release };
+                if let Err(e) = give_back.apply(&*store, &key, fence).await {
+                    tracing::warn!(error = %e, key = %key, "could not give back an abandoned claim; its lease will expire");
+                }
+            }
+        });
     }
 }
 
@@ -1013,17 +1165,20 @@ async fn run_body(
     }
     let period = (tool.policy.lease / 3).max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    let mut renewing = true;
     loop {
         tokio::select! {
             r = &mut body => return flatten(r),
-            _ = ticker.tick(), if renewing => {
-                if let Err(e) = store.renew(key, fence, tool.policy.lease).await {
-                    // Keep running: the outcome's write will be refused if the key was lost.
-                    tracing::warn!(error = %e, "lease renewal failed");
-                    renewing = !matches!(e, StoreError::Fenced { .. });
+            _ = ticker.tick() => match store.renew(key, fence, tool.policy.lease).await {
+                Ok(_) => {}
+                Err(StoreError::Fenced { .. }) => {
+                    // Another worker owns the call now (a take-over, an Unknown settled by a
+                    // verify hook): stop, rather than apply an effect it may also apply.
+                    tracing::warn!("lease lost while the tool ran; stopping the body");
+                    return Err(ToolError::ambiguous("this worker lost the key while the tool was running"));
                 }
-            }
+                // The store may be back before the lease ends: keep running and retry.
+                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+            },
         }
     }
 }

@@ -383,6 +383,13 @@ impl ToolBuilder {
                 reason: "the lease must be longer than zero".into(),
             });
         }
+        if self.policy.ttl.is_zero() && self.class.records() {
+            return Err(RegistryError::Invalid {
+                tool: name,
+                reason: "the TTL must be longer than zero: a record kept 0 s would never dedupe anything"
+                    .into(),
+            });
+        }
         let prepare = self.prepare.unwrap_or_else(|| {
             Arc::new(|v: Value| {
                 if v.is_object() {

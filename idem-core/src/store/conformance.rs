@@ -234,11 +234,14 @@ async fn orphan_becomes_unknown(s: Subject) {
     let fence = acquire(&s, &req).await;
     s.pass(PAST_SHORT).await;
     match s.store.claim(&req).await.expect("claim") {
-        Claim::Existing(r) => assert!(
-            matches!(r.state, RecordState::Unknown { .. }),
-            "orphan turns Unknown, got {:?}",
-            r.state
-        ),
+        Claim::Existing(r) => match &r.state {
+            RecordState::Unknown { last_error, .. } => assert_eq!(
+                last_error,
+                crate::record::ORPHANED,
+                "an orphan's reason is the shared constant, so verify hooks can tell orphans apart"
+            ),
+            other => panic!("orphan turns Unknown, got {other:?}"),
+        },
         other => panic!("a non-idempotent orphan must not be taken over, got {other:?}"),
     }
     // And it stays Unknown: the old holder cannot complete it, nobody re-acquires it.

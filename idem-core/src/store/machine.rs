@@ -102,7 +102,7 @@ pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (
                 let mut r = rec.clone();
                 r.state = RecordState::Unknown {
                     since: now,
-                    last_error: "the holder's lease expired before it recorded an outcome".into(),
+                    last_error: crate::record::ORPHANED.into(),
                 };
                 r.updated_at = now;
                 (Write::Put(Box::new(r.clone())), Claim::Existing(r))

@@ -55,7 +55,7 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_POOL_SIZE: usize = 16;
 
 /// The message an orphan turned Unknown carries (the same as the memory and SQLite stores).
-const ORPHAN_MESSAGE: &str = "the holder's lease expired before it recorded an outcome";
+const ORPHAN_MESSAGE: &str = crate::record::ORPHANED;
 
 /// Durations are capped so that `now + duration` never overflows a `bigint` (the cap is
 /// about 73 million years).
