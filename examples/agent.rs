@@ -117,7 +117,9 @@ struct Ticket {
     priority: String,
 }
 
-/// The natural key of a ticket: one per customer, problem and day (find-or-create).
+/// The natural key of a ticket: one per customer, problem and day (find-or-create). The day
+/// comes from the clock here to keep the script short; a real natural key should be a pure
+/// function of the arguments (the model would pass the date), since it outranks call ids.
 fn ticket_key(args: &Value) -> Option<String> {
     let customer = args.get("customer_id")?.as_str()?;
     let subject = args.get("subject")?.as_str()?;

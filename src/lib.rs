@@ -51,7 +51,7 @@
 //! | `backoff_ms` | first retry delay, doubled per attempt with jitter, at most 5 s | 100 |
 //! | `open_world` | MCP `openWorldHint` | false |
 //! | `scopes` | scopes the principal must hold, e.g. `["mail:send"]` | none |
-//! | `natural_key` | a `fn(&serde_json::Value) -> Option<String>` computing the key from the arguments | none |
+//! | `natural_key` | a `fn(&serde_json::Value) -> Option<String>` computing the key from the normalised arguments; it takes precedence over call ids, so it must be a pure function of the arguments (no clock, no randomness) | none |
 //! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()`, whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
 //! | `on_key_reuse` | `"reject"` (a key with other arguments is `KeyReused`) or `"replay"` | `"reject"` |
 //! | `crate` | the path of this crate if renamed, e.g. `"::my_idem"` | `"::idem"` |
