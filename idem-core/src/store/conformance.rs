@@ -107,6 +107,9 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("unknown_is_settled_once", |s| {
         Box::pin(unknown_is_settled_once(s))
     }),
+    ("orphan_with_other_arguments_is_not_taken_over", |s| {
+        Box::pin(orphan_with_other_arguments_is_not_taken_over(s))
+    }),
 ];
 
 /// Run every case, each on a fresh subject from `make`. Panics naming the first failing case.
@@ -499,6 +502,10 @@ async fn completed_records_expire(s: Subject) {
     let req = request(&key, LONG, OrphanPolicy::TakeOver);
     let fence = acquire(&s, &req).await;
     s.store
+        .journal(&key, fence, "first-life", "1")
+        .await
+        .expect("journal");
+    s.store
         .complete(&key, fence, &Outcome::success(&json!(1)), SHORT)
         .await
         .expect("complete");
@@ -506,8 +513,44 @@ async fn completed_records_expire(s: Subject) {
     s.pass(PAST_SHORT).await;
     assert_eq!(state_of(&s, &key).await, None, "expired record is absent");
     match s.store.claim(&req).await.expect("claim") {
-        Claim::Acquired { takeover, .. } => assert!(!takeover, "a fresh call, not a take-over"),
+        Claim::Acquired {
+            takeover,
+            fence: again,
+            steps,
+        } => {
+            assert!(!takeover, "a fresh call, not a take-over");
+            assert!(
+                again > fence,
+                "the fence keeps increasing ({again} after {fence})"
+            );
+            assert!(
+                steps.is_empty(),
+                "a new call does not inherit the old call's steps"
+            );
+        }
         other => panic!("expired key is claimable again, got {other:?}"),
+    }
+    let rec = s.store.get(&key).await.expect("get").expect("record");
+    assert!(rec.steps.is_empty(), "the stored journal starts empty too");
+}
+
+async fn orphan_with_other_arguments_is_not_taken_over(s: Subject) {
+    let key = fresh_key("orphan-other-args");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    acquire(&s, &req).await;
+    s.pass(PAST_SHORT).await;
+    let mut other = req.clone();
+    other.fingerprint = Fingerprint::of(&json!({"to": "someone-else@example.com"}));
+    match s.store.claim(&other).await.expect("claim") {
+        Claim::Existing(r) => {
+            assert_eq!(r.fingerprint, req.fingerprint);
+            assert!(
+                matches!(r.state, RecordState::InProgress { .. }),
+                "left as it was, got {:?}",
+                r.state
+            );
+        }
+        other => panic!("a call with other arguments must not take a key over, got {other:?}"),
     }
 }
 
