@@ -509,8 +509,14 @@ impl Dispatcher {
                 class: tool.class,
             });
         }
-        let canonical = canonical_json(&args);
-        let fingerprint = Fingerprint::of_canonical(&canonical);
+        let (canonical, fingerprint) = if tool.class.records() || tool.class.requires_approval() {
+            let canonical = canonical_json(&args);
+            let fingerprint = Fingerprint::of_canonical(&canonical);
+            (canonical, fingerprint)
+        } else {
+            // A read neither records nor asks for approval: nothing reads its fingerprint.
+            (String::new(), Fingerprint::from_bytes([0; 32]))
+        };
         let downstream = logical.as_ref().map(LogicalKey::downstream_key);
 
         if tool.class.requires_approval() {
