@@ -112,6 +112,11 @@ def main(results):
                              f"{statistics.median(rmcp):.2f} [{min(rmcp):.2f}–{max(rmcp):.2f}] | "
                              f"**{ratio:.2f}×** | ≤ 1× | {'yes' if ratio <= 1 else 'no'} |")
         lines.append("")
+    parts = [r for r in runs if r["row"] == "breakdown"]
+    if parts:
+        lines += ["### Hot path, piece by piece (ns per call, one run)", "",
+                  "| work | ns |", "|---|---|"]
+        lines += [f"| {p['part']} | {p['ns']:,.0f} |" for p in parts] + [""]
     memory = [r for r in runs if r["row"] == "memory"]
     if memory:
         m = memory[-1]

@@ -1,6 +1,7 @@
 //! The benchmark driver `scripts/bench` runs: one subcommand per row that criterion cannot
 //! measure in-process, each printing one JSON line of results.
 
+mod breakdown;
 mod macros;
 mod profile;
 mod server;
@@ -12,7 +13,8 @@ const USAGE: &str = "usage: idem-bench <command> ...
   redis <url> <prefix> <concurrency> <start_ms|now> <seconds>
   postgres <url> <schema> <concurrency> <start_ms|now> <seconds>
   gen-macro-crates <dir> <tools>
-  profile first|replay <tool> <calls>";
+  profile first|replay <tool> <calls>
+  breakdown [calls]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,6 +28,7 @@ fn main() {
         "postgres" => server::run("postgres", rest),
         "gen-macro-crates" => macros::run(rest),
         "profile" => profile::run(rest),
+        "breakdown" => breakdown::run(rest),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
     };
     if let Err(e) = result {
