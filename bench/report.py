@@ -117,6 +117,13 @@ def main(results):
         lines += ["### Hot path, piece by piece (ns per call, one run)", "",
                   "| work | ns |", "|---|---|"]
         lines += [f"| {p['part']} | {p['ns']:,.0f} |" for p in parts] + [""]
+    allocs = [r for r in runs if r["row"] == "allocs"]
+    if allocs:
+        lines += ["### Allocations per dispatch (memory store; parsing the arguments excluded)", "",
+                  "| class | first: allocations | first: bytes | replay: allocations | replay: bytes |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {a['class']} | {a['first_allocs']:.0f} | {a['first_bytes']:,.0f} | "
+                  f"{a['replay_allocs']:.0f} | {a['replay_bytes']:,.0f} |" for a in allocs] + [""]
     memory = [r for r in runs if r["row"] == "memory"]
     if memory:
         m = memory[-1]
