@@ -47,7 +47,8 @@ def ratio_line(runs, row, contender, baseline, concurrency, target, higher_is_be
 
 
 def criterion(root, group, name):
-    path = os.path.join(root, group, *name.split("/"), "new", "estimates.json")
+    # criterion writes a function id `a/b` to the directory `a_b`.
+    path = os.path.join(root, group, name.replace("/", "_"), "new", "estimates.json")
     if not os.path.exists(path):
         return None
     with open(path) as f:

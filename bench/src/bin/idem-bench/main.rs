@@ -2,6 +2,7 @@
 //! measure in-process, each printing one JSON line of results.
 
 mod breakdown;
+mod hop;
 mod macros;
 mod profile;
 mod server;
@@ -14,7 +15,8 @@ const USAGE: &str = "usage: idem-bench <command> ...
   postgres <url> <schema> <concurrency> <start_ms|now> <seconds>
   gen-macro-crates <dir> <tools>
   profile first|replay <tool> <calls>
-  breakdown [calls]";
+  breakdown [calls]
+  hop [calls]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,6 +31,7 @@ fn main() {
         "gen-macro-crates" => macros::run(rest),
         "profile" => profile::run(rest),
         "breakdown" => breakdown::run(rest),
+        "hop" => hop::run(rest),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
     };
     if let Err(e) = result {
