@@ -60,7 +60,8 @@ fn first(c: &mut Criterion) {
         group.bench_function(format!("idem/{class}"), |b| {
             b.iter_custom(|iters| {
                 rt.block_on(async {
-                    let store = Arc::new(MemoryStore::new().with_capacity(4 * iters as usize + 4096));
+                    let store =
+                        Arc::new(MemoryStore::new().with_capacity(4 * iters as usize + 4096));
                     let d = dispatcher(store);
                     let ids = ids(iters);
                     let mut runs = Vec::with_capacity(ids.len());

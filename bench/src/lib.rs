@@ -246,7 +246,8 @@ pub mod mcp {
             self.next_id += 1;
             let arguments: JsonObject =
                 serde_json::from_str(ARGUMENTS).expect("ARGUMENTS is a JSON object");
-            let params = CallToolRequestParams::new(Cow::Borrowed("noop")).with_arguments(arguments);
+            let params =
+                CallToolRequestParams::new(Cow::Borrowed("noop")).with_arguments(arguments);
             let context = RequestContext::new(
                 NumberOrString::Number(self.next_id),
                 self.running.peer().clone(),

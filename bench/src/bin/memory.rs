@@ -71,8 +71,12 @@ fn main() {
             let material = KeyMaterial::CallId {
                 call_id: format!("call_{i:010}"),
             };
-            let logical =
-                LogicalKey::new("bench", idem_bench::TENANT, "noop_idempotent_write", material);
+            let logical = LogicalKey::new(
+                "bench",
+                idem_bench::TENANT,
+                "noop_idempotent_write",
+                material,
+            );
             let request = ClaimRequest {
                 key: logical.record_key(),
                 tool: "noop_idempotent_write".to_owned(),

@@ -51,8 +51,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
     time("serde_json::to_string (floor's canonical)", n, || {
         serde_json::to_string(&value)
     });
-    time("SHA-256 fingerprint", n, || Fingerprint::of_canonical(&canonical));
+    time("SHA-256 fingerprint", n, || {
+        Fingerprint::of_canonical(&canonical)
+    });
     time("record key (SHA-256 + hex)", n, || logical.record_key());
-    time("downstream key (SHA-256 + hex)", n, || logical.downstream_key());
+    time("downstream key (SHA-256 + hex)", n, || {
+        logical.downstream_key()
+    });
     Ok(())
 }

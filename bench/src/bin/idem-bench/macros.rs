@@ -99,7 +99,9 @@ fn rmcp_crate(n: usize) -> String {
                  /// A note for the customer.\n    note: Option<String>,\n}}\n\n"
         );
     }
-    s.push_str("/// The server.\n#[derive(Clone)]\npub struct Server;\n\n#[tool_router]\nimpl Server {\n");
+    s.push_str(
+        "/// The server.\n#[derive(Clone)]\npub struct Server;\n\n#[tool_router]\nimpl Server {\n",
+    );
     for i in 0..n {
         let _ = write!(
             s,

@@ -10,7 +10,10 @@ use idem_bench::{call, dispatcher, run_for};
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mode = args.first().map(String::as_str).unwrap_or("first");
-    let tool = args.get(1).map(String::as_str).unwrap_or("noop_idempotent_write");
+    let tool = args
+        .get(1)
+        .map(String::as_str)
+        .unwrap_or("noop_idempotent_write");
     let n: usize = args
         .get(2)
         .map(|s| s.parse().map_err(|e| format!("count: {e}")))
@@ -30,14 +33,22 @@ pub fn run(args: &[String]) -> Result<(), String> {
         match mode {
             "first" => {
                 for (id, run) in ids.iter().zip(&runs) {
-                    let out = d.dispatch(&call(tool, id), run).await.map_err(|e| e.to_string())?;
+                    let out = d
+                        .dispatch(&call(tool, id), run)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     black_box(out);
                 }
             }
             "replay" => {
-                d.dispatch(&call(tool, &ids[0]), &runs[0]).await.map_err(|e| e.to_string())?;
+                d.dispatch(&call(tool, &ids[0]), &runs[0])
+                    .await
+                    .map_err(|e| e.to_string())?;
                 for _ in 0..n {
-                    let out = d.dispatch(&call(tool, &ids[0]), &runs[0]).await.map_err(|e| e.to_string())?;
+                    let out = d
+                        .dispatch(&call(tool, &ids[0]), &runs[0])
+                        .await
+                        .map_err(|e| e.to_string())?;
                     black_box(out);
                 }
             }

@@ -80,7 +80,13 @@ pub fn run(row: &str, args: &[String]) -> Result<(), String> {
         for task in tasks {
             task.await.map_err(|e| e.to_string())??;
         }
-        report(row, "idem", concurrency, ops.load(Ordering::Relaxed), begin.elapsed());
+        report(
+            row,
+            "idem",
+            concurrency,
+            ops.load(Ordering::Relaxed),
+            begin.elapsed(),
+        );
         Ok(())
     })
 }

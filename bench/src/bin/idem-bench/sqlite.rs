@@ -86,7 +86,8 @@ fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
         .map_err(sql)?;
     conn.execute_batch(SCHEMA).map_err(sql)?;
     // What idem stores for the same call: the canonical arguments and the outcome's JSON.
-    let arguments: serde_json::Value = serde_json::from_str(ARGUMENTS).map_err(|e| e.to_string())?;
+    let arguments: serde_json::Value =
+        serde_json::from_str(ARGUMENTS).map_err(|e| e.to_string())?;
     let canonical = serde_json::to_string(&arguments).map_err(|e| e.to_string())?;
     let fingerprint = "5".repeat(64);
     let outcome = r#"{"success":"\"ok\""}"#;
