@@ -61,6 +61,10 @@
 //! `&ToolContext`, and returns `Result<T, E>` with `T: Serialize + JsonSchema` and
 //! `E: Into<ToolError>`. Doc comments on parameters become their descriptions.
 //!
+//! A synchronous body runs on the dispatching task and its lease is not renewed while it
+//! runs: keep it shorter than `lease_secs`, or write an `async` tool that moves blocking
+//! work to `tokio::task::spawn_blocking`.
+//!
 //! `#[tool]` replaces the function by a unit type of the same name that implements
 //! [`StaticTool`]: the body can only run through a [`Dispatcher`].
 
