@@ -11,10 +11,11 @@
 //! Redis and PostgreSQL need `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL`; without them those tests
 //! say why they are skipped, unless `IDEM_REQUIRE_SERVICES=1` makes that a failure.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,13 @@ use idem::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+#[cfg(feature = "postgres")]
+use support::drop_schema;
+#[cfg(feature = "redis")]
+use support::redis_delete_prefix;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use support::service_url;
+use support::{lock_exclusive, parse_ledger, unique};
 
 const CHILD_ENV: &str = "IDEM_RACE_CHILD";
 const RESULT_PREFIX: &str = "IDEM-RACE-RESULT ";
@@ -82,13 +90,6 @@ struct Receipt {
 // ---------------------------------------------------------------------------------------
 // The fake downstream service (a ledger file under an exclusive `flock`).
 
-fn lock_exclusive(file: &File) {
-    // SAFETY: `flock` only reads the descriptor, which `file` keeps open for the call; the
-    // lock is released when the file is closed or the process dies.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
-}
-
 fn call_downstream(ledger: &Path, label: &str, key: &str) -> u32 {
     let pid = std::process::id();
     let mut file = OpenOptions::new()
@@ -109,30 +110,6 @@ fn call_downstream(ledger: &Path, label: &str, key: &str) -> u32 {
     }
     writeln!(file, "applied {label} {key} {pid}").expect("write the ledger");
     pid
-}
-
-#[derive(Debug, Clone)]
-struct LedgerEntry {
-    kind: String,
-    label: String,
-    key: String,
-    pid: u32,
-}
-
-fn parse_ledger(text: &str) -> Vec<LedgerEntry> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| {
-            let parts: Vec<&str> = line.split(' ').collect();
-            assert_eq!(parts.len(), 4, "malformed ledger line {line:?}");
-            LedgerEntry {
-                kind: parts[0].to_owned(),
-                label: parts[1].to_owned(),
-                key: parts[2].to_owned(),
-                pid: parts[3].parse().expect("pid"),
-            }
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -174,53 +151,6 @@ async fn race_irrev(ctx: &ToolContext, label: String) -> Result<Receipt, ToolErr
 // ---------------------------------------------------------------------------------------
 // The child
 
-async fn open_store(spec: &ChildSpec) -> Arc<dyn Store> {
-    match spec.store.as_str() {
-        "sqlite" => {
-            Arc::new(idem::store::sqlite::SqliteStore::open(&spec.target).expect("open SQLite"))
-        }
-        #[cfg(feature = "redis")]
-        "redis" => Arc::new(
-            idem::store::redis::RedisStore::connect(&spec.target, &spec.scope)
-                .await
-                .expect("connect to Redis"),
-        ),
-        #[cfg(feature = "postgres")]
-        "postgres" => Arc::new(
-            idem::store::postgres::PostgresStore::from_pool(small_pool(&spec.target), &spec.scope)
-                .await
-                .expect("connect to PostgreSQL"),
-        ),
-        other => panic!("this build has no {other} store"),
-    }
-}
-
-/// Four connections per process keep four racing processes well inside the server's
-/// connection limit; the sixteen tasks of a process share them.
-#[cfg(feature = "postgres")]
-fn small_pool(url: &str) -> idem::store::postgres::deadpool_postgres::Pool {
-    use idem::store::postgres::deadpool_postgres::tokio_postgres::{Config, NoTls};
-    use idem::store::postgres::deadpool_postgres::{
-        Manager, ManagerConfig, Pool, RecyclingMethod, Runtime,
-    };
-    let mut config: Config = url.parse().expect("PostgreSQL URL");
-    config.connect_timeout(Duration::from_secs(10));
-    let manager = Manager::from_config(
-        config,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(4)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(30)))
-        .create_timeout(Some(Duration::from_secs(11)))
-        .build()
-        .expect("PostgreSQL pool")
-}
-
 async fn dispatch(d: &Dispatcher, call: &ToolCall) -> Result<Dispatched, DispatchError> {
     let run = RunContext::new(TENANT);
     match d.dispatch(call, &run).await {
@@ -243,7 +173,7 @@ async fn race_child() {
     let d = Arc::new(
         Dispatcher::new(
             Registry::linked().expect("registry"),
-            open_store(&spec).await,
+            support::open_store(&spec.store, &spec.target, &spec.scope, 4).await,
         )
         .with_namespace(spec.namespace.clone()),
     );
@@ -305,28 +235,6 @@ async fn race_child() {
 
 // ---------------------------------------------------------------------------------------
 // The parent
-
-#[cfg(any(feature = "redis", feature = "postgres"))]
-fn service_url(var: &str, test: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("IDEM_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-            panic!("{test}: IDEM_REQUIRE_SERVICES=1 but {var} is not set")
-        }
-        _ => {
-            eprintln!("skipping {test}: set {var} to race processes against that store");
-            None
-        }
-    }
-}
-
-fn unique(tag: &str) -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    format!("{tag}_{}_{millis}", std::process::id())
-}
 
 fn wait_bounded(child: &mut Child, what: &str) -> std::process::ExitStatus {
     let started = Instant::now();
@@ -518,83 +426,3 @@ fn race_postgres() {
 
 // ---------------------------------------------------------------------------------------
 // Cleaning up the servers
-
-/// Delete every key under `prefix` with one Lua script over a bare RESP connection (the
-/// store keeps fence counters after its records by design, and offers no way to drop them).
-#[cfg(feature = "redis")]
-fn redis_delete_prefix(url: &str, prefix: &str) -> i64 {
-    use std::net::TcpStream;
-    const SCRIPT: &str = "local n = 0 local c = '0' repeat \
-        local r = redis.call('SCAN', c, 'MATCH', ARGV[1], 'COUNT', 1000) c = r[1] \
-        for _, k in ipairs(r[2]) do redis.call('DEL', k) n = n + 1 end \
-        until c == '0' return n";
-    let rest = url.split_once("://").map(|(_, r)| r).expect("redis:// URL");
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (auth, host) = match authority.rsplit_once('@') {
-        Some((auth, host)) => (Some(auth), host),
-        None => (None, authority),
-    };
-    let host = if host.contains(':') {
-        host.to_owned()
-    } else {
-        format!("{host}:6379")
-    };
-    let mut stream = TcpStream::connect(&host).expect("connect to Redis to clean up");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let mut send = |args: &[&str]| -> String {
-        let mut cmd = format!("*{}\r\n", args.len());
-        for a in args {
-            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        stream.write_all(cmd.as_bytes()).expect("send to Redis");
-        let mut reply = Vec::new();
-        let mut byte = [0u8; 1];
-        while !reply.ends_with(b"\r\n") {
-            stream.read_exact(&mut byte).expect("read from Redis");
-            reply.push(byte[0]);
-        }
-        String::from_utf8_lossy(&reply).trim_end().to_owned()
-    };
-    if let Some(auth) = auth {
-        let reply = match auth.split_once(':') {
-            Some((user, pass)) if !user.is_empty() => send(&["AUTH", user, pass]),
-            Some((_, pass)) => send(&["AUTH", pass]),
-            None => send(&["AUTH", auth]),
-        };
-        assert!(reply.starts_with('+'), "Redis AUTH: {reply}");
-    }
-    let db = path.trim_matches('/');
-    if !db.is_empty() {
-        let reply = send(&["SELECT", db]);
-        assert!(reply.starts_with('+'), "Redis SELECT: {reply}");
-    }
-    let pattern = format!("{prefix}:*");
-    let reply = send(&["EVAL", SCRIPT, "0", &pattern]);
-    reply
-        .strip_prefix(':')
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("Redis clean-up failed: {reply}"))
-}
-
-#[cfg(feature = "postgres")]
-fn drop_schema(url: &str, schema: &str) {
-    use idem::store::postgres::deadpool_postgres::tokio_postgres::{self, NoTls};
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, NoTls)
-            .await
-            .expect("connect to drop the schema");
-        let connection = tokio::spawn(connection);
-        client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-            .await
-            .expect("drop the schema");
-        drop(client);
-        let _ = connection.await;
-    });
-}

@@ -23,6 +23,8 @@
 
 #![cfg(any(feature = "redis", feature = "postgres"))]
 
+mod support;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -30,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use idem::prelude::*;
 use serde_json::{Value, json};
+use support::{service_url, unique};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -508,27 +511,6 @@ async fn long_outage(d: &Dispatcher, proxy: &Proxy, tag: &str) {
     );
     assert!(dispatch(d, &after).await.expect("replay").deduplicated);
     assert_eq!(attempts(label_of(&after)).len(), 1);
-}
-
-fn service_url(var: &str, test: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("IDEM_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-            panic!("{test}: IDEM_REQUIRE_SERVICES=1 but {var} is not set")
-        }
-        _ => {
-            eprintln!("skipping {test}: set {var} to run the outage tests against that store");
-            None
-        }
-    }
-}
-
-fn unique(tag: &str) -> String {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    format!("{tag}_{}_{millis}", std::process::id())
 }
 
 fn dispatcher(store: Arc<dyn Store>, namespace: &str) -> Dispatcher {
