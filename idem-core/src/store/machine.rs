@@ -135,6 +135,22 @@ pub fn check_size(outcome: &Outcome, limit: usize) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Check an outcome against a store's size limit and encode it as the JSON text stores keep
+/// (a success's own JSON text is carried inside unchanged, so it replays byte for byte).
+pub fn encode_outcome(
+    key: &RecordKey,
+    outcome: &Outcome,
+    limit: usize,
+) -> Result<String, StoreError> {
+    check_size(outcome, limit)?;
+    // Serialising an `Outcome` cannot fail in practice (string keys, finite JSON values);
+    // report it rather than panic if it ever does.
+    serde_json::to_string(outcome).map_err(|e| StoreError::Corrupt {
+        key: key.clone(),
+        reason: format!("the outcome cannot be serialised: {e}"),
+    })
+}
+
 /// Record the outcome.
 pub fn complete(
     existing: Option<&Record>,

@@ -428,9 +428,8 @@ impl Store for PostgresStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        machine::check_size(outcome, self.max_outcome_bytes)?;
+        let outcome = machine::encode_outcome(key, outcome, self.max_outcome_bytes)?;
         let fence_param = fence_param(key, fence)?;
-        let outcome = encode_outcome(key, outcome)?;
         let changed = self
             .execute(
                 &self.sql.complete,
@@ -529,8 +528,7 @@ impl Store for PostgresStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<Record, StoreError> {
-        machine::check_size(outcome, self.max_outcome_bytes)?;
-        let encoded = encode_outcome(key, outcome)?;
+        let encoded = machine::encode_outcome(key, outcome, self.max_outcome_bytes)?;
         let ttl = millis(ttl);
         for _ in 0..RACE_RETRIES {
             let rows = self
@@ -558,8 +556,7 @@ impl Store for PostgresStore {
         let fence_param = fence_param(key, fence)?;
         let changed = match outcome {
             Some(o) => {
-                machine::check_size(o, self.max_outcome_bytes)?;
-                let encoded = encode_outcome(key, o)?;
+                let encoded = machine::encode_outcome(key, o, self.max_outcome_bytes)?;
                 let ttl = millis(ttl);
                 self.execute(
                     &self.sql.settle_complete,
@@ -912,13 +909,6 @@ fn held(changed: u64, key: &RecordKey, fence: Fence) -> Result<(), StoreError> {
         });
     }
     Ok(())
-}
-
-fn encode_outcome(key: &RecordKey, outcome: &Outcome) -> Result<String, StoreError> {
-    // Serialising an `Outcome` cannot fail in practice (string keys, finite JSON values);
-    // report it rather than panic if it ever does.
-    serde_json::to_string(outcome)
-        .map_err(|e| corrupt(key, format!("the outcome cannot be serialised: {e}")))
 }
 
 fn single(rows: Vec<Row>, key: &RecordKey) -> Result<Row, StoreError> {

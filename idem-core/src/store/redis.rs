@@ -659,8 +659,7 @@ impl Store for RedisStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        machine::check_size(outcome, self.max_outcome_bytes)?;
-        let outcome = encode_outcome(key, outcome)?;
+        let outcome = machine::encode_outcome(key, outcome, self.max_outcome_bytes)?;
         let (status, _) = self
             .run(
                 &self.scripts.complete,
@@ -818,8 +817,7 @@ impl Store for RedisStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<Record, StoreError> {
-        machine::check_size(outcome, self.max_outcome_bytes)?;
-        let outcome = encode_outcome(key, outcome)?;
+        let outcome = machine::encode_outcome(key, outcome, self.max_outcome_bytes)?;
         let (status, rest) = self
             .run(
                 &self.scripts.resolve,
@@ -849,10 +847,7 @@ impl Store for RedisStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let encoded = match outcome {
-            Some(o) => {
-                machine::check_size(o, self.max_outcome_bytes)?;
-                encode_outcome(key, o)?
-            }
+            Some(o) => machine::encode_outcome(key, o, self.max_outcome_bytes)?,
             None => String::new(),
         };
         let (status, _) = self
@@ -1095,10 +1090,6 @@ fn settled(key: &RecordKey, action: &'static str) -> StoreError {
 
 fn unexpected(key: &RecordKey, status: &str) -> StoreError {
     corrupt(key, format!("unexpected script status {status:?}"))
-}
-
-fn encode_outcome(key: &RecordKey, outcome: &Outcome) -> Result<String, StoreError> {
-    serde_json::to_string(outcome).map_err(|e| corrupt(key, format!("outcome not encodable: {e}")))
 }
 
 fn bytes(v: &Value) -> Option<&[u8]> {
