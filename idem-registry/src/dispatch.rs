@@ -624,7 +624,7 @@ impl Dispatcher {
         let mut verifications = 0;
         loop {
             let claim = self
-                .claim_cancel_safe(&request, tool.class)
+                .claim_cancel_safe(&request)
                 .await
                 .map_err(|e| call.store_error(e))?;
             let record = match claim {
@@ -818,11 +818,7 @@ impl Dispatcher {
     /// Claim, so that a dispatch dropped while the claim is in flight leaves no claim that
     /// nobody will use: a claim that is not answered at once finishes in a task of its own,
     /// which gives the key back if the caller has gone.
-    async fn claim_cancel_safe(
-        &self,
-        request: &ClaimRequest,
-        class: ToolClass,
-    ) -> Result<Claim, StoreError> {
+    async fn claim_cancel_safe(&self, request: &ClaimRequest) -> Result<Claim, StoreError> {
         let store = self.store.clone();
         let owned = request.clone();
         let mut fut = Box::pin(async move { store.claim(&owned).await });
@@ -836,7 +832,6 @@ impl Dispatcher {
             handle: Some(runtime.spawn(fut)),
             store: self.store.clone(),
             key: request.key.clone(),
-            class,
         };
         let handle = pending.handle.as_mut().expect("set just above");
         let answer = handle.await;
@@ -1101,7 +1096,6 @@ struct PendingClaim {
     handle: Option<tokio::task::JoinHandle<Result<Claim, StoreError>>>,
     store: Arc<dyn Store>,
     key: RecordKey,
-    class: ToolClass,
 }
 
 impl Drop for PendingClaim {
@@ -1109,7 +1103,7 @@ impl Drop for PendingClaim {
         let Some(handle) = self.handle.take() else {
             return;
         };
-        let (store, key, _class) = (self.store.clone(), self.key.clone(), self.class);
+        let (store, key) = (self.store.clone(), self.key.clone());
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
