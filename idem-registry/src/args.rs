@@ -33,22 +33,27 @@ impl ArgumentError {
 /// #[serde(deny_unknown_fields)]
 /// struct Args { to: String, #[serde(default)] cc: Vec<String> }
 ///
-/// let typed = idem_registry::args::normalise::<Args>(serde_json::json!({"to": "a@b.c"})).unwrap();
+/// let typed = idem_registry::args::normalise::<Args>(&serde_json::json!({"to": "a@b.c"})).unwrap();
 /// assert_eq!(typed, serde_json::json!({"to": "a@b.c", "cc": []}));
 ///
-/// let err = idem_registry::args::normalise::<Args>(serde_json::json!({"to": 5})).unwrap_err();
+/// let err = idem_registry::args::normalise::<Args>(&serde_json::json!({"to": 5})).unwrap_err();
 /// assert_eq!(err.pointer, "/to");
 /// ```
 pub fn normalise<T: DeserializeOwned + Serialize>(
-    arguments: Value,
+    arguments: &Value,
 ) -> Result<Value, ArgumentError> {
-    let typed: T = parse(arguments)?;
+    let typed: T = parse_ref(arguments)?;
     serde_json::to_value(&typed)
         .map_err(|e| ArgumentError::new("", format!("arguments could not be re-encoded: {e}")))
 }
 
 /// Deserialise typed arguments with the JSON pointer of the first error.
 pub fn parse<T: DeserializeOwned>(arguments: Value) -> Result<T, ArgumentError> {
+    parse_ref(&arguments)
+}
+
+/// [`parse`] from a borrow: the arguments stay with the caller.
+pub fn parse_ref<T: DeserializeOwned>(arguments: &Value) -> Result<T, ArgumentError> {
     if !arguments.is_object() {
         return Err(ArgumentError::new(
             "",
@@ -61,7 +66,7 @@ pub fn parse<T: DeserializeOwned>(arguments: Value) -> Result<T, ArgumentError> 
     // Valid arguments, the common case, need no path: deserialise from a borrow, and track
     // the path only to explain a failure (serde_json's `&Value` deserialiser accepts exactly
     // what its owned one accepts, so the typed value is the same).
-    if let Ok(typed) = T::deserialize(&arguments) {
+    if let Ok(typed) = T::deserialize(arguments) {
         return Ok(typed);
     }
     serde_path_to_error::deserialize(arguments).map_err(|e| {
@@ -137,7 +142,7 @@ mod tests {
     #[test]
     fn normalise_fills_options() {
         assert_eq!(
-            normalise::<Args>(json!({"items": []})).unwrap(),
+            normalise::<Args>(&json!({"items": []})).unwrap(),
             json!({"items": [], "note": null})
         );
     }

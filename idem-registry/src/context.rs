@@ -1,5 +1,6 @@
 //! What a tool body sees of the call: its stable key, its run, and the step journal.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -20,7 +21,7 @@ pub struct ToolContext {
 }
 
 struct Inner {
-    tool: Arc<str>,
+    tool: Cow<'static, str>,
     class: ToolClass,
     key: IdempotencyKey,
     tenant: String,
@@ -50,20 +51,20 @@ impl fmt::Debug for ToolContext {
     }
 }
 
-/// Everything needed to build a context; used by the dispatcher.
-#[derive(Debug, Clone)]
-pub(crate) struct ContextParts {
-    pub tool: Arc<str>,
+/// Everything needed to build a context, borrowed from the call; used by the dispatcher.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContextParts<'a> {
+    pub tool: &'a Cow<'static, str>,
     pub class: ToolClass,
-    pub key: IdempotencyKey,
-    pub tenant: String,
-    pub run_id: Option<String>,
+    pub key: &'a IdempotencyKey,
+    pub tenant: &'a str,
+    pub run_id: Option<&'a str>,
     pub step: Option<u64>,
 }
 
 impl ToolContext {
     pub(crate) fn new(
-        parts: &ContextParts,
+        parts: ContextParts<'_>,
         attempt: u32,
         holder: Option<(Arc<dyn Store>, RecordKey, Fence)>,
         takeover: bool,
@@ -74,8 +75,8 @@ impl ToolContext {
                 tool: parts.tool.clone(),
                 class: parts.class,
                 key: parts.key.clone(),
-                tenant: parts.tenant.clone(),
-                run_id: parts.run_id.clone(),
+                tenant: parts.tenant.to_owned(),
+                run_id: parts.run_id.map(str::to_owned),
                 step: parts.step,
                 attempt,
                 takeover,
@@ -101,14 +102,14 @@ impl ToolContext {
     /// ```
     pub fn detached(tool: &str, class: ToolClass, key: &str) -> Self {
         let parts = ContextParts {
-            tool: tool.into(),
+            tool: &Cow::Owned(tool.to_owned()),
             class,
-            key: IdempotencyKey::new(key),
-            tenant: String::new(),
+            key: &IdempotencyKey::new(key),
+            tenant: "",
             run_id: None,
             step: None,
         };
-        ToolContext::new(&parts, 1, None, false, Vec::new())
+        ToolContext::new(parts, 1, None, false, Vec::new())
     }
 
     /// The stable key to hand downstream: the same on every retry and every take-over.

@@ -374,7 +374,7 @@ impl Dispatcher {
         run: &RunContext,
     ) -> Result<Option<RecordKey>, DispatchError> {
         let tool = self.lookup(&call.name)?;
-        let args = prepare(tool, call.arguments.clone())?;
+        let args = prepare(tool, &call.arguments)?;
         Ok(self
             .logical_key(tool, call, run, &args)
             .map(|k| k.record_key()))
@@ -485,19 +485,18 @@ impl Dispatcher {
         run: &RunContext,
     ) -> Result<Dispatched, DispatchError> {
         let tool = self.lookup(&call.name)?;
-        let name = tool.name.to_string();
-        let args = prepare(tool, call.arguments.clone())?;
+        let args = prepare(tool, &call.arguments)?;
 
-        let missing: Vec<String> = tool
-            .policy
-            .scopes
-            .iter()
-            .filter(|s| !run.scopes.contains(*s))
-            .cloned()
-            .collect();
-        if !missing.is_empty() {
+        if !tool.policy.scopes.iter().all(|s| run.scopes.contains(s)) {
+            let missing = tool
+                .policy
+                .scopes
+                .iter()
+                .filter(|s| !run.scopes.contains(*s))
+                .cloned()
+                .collect();
             return Err(DispatchError::PermissionDenied {
-                tool: name,
+                tool: tool.name.to_string(),
                 missing,
             });
         }
@@ -505,7 +504,7 @@ impl Dispatcher {
         let logical = self.logical_key(tool, call, run, &args);
         if logical.is_none() && tool.class.records() {
             return Err(DispatchError::MissingKey {
-                tool: name,
+                tool: tool.name.to_string(),
                 class: tool.class,
             });
         }
@@ -526,10 +525,10 @@ impl Dispatcher {
             let approved = run
                 .approvals
                 .iter()
-                .any(|a| a.tool == name && a.key == key && a.fingerprint == fingerprint);
+                .any(|a| a.tool == tool.name && a.key == key && a.fingerprint == fingerprint);
             if !approved {
                 let request = ApprovalRequest {
-                    tool: name,
+                    tool: tool.name.to_string(),
                     key,
                     fingerprint,
                     arguments: args,
@@ -540,47 +539,41 @@ impl Dispatcher {
             }
         }
 
-        let parts = ContextParts {
-            tool: Arc::from(tool.name.as_ref()),
-            class: tool.class,
-            key: downstream.clone().unwrap_or_else(unkeyed),
-            tenant: run.tenant.clone(),
-            run_id: run.run_id.clone(),
-            step: run.step,
-        };
-
-        let Some(logical) = logical.filter(|_| tool.class.records()) else {
+        let (Some(logical), Some(downstream)) = (
+            logical.filter(|_| tool.class.records()),
+            downstream.as_ref(),
+        ) else {
+            let key = downstream.clone().unwrap_or_else(unkeyed);
             return self
-                .execute_unrecorded(tool, &parts, args, downstream)
+                .execute_unrecorded(tool, run, &key, args, downstream.is_some())
                 .await;
         };
         let call = Recorded {
             tool,
-            parts,
+            run,
             args,
             record_key: logical.record_key(),
-            // Already derived above (the branch without a logical key has returned).
-            downstream: downstream.unwrap_or_else(|| logical.downstream_key()),
+            downstream: downstream.clone(),
             fingerprint,
-            canonical,
             natural: matches!(logical.material, KeyMaterial::Natural { .. }),
         };
-        self.execute_recorded(&call).await
+        self.execute_recorded(&call, canonical).await
     }
 
     /// `read`: no record; retried on any error that is not terminal.
     async fn execute_unrecorded(
         &self,
         tool: &ToolDef,
-        parts: &ContextParts,
+        run: &RunContext,
+        key: &IdempotencyKey,
         args: Value,
-        key: Option<IdempotencyKey>,
+        keyed: bool,
     ) -> Result<Dispatched, DispatchError> {
         let max = tool.policy.attempts_for(tool.class);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let ctx = ToolContext::new(parts, attempt, None, false, Vec::new());
+            let ctx = ToolContext::new(parts(tool, run, key), attempt, None, false, Vec::new());
             match run_body(tool, ctx, args.clone(), None).await {
                 Ok(output) => {
                     let output_json = output.to_string();
@@ -588,7 +581,7 @@ impl Dispatcher {
                         output,
                         output_json,
                         deduplicated: false,
-                        key,
+                        key: keyed.then(|| key.clone()),
                         attempts: attempt,
                         class: tool.class,
                     });
@@ -609,7 +602,11 @@ impl Dispatcher {
         }
     }
 
-    async fn execute_recorded(&self, call: &Recorded<'_>) -> Result<Dispatched, DispatchError> {
+    async fn execute_recorded(
+        &self,
+        call: &Recorded<'_>,
+        canonical: String,
+    ) -> Result<Dispatched, DispatchError> {
         let tool = call.tool;
         let mut request = ClaimRequest {
             key: call.record_key.clone(),
@@ -617,14 +614,15 @@ impl Dispatcher {
             fingerprint: call.fingerprint,
             lease: tool.policy.lease,
             orphans: tool.class.orphan_policy(),
-            arguments: Some(call.canonical.clone()),
+            arguments: Some(canonical),
         };
         let deadline = tokio::time::Instant::now() + tool.policy.wait;
         let mut poll = Duration::from_millis(2);
         let mut verifications = 0;
         loop {
-            let claim = self
-                .claim_cancel_safe(&request)
+            let claim;
+            (claim, request) = self
+                .claim_cancel_safe(request)
                 .await
                 .map_err(|e| call.store_error(e))?;
             let record = match claim {
@@ -723,7 +721,7 @@ impl Dispatcher {
         loop {
             attempt += 1;
             let holder = Some((self.store.clone(), call.record_key.clone(), fence));
-            let ctx = ToolContext::new(&call.parts, attempt, holder, takeover, steps.clone());
+            let ctx = ToolContext::new(call.parts(), attempt, holder, takeover, steps.clone());
             guard.ctx = Some(ctx.clone());
             let result = run_body(
                 tool,
@@ -735,9 +733,11 @@ impl Dispatcher {
             steps = ctx.journal();
             let error = match result {
                 Ok(output) => {
-                    let output_json = output.to_string();
-                    let outcome = Outcome::Success(output_json.clone());
+                    let outcome = Outcome::Success(output.to_string());
                     self.record(call, &mut guard, &outcome).await?;
+                    let Outcome::Success(output_json) = outcome else {
+                        unreachable!("a success was recorded just above")
+                    };
                     return Ok(Dispatched {
                         output,
                         output_json,
@@ -818,10 +818,18 @@ impl Dispatcher {
     /// Claim, so that a dispatch dropped while the claim is in flight leaves no claim that
     /// nobody will use: a claim that is not answered at once finishes in a task of its own,
     /// which gives the key back if the caller has gone.
-    async fn claim_cancel_safe(&self, request: &ClaimRequest) -> Result<Claim, StoreError> {
+    ///
+    /// The request comes back with the claim, to be claimed again with if need be.
+    async fn claim_cancel_safe(
+        &self,
+        request: ClaimRequest,
+    ) -> Result<(Claim, ClaimRequest), StoreError> {
         let store = self.store.clone();
-        let owned = request.clone();
-        let mut fut = Box::pin(async move { store.claim(&owned).await });
+        let key = request.key.clone();
+        let mut fut = Box::pin(async move {
+            let claim = store.claim(&request).await?;
+            Ok((claim, request))
+        });
         if let Some(answer) = (&mut fut).now_or_never() {
             return answer;
         }
@@ -831,7 +839,7 @@ impl Dispatcher {
         let mut pending = PendingClaim {
             handle: Some(runtime.spawn(fut)),
             store: self.store.clone(),
-            key: request.key.clone(),
+            key,
         };
         let handle = pending.handle.as_mut().expect("set just above");
         let answer = handle.await;
@@ -856,7 +864,7 @@ impl Dispatcher {
         let Some(verify) = &tool.verify else {
             return Ok(Settled::Raced);
         };
-        let ctx = ToolContext::new(&call.parts, 0, None, false, steps);
+        let ctx = ToolContext::new(call.parts(), 0, None, false, steps);
         let answer = AssertUnwindSafe(verify(ctx, call.args.clone()))
             .catch_unwind()
             .await
@@ -947,17 +955,20 @@ enum Settled {
 /// A recorded call, resolved and keyed.
 struct Recorded<'a> {
     tool: &'a ToolDef,
-    parts: ContextParts,
+    run: &'a RunContext,
     args: Value,
     record_key: RecordKey,
     downstream: IdempotencyKey,
     fingerprint: Fingerprint,
-    canonical: String,
     /// Whether the key is the tool's natural key.
     natural: bool,
 }
 
 impl Recorded<'_> {
+    fn parts(&self) -> ContextParts<'_> {
+        parts(self.tool, self.run, &self.downstream)
+    }
+
     fn store_error(&self, e: StoreError) -> DispatchError {
         let tool = self.tool.name.to_string();
         if e.is_unavailable() {
@@ -1093,7 +1104,7 @@ impl Drop for ClaimGuard {
 /// claim is given back (the body never ran, so releasing is safe; a take-over is only
 /// expired again, keeping its journal).
 struct PendingClaim {
-    handle: Option<tokio::task::JoinHandle<Result<Claim, StoreError>>>,
+    handle: Option<tokio::task::JoinHandle<Result<(Claim, ClaimRequest), StoreError>>>,
     store: Arc<dyn Store>,
     key: RecordKey,
 }
@@ -1108,7 +1119,7 @@ impl Drop for PendingClaim {
             return;
         };
         runtime.spawn(async move {
-            if let Ok(Ok(Claim::Acquired { fence, takeover, steps })) = handle.await {
+            if let Ok(Ok((Claim::Acquired { fence, takeover, steps }, _))) = handle.await {
                 let give_back = if takeover || !steps.is_empty() { GiveBack::Expire } else { GiveBack::Release };
                 if let Err(e) = give_back.apply(&*store, &key, fence).await {
                     tracing::warn!(error = %e, key = %key, "could not give back an abandoned claim; its lease will expire");
@@ -1118,15 +1129,29 @@ impl Drop for PendingClaim {
     }
 }
 
-fn prepare(tool: &ToolDef, arguments: Value) -> Result<Value, DispatchError> {
+fn prepare(tool: &ToolDef, arguments: &Value) -> Result<Value, DispatchError> {
     // Validated against the published schema before serde sees anything (ARCHITECTURE §7).
     let invalid = |e: crate::args::ArgumentError| DispatchError::InvalidArguments {
         tool: tool.name.to_string(),
         pointer: e.pointer,
         message: e.message,
     };
-    let arguments = tool.validate_arguments(arguments).map_err(invalid)?;
-    (tool.prepare)(arguments).map_err(invalid)
+    let arguments = tool
+        .check_arguments(std::borrow::Cow::Borrowed(arguments))
+        .map_err(invalid)?;
+    (tool.prepare)(&arguments).map_err(invalid)
+}
+
+/// What a body's context is made of, borrowed from the call.
+fn parts<'a>(tool: &'a ToolDef, run: &'a RunContext, key: &'a IdempotencyKey) -> ContextParts<'a> {
+    ContextParts {
+        tool: &tool.name,
+        class: tool.class,
+        key,
+        tenant: &run.tenant,
+        run_id: run.run_id.as_deref(),
+        step: run.step,
+    }
 }
 
 fn unkeyed() -> IdempotencyKey {

@@ -23,7 +23,7 @@ pub type Handler =
     Arc<dyn Fn(ToolContext, Value) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
 
 /// Checks and normalises arguments before anything else happens.
-pub type Preparer = Arc<dyn Fn(Value) -> Result<Value, ArgumentError> + Send + Sync>;
+pub type Preparer = Arc<dyn Fn(&Value) -> Result<Value, ArgumentError> + Send + Sync>;
 
 /// Computes a natural key from the normalised arguments (find-or-create semantics).
 pub type NaturalKey = Arc<dyn Fn(&Value) -> Option<String> + Send + Sync>;
@@ -303,7 +303,7 @@ impl ToolBuilder {
     /// How arguments are checked and normalised (default: they must be a JSON object).
     pub fn prepare(
         mut self,
-        f: impl Fn(Value) -> Result<Value, ArgumentError> + Send + Sync + 'static,
+        f: impl Fn(&Value) -> Result<Value, ArgumentError> + Send + Sync + 'static,
     ) -> Self {
         self.prepare = Some(Arc::new(f));
         self
@@ -348,7 +348,9 @@ impl ToolBuilder {
 
     /// Check and finish the definition.
     pub fn build(self) -> Result<ToolDef, RegistryError> {
-        let name = self.name.into_owned();
+        // A `'static` name (every `#[tool]`) stays borrowed: contexts then share it for free.
+        let name_cow = self.name;
+        let name = name_cow.to_string();
         crate::registry::check_name(&name)?;
         let description = match self.description {
             Some(d) if !d.trim().is_empty() => d,
@@ -391,9 +393,9 @@ impl ToolBuilder {
             });
         }
         let prepare = self.prepare.unwrap_or_else(|| {
-            Arc::new(|v: Value| {
+            Arc::new(|v: &Value| {
                 if v.is_object() {
-                    Ok(v)
+                    Ok(v.clone())
                 } else {
                     Err(ArgumentError::new(
                         "",
@@ -406,7 +408,10 @@ impl ToolBuilder {
             })
         });
         Ok(ToolDef {
-            name: Cow::Owned(name),
+            name: match name_cow {
+                Cow::Borrowed(b) => Cow::Borrowed(b),
+                Cow::Owned(_) => Cow::Owned(name),
+            },
             class: self.class,
             description,
             input_schema,

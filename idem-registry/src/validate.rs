@@ -7,6 +7,7 @@
 //! offending value and the violated rule in words a model can act on, and list the next few
 //! problems too, so that one correction can fix them all.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 
@@ -183,11 +184,28 @@ impl ToolDef {
     /// let err = tool.validate_arguments(json!({"n": 0})).unwrap_err();
     /// assert_eq!((err.pointer.as_str(), err.message.as_str()), ("/n", "must be at least 1, got 0"));
     /// ```
-    pub fn validate_arguments(&self, mut arguments: Value) -> Result<Value, ArgumentError> {
+    pub fn validate_arguments(&self, arguments: Value) -> Result<Value, ArgumentError> {
+        self.check_arguments(Cow::Owned(arguments))
+            .map(Cow::into_owned)
+    }
+
+    /// [`ToolDef::validate_arguments`] without taking the arguments: they are copied only
+    /// when a `null` has to be dropped (the dispatcher's path, which keeps the call intact).
+    pub(crate) fn check_arguments<'a>(
+        &self,
+        mut arguments: Cow<'a, Value>,
+    ) -> Result<Cow<'a, Value>, ArgumentError> {
         let validator = self
             .arguments_validator()
             .map_err(|e| ArgumentError::new("", e.to_string()))?;
-        drop_absent_nulls(&self.input_schema, &mut arguments);
+        if contains_null(&arguments, 0) {
+            strip_nulls(
+                &self.input_schema,
+                &[&self.input_schema],
+                arguments.to_mut(),
+                0,
+            );
+        }
         validator.validate(&arguments)?;
         Ok(arguments)
     }
