@@ -574,7 +574,7 @@ impl Dispatcher {
         loop {
             attempt += 1;
             let ctx = ToolContext::new(parts(tool, run, key), attempt, None, false, Vec::new());
-            match run_body(tool, ctx, args.clone(), None).await {
+            match run_body(tool, ctx, &args, None).await {
                 Ok(output) => {
                     let output_json = output.to_string();
                     return Ok(Dispatched {
@@ -726,7 +726,7 @@ impl Dispatcher {
             let result = run_body(
                 tool,
                 ctx.clone(),
-                call.args.clone(),
+                &call.args,
                 Some((&self.store, &call.record_key, fence)),
             )
             .await;
@@ -1163,7 +1163,7 @@ fn unkeyed() -> IdempotencyKey {
 async fn run_body(
     tool: &ToolDef,
     ctx: ToolContext,
-    args: Value,
+    args: &Value,
     lease: Option<(&Arc<dyn Store>, &RecordKey, Fence)>,
 ) -> Result<Value, ToolError> {
     let body = AssertUnwindSafe((tool.handler)(ctx, args)).catch_unwind();

@@ -19,8 +19,10 @@ use crate::registry::RegistryError;
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What runs a tool: context and normalised arguments in, JSON output or a tool error out.
+/// The arguments are lent: a body that needs them owned (or typed) takes what it needs
+/// before its future starts, and a retry lends them again.
 pub type Handler =
-    Arc<dyn Fn(ToolContext, Value) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
+    Arc<dyn Fn(ToolContext, &Value) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
 
 /// Checks and normalises arguments before anything else happens.
 pub type Preparer = Arc<dyn Fn(&Value) -> Result<Value, ArgumentError> + Send + Sync>;
@@ -315,7 +317,37 @@ impl ToolBuilder {
         F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
-        self.handler = Some(Arc::new(move |ctx, args| Box::pin(f(ctx, args))));
+        self.handler = Some(Arc::new(move |ctx, args: &Value| {
+            Box::pin(f(ctx, args.clone()))
+        }));
+        self
+    }
+
+    /// The body, lent the arguments rather than given a copy: what `#[tool]` uses, since it
+    /// deserialises its typed parameters from the borrow before the future starts.
+    ///
+    /// ```
+    /// use idem_registry::{ToolDef, ToolContext};
+    /// use idem_core::{ToolClass, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let tool = ToolDef::builder("shout", ToolClass::Read)
+    ///     .description("Upper-case a word.")
+    ///     .input_schema(json!({"type": "object", "properties": {"word": {"type": "string"}}}))
+    ///     .handler_ref(|_: ToolContext, args: &Value| {
+    ///         let word = args["word"].as_str().unwrap_or_default().to_uppercase();
+    ///         async move { Ok::<_, ToolError>(json!(word)) }
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = tool;
+    /// ```
+    pub fn handler_ref<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolContext, &Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        self.handler = Some(Arc::new(move |ctx, args: &Value| Box::pin(f(ctx, args))));
         self
     }
 
