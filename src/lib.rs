@@ -115,7 +115,8 @@ pub mod __private {
     pub use ::serde_json::Value;
     pub use idem_core::{ToolClass, ToolError};
     pub use idem_registry::{
-        StaticTool, ToolContext, ToolDef, ToolPolicy, ToolRegistration, args, schema,
+        StaticTool, ToolBuilder, ToolContext, ToolDef, ToolPolicy, ToolRegistration, args, glue,
+        schema,
     };
     pub use std::sync::{Arc, OnceLock};
     pub use std::time::Duration;

@@ -5,7 +5,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn};
 
-use crate::ast::{ToolFn, is_field_attr};
+use crate::ast::{ToolFn, is_context_path, is_field_attr};
 use crate::attr::{self, Attr};
 use crate::errors::Errors;
 use crate::valid;
@@ -129,30 +129,57 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
         Some(t) => quote_spanned!(t.span()=> #p::output::<#t, _>()),
         None => quote!(#p::output::<(), _>()),
     };
-    // Called in a closure, not passed as a fn item: `map_err` would check the item's bound
-    // a second time, spanned on the attribute.
+    // Called in a closure, not passed as a fn item: the item's bound would be checked a
+    // second time, spanned on the attribute.
     let into_tool_error = match (tool.err_type, &item.sig.output) {
         (Some(t), _) => quote_spanned!(t.span()=> #p::tool_error::<#t, _>(__idem_e)),
         (None, syn::ReturnType::Type(_, t)) => quote_spanned!(t.span()=> #p::tool_error(__idem_e)),
         (None, syn::ReturnType::Default) => quote!(#p::tool_error(__idem_e)),
     };
 
-    // The body, renamed and out of reach: it runs only through the dispatcher.
+    // The body, renamed and out of reach: it runs only through the dispatcher. An async body
+    // owns its context, so that its future is the handler's without an `async` block around
+    // it: the context parameter becomes `__idem_ctx: ToolContext`, first, and the user's name
+    // for it a borrow of that.
     let mut body = strip_param_attrs(item.clone());
     body.sig.ident = format_ident!("__idem_body");
     body.vis = syn::Visibility::Inherited;
     body.attrs.retain(|a| !a.path().is_ident("doc"));
+    let is_async = item.sig.asyncness.is_some();
+    if is_async {
+        let inputs = std::mem::take(&mut body.sig.inputs);
+        body.sig
+            .inputs
+            .push(syn::parse_quote!(__idem_ctx: #p::ToolContext));
+        for input in inputs {
+            match input {
+                FnArg::Typed(pt) if is_context_param(&pt.ty) => {
+                    let (pat, ty) = (&pt.pat, &pt.ty);
+                    body.block
+                        .stmts
+                        .insert(0, syn::parse_quote!(let #pat: #ty = &__idem_ctx;));
+                }
+                other => body.sig.inputs.push(other),
+            }
+        }
+    }
 
     let arg_idents: Vec<_> = args.iter().map(|p| p.ident).collect();
-    let call_args = tool.params.iter().map(|param| {
-        if param.is_context {
-            quote!(&__idem_ctx)
-        } else {
-            let id = param.ident;
-            quote!(#id)
-        }
-    });
-    let await_body = item.sig.asyncness.map(|_| quote!(.await));
+    let run = if is_async {
+        quote!(|__idem_ctx: #p::ToolContext, #(#arg_idents),*| __idem_body(__idem_ctx, #(#arg_idents),*))
+    } else {
+        // A synchronous body runs when the handler's future is first polled, as an async
+        // one does, so that the dispatcher's panic and lease handling cover it.
+        let call_args = tool.params.iter().map(|param| {
+            if param.is_context {
+                quote!(&__idem_ctx)
+            } else {
+                let id = param.ident;
+                quote!(#id)
+            }
+        });
+        quote!(|__idem_ctx: #p::ToolContext, #(#arg_idents),*| #p::glue::lazy(move |_| __idem_body(#(#call_args),*)))
+    };
 
     let mut policy = Vec::new();
     if let Some(v) = attr.ttl_secs {
@@ -189,6 +216,12 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
         quote!(.verify(|__idem_ctx: #p::ToolContext, _: #p::Value| async move { #call }))
     });
 
+    let policy = if policy.is_empty() {
+        quote!(::core::default::Default::default())
+    } else {
+        quote!(#p::ToolPolicy { #(#policy,)* ..::core::default::Default::default() })
+    };
+
     quote! {
         #[doc = #description]
         ///
@@ -203,50 +236,34 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
 
             #body
 
-            // `needless_update`: the policy literal ends in `..Default::default()` even when
-            // every key is given.
-            #[allow(clippy::type_complexity, clippy::needless_update)]
-            fn __idem_define<#(#proof_generics: #p::Proven,)* __MO: #p::Proven, __F, __Fut>(
+            // Names the arguments type from the proofs; everything else is `glue::define`.
+            #[allow(clippy::type_complexity)]
+            fn __idem_define<#(#proof_generics: #p::Proven,)* __MO: #p::Proven, __E, __F, __Fut, __C>(
+                __idem_builder: #p::ToolBuilder,
                 _: (#(::core::marker::PhantomData<#proof_generics>,)*),
                 _: ::core::marker::PhantomData<__MO>,
                 __idem_run: __F,
-            ) -> #p::ToolDef
+                __idem_error: __C,
+            ) -> #p::ToolBuilder
             where
                 #args_type: #p::serde::de::DeserializeOwned + #p::serde::Serialize + #p::schemars::JsonSchema,
                 <__MO as #p::Proven>::Type: #p::serde::Serialize + #p::schemars::JsonSchema,
                 __F: ::core::ops::Fn(#p::ToolContext, #(#run_types),*) -> __Fut
                     + ::core::marker::Send + ::core::marker::Sync + 'static,
                 __Fut: ::core::future::Future<
-                        Output = ::core::result::Result<<__MO as #p::Proven>::Type, #p::ToolError>,
+                        Output = ::core::result::Result<<__MO as #p::Proven>::Type, __E>,
                     > + ::core::marker::Send + 'static,
+                __C: ::core::ops::Fn(__E) -> #p::ToolError
+                    + ::core::marker::Copy + ::core::marker::Send + ::core::marker::Sync + 'static,
             {
-                static __IDEM_INPUT: #p::OnceLock<#p::Arc<#p::Value>> = #p::OnceLock::new();
-                static __IDEM_OUTPUT: #p::OnceLock<#p::Arc<#p::Value>> = #p::OnceLock::new();
-                let __idem_input = __IDEM_INPUT
-                    .get_or_init(|| #p::Arc::new(#p::schema::arguments::<#args_type>()))
-                    .clone();
-                let __idem_output = __IDEM_OUTPUT
-                    .get_or_init(|| #p::Arc::new(#p::schema::output::<<__MO as #p::Proven>::Type>()))
-                    .clone();
-                #p::finish(
-                    #p::ToolDef::builder(#name, #p::ToolClass::#class)
-                        .description(#description)
-                        .input_schema_shared(__idem_input)
-                        .output_schema_shared(__idem_output)
-                        .policy(#p::ToolPolicy { #(#policy,)* ..::core::default::Default::default() })
-                        .prepare(#p::args::normalise::<#args_type>)
-                        .handler(move |__idem_ctx: #p::ToolContext, __idem_args: #p::Value| {
-                            let __idem_call = #p::args::parse::<#args_type>(__idem_args)
-                                .map_err(#p::ToolError::not_applied)
-                                .map(|__IdemArgs { #(#arg_idents,)* }| __idem_run(__idem_ctx, #(#arg_idents),*));
-                            async move {
-                                let __idem_out = __idem_call?.await?;
-                                #p::output_value(&__idem_out)
-                            }
-                        })
-                        #natural_key
-                        #verify
-                        .location(::core::file!(), ::core::line!()),
+                static __IDEM_SCHEMAS: #p::glue::Schemas = #p::glue::Schemas::new();
+                #p::glue::define(
+                    __idem_builder,
+                    &__IDEM_SCHEMAS,
+                    move |__idem_ctx: #p::ToolContext, __IdemArgs { #(#arg_idents,)* }: #args_type| {
+                        __idem_run(__idem_ctx, #(#arg_idents),*)
+                    },
+                    __idem_error,
                 )
             }
 
@@ -255,14 +272,23 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
                 const NAME: &'static str = #name;
                 const CLASS: #p::ToolClass = #p::ToolClass::#class;
 
+                // `needless_update`: the policy literal ends in `..Default::default()` even
+                // when every key is given.
+                #[allow(clippy::needless_update)]
                 fn definition() -> #p::ToolDef {
-                    __idem_define(
-                        (#(#proofs,)*),
-                        #output_proof,
-                        |__idem_ctx: #p::ToolContext, #(#arg_idents),*| async move {
-                            __idem_body(#(#call_args),*) #await_body
-                                .map_err(|__idem_e| #into_tool_error)
-                        },
+                    #p::finish(
+                        __idem_define(
+                            #p::ToolDef::builder(#name, #p::ToolClass::#class)
+                                .description(#description)
+                                .policy(#policy)
+                                .location(::core::file!(), ::core::line!()),
+                            (#(#proofs,)*),
+                            #output_proof,
+                            #run,
+                            |__idem_e| #into_tool_error,
+                        )
+                        #natural_key
+                        #verify
                     )
                 }
             }
@@ -272,6 +298,10 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
             }
         };
     }
+}
+
+fn is_context_param(ty: &syn::Type) -> bool {
+    matches!(ty, syn::Type::Reference(r) if is_context_path(&r.elem))
 }
 
 /// The keys of a `#[serde(...)]` or `#[schemars(...)]` parameter attribute, each with whether

@@ -9,6 +9,9 @@ pub mod args;
 pub mod context;
 pub mod dispatch;
 pub mod export;
+#[doc(hidden)]
+pub mod glue;
+mod located;
 pub mod registry;
 pub mod schema;
 pub mod tool;
