@@ -17,11 +17,56 @@
 //!
 //! # Several processes
 //!
-//! Each [`SqliteStore`] holds one connection. Writers wait for each other up to a busy
-//! timeout of 5 s, then the store retries a few times before it reports
-//! [`StoreError::Unavailable`]; readers never wait for writers in WAL mode. WAL relies on
-//! shared memory, so every process must run on the same host: do not put the file on a
-//! network file system.
+//! Each [`SqliteStore`] holds one connection for its operations. Writers wait for each other
+//! up to a busy timeout of 5 s (on the blocking pool, see below), then the store retries a few
+//! times before it reports [`StoreError::Unavailable`]; readers never wait for writers in WAL
+//! mode. WAL relies on shared memory, so every process must run on the same host: do not put
+//! the file on a network file system.
+//!
+//! # Where operations run
+//!
+//! rusqlite is synchronous. By default an operation runs **inline, on the task that awaits
+//! it**, when it can start at once: this store's connection is free and SQLite grants the
+//! write lock without waiting. For that attempt SQLite's busy handler is off, so SQLite never
+//! sleeps on another connection's lock on the async thread: it reports busy at once instead.
+//! What then runs inline is one short transaction: a lookup by key, one or two row writes
+//! appended to the WAL (the operating system's page cache: at `synchronous = NORMAL` a commit
+//! does not `fsync`), and at most two expired records evicted; tens of microseconds, or as
+//! long as the kernel takes to accept a small write. Handing every operation to a thread
+//! instead would cost more than the operation itself: a round trip through tokio's blocking
+//! pool is itself tens of microseconds.
+//!
+//! The operation goes to tokio's blocking pool, where it waits up to the busy timeout as
+//! described above, when:
+//! - another task of this process is using the connection;
+//! - another connection (another process, another store on the same file) holds the write
+//!   lock, or SQLite reports the database busy or locked for any other reason. The inline
+//!   attempt then changed nothing (its transaction rolled back) and the pooled one starts
+//!   afresh, reading the row again: the result is the one the pooled operation alone would
+//!   have given;
+//! - it is this store's first write after a checkpoint it ran (that write may restart the WAL
+//!   from its beginning, which syncs the WAL's header: an `fsync`, kept off the async thread);
+//! - the store was built with [`SqliteStore::with_blocking_pool`] (every operation on the
+//!   pool, as before inline execution existed) or [`SqliteStore::with_synchronous_full`]
+//!   (every commit then syncs the WAL: an `fsync` per operation does not belong on an async
+//!   thread).
+//!
+//! Whichever way it runs, an operation is one transaction that finishes or rolls back; a
+//! caller dropping its future cannot cut it in half.
+//!
+//! # Checkpoints
+//!
+//! SQLite's automatic checkpoint would copy the WAL back into the database file, with its
+//! `fsync`s, inside whichever commit crosses its threshold: on the async thread. This store
+//! turns it off for its connection and instead, after every 256 commits it makes, runs
+//! `PRAGMA wal_checkpoint(PASSIVE)` on the blocking pool. The checkpoint holds the store's
+//! connection while it runs (milliseconds: operations meanwhile wait on the pool, not on the
+//! async thread), so it catches up with the end of the WAL; a passive checkpoint never waits
+//! for another connection, and what it could not copy (another process's reader still needed
+//! it) the next one copies. Once a checkpoint has copied everything, the next write starts the
+//! WAL over from its beginning, so the WAL file stays about as large as 256 commits (with
+//! several processes, about what they write between checkpoints), not the whole history. When
+//! the last connection to the file closes, SQLite checkpoints and removes the WAL as usual.
 //!
 //! # Clock and retention
 //!
@@ -31,7 +76,8 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -48,7 +94,7 @@ use crate::store::{Claim, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, ListFilter, S
 const SCHEMA_VERSION: i64 = 1;
 
 /// How long a connection waits for another connection's write lock before SQLite reports
-/// `SQLITE_BUSY`.
+/// `SQLITE_BUSY`: only ever on the blocking pool. An inline attempt does not wait at all.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many times an operation is tried when SQLite still reports busy after the timeout.
@@ -59,9 +105,10 @@ const BUSY_ATTEMPTS: u32 = 4;
 /// The pause between attempts, multiplied by the attempt number.
 const BUSY_BACKOFF: Duration = Duration::from_millis(50);
 
-/// How many expired completed records each claim evicts. Every record is created by a claim,
-/// so evicting more than one per claim keeps the backlog of expired records bounded.
-const EVICT_PER_CLAIM: usize = 2;
+/// After how many of its commits the store checkpoints the WAL. A dispatch (claim and
+/// complete) writes about six pages, so this is about SQLite's own default threshold of 1000
+/// pages: the WAL stays a few megabytes at most for small records.
+const CHECKPOINT_EVERY: u32 = 256;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS idem_records (
@@ -108,7 +155,20 @@ const UPSERT: &str = concat!(
 
 const DELETE_ONE: &str = "DELETE FROM idem_records WHERE key = ?1";
 
-const DELETE_EXPIRED: &str = "DELETE FROM idem_records WHERE key IN (\
+/// Evict up to two expired completed records (see [`evict_on_claim`]). Every record is created
+/// by a claim, so evicting more than one per claim keeps the backlog of expired records bounded.
+///
+/// The limit is a literal on purpose: SQLite plans a `LIMIT ?` with the value bound to it, so
+/// it compiles the statement again whenever that parameter's binding changes, and rusqlite's
+/// statement cache clears the bindings of every statement it takes back: a bound limit would
+/// be compiled on every claim. Nothing else in this statement feeds the plan (the table has
+/// no `ANALYZE` statistics), so it is compiled once per connection.
+const EVICT_ON_CLAIM: &str = "DELETE FROM idem_records WHERE key IN (\
+     SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT 2)";
+
+/// Evict up to `?2` expired completed records: [`Store::purge_expired`], run by operators in
+/// batches whose size they choose (compiled again when the size changes; it is not hot).
+const PURGE_EXPIRED: &str = "DELETE FROM idem_records WHERE key IN (\
      SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT ?2)";
 
 const LIST_ATTENTION: &str = concat!(
@@ -173,6 +233,8 @@ pub struct SqliteStore {
     db: Arc<Database>,
     max_outcome_bytes: usize,
     synchronous: &'static str,
+    /// Every operation on the blocking pool ([`SqliteStore::with_blocking_pool`]).
+    pool_only: bool,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -180,6 +242,7 @@ impl fmt::Debug for SqliteStore {
         f.debug_struct("SqliteStore")
             .field("path", &self.db.path)
             .field("synchronous", &self.synchronous)
+            .field("inline", &self.inline())
             .field("max_outcome_bytes", &self.max_outcome_bytes)
             .finish_non_exhaustive()
     }
@@ -218,11 +281,15 @@ impl SqliteStore {
             ))
         })?;
         let db = Database {
-            conn: Mutex::new(conn),
+            session: Mutex::new(Session { conn, waits: false }),
             path,
+            commits: AtomicU32::new(0),
+            checkpointing: AtomicBool::new(false),
+            restart_pending: AtomicBool::new(false),
+            #[cfg(test)]
+            counts: tests::Counts::default(),
         };
         db.read(|conn, _| {
-            conn.busy_timeout(BUSY_TIMEOUT)?;
             let mode: String =
                 conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
             if !mode.eq_ignore_ascii_case("wal") {
@@ -233,6 +300,8 @@ impl SqliteStore {
                 );
             }
             conn.pragma_update(None, "synchronous", "NORMAL")?;
+            // Checkpoints run on the blocking pool instead (see the module documentation).
+            conn.pragma_update(None, "wal_autocheckpoint", 0)?;
             Ok(())
         })?;
         db.write(|tx, _| migrate(tx, &db.path))?;
@@ -240,6 +309,7 @@ impl SqliteStore {
             db: Arc::new(db),
             max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
             synchronous: "NORMAL",
+            pool_only: false,
         })
     }
 
@@ -265,7 +335,8 @@ impl SqliteStore {
 
     /// Sync the WAL to disk at every commit (`synchronous = FULL`): recorded outcomes then
     /// survive a power loss or an operating-system crash, not only a crash of the process,
-    /// at the cost of one `fsync` per state change.
+    /// at the cost of one `fsync` per state change. Since every operation then waits for the
+    /// disk, every operation runs on the blocking pool, never inline.
     ///
     /// ```
     /// use idem_core::store::sqlite::SqliteStore;
@@ -287,6 +358,31 @@ impl SqliteStore {
         Ok(self)
     }
 
+    /// Run every operation on tokio's blocking pool, never inline on the awaiting task.
+    ///
+    /// By default an operation that can start at once runs inline (see the [module
+    /// documentation](self)): its transaction takes tens of microseconds, less than the
+    /// hand-off to another thread. Choose the pool when even that must not run on the async
+    /// thread: a runtime with strict latency budgets per poll, or a file on a disk slow
+    /// enough that writes to the page cache stall.
+    ///
+    /// ```
+    /// use idem_core::store::sqlite::SqliteStore;
+    ///
+    /// let path = std::env::temp_dir().join(format!("idem-doc-pool-{}.db", std::process::id()));
+    /// let store = SqliteStore::open(&path)?.with_blocking_pool();
+    /// assert!(format!("{store:?}").contains("inline: false"));
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    /// # }
+    /// # Ok::<(), idem_core::StoreError>(())
+    /// ```
+    pub fn with_blocking_pool(mut self) -> Self {
+        self.pool_only = true;
+        self
+    }
+
     /// The database file.
     ///
     /// ```
@@ -305,10 +401,71 @@ impl SqliteStore {
         &self.db.path
     }
 
-    /// Run `op` on a blocking thread: rusqlite is synchronous. If the caller's future is
-    /// dropped, the operation still finishes (or rolls back) as one transaction; an orphaned
-    /// claim is then settled by its lease, like any other.
-    async fn run<T, F>(&self, op: F) -> Result<T, StoreError>
+    /// Whether operations may run inline: not at `synchronous = FULL`, whose commits `fsync`.
+    fn inline(&self) -> bool {
+        !self.pool_only && self.synchronous == "NORMAL"
+    }
+
+    /// Run the transaction `here` inline if it can start at once, otherwise the transaction
+    /// `detach()` builds (the same one, owning its inputs) on the blocking pool. Borrowed
+    /// inputs are copied only when the operation does go to the pool.
+    async fn write<T, F>(
+        &self,
+        here: impl FnMut(&Connection, Timestamp) -> Result<T, Failure> + Send,
+        detach: impl FnOnce() -> F + Send,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection, Timestamp) -> Result<T, Failure> + Send + 'static,
+    {
+        let inline = if self.inline() {
+            self.db.try_write_here(here)
+        } else {
+            None
+        };
+        let result = match inline {
+            Some(result) => result,
+            None => {
+                let op = detach();
+                self.pooled(move |db| db.write(op)).await
+            }
+        };
+        if self.db.checkpoint_due() {
+            let reserved = CheckpointReservation(Arc::clone(&self.db));
+            // Not awaited: the caller's write is done; the checkpoint only keeps the WAL short.
+            drop(tokio::task::spawn_blocking(move || reserved.0.checkpoint()));
+        }
+        result
+    }
+
+    /// [`SqliteStore::write`] for a read outside a transaction.
+    async fn read<T, F>(
+        &self,
+        here: impl FnMut(&Connection, Timestamp) -> Result<T, Failure> + Send,
+        detach: impl FnOnce() -> F + Send,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection, Timestamp) -> Result<T, Failure> + Send + 'static,
+    {
+        let inline = if self.inline() {
+            self.db.try_read_here(here)
+        } else {
+            None
+        };
+        match inline {
+            Some(result) => result,
+            None => {
+                let op = detach();
+                self.pooled(move |db| db.read(op)).await
+            }
+        }
+    }
+
+    /// Run `op` on a blocking thread. If the caller's future is dropped, the operation still
+    /// finishes (or rolls back) as one transaction; an orphaned claim is then settled by its
+    /// lease, like any other.
+    async fn pooled<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
@@ -338,10 +495,62 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), Failure> {
     }
 }
 
-/// The connection and where it points.
+/// The file, the connection that serves operations, and the checkpoint bookkeeping.
 struct Database {
-    conn: Mutex<Connection>,
+    session: Mutex<Session>,
     path: PathBuf,
+    /// Commits since the last checkpoint started.
+    commits: AtomicU32,
+    /// A checkpoint is queued or running (at most one is).
+    checkpointing: AtomicBool,
+    /// The last checkpoint copied the whole WAL: the next write may start the WAL over, which
+    /// syncs its header, so it goes to the blocking pool.
+    restart_pending: AtomicBool,
+    #[cfg(test)]
+    counts: tests::Counts,
+}
+
+/// The one checkpoint [`Database::checkpoint_due`] reserved; dropping it (run or not: a
+/// runtime shutting down drops queued blocking tasks) lets the next one be reserved.
+struct CheckpointReservation(Arc<Database>);
+
+impl Drop for CheckpointReservation {
+    fn drop(&mut self) {
+        self.0.checkpointing.store(false, Ordering::Release);
+    }
+}
+
+/// The connection and the busy handling it is set to.
+struct Session {
+    conn: Connection,
+    /// Whether SQLite waits (up to [`BUSY_TIMEOUT`]) for another connection's lock, or reports
+    /// busy at once. Changed only when the other kind of attempt comes along.
+    waits: bool,
+}
+
+impl Session {
+    fn set_waits(&mut self, waits: bool) -> Result<(), rusqlite::Error> {
+        if self.waits != waits {
+            self.conn
+                .busy_timeout(if waits { BUSY_TIMEOUT } else { Duration::ZERO })?;
+            self.waits = waits;
+        }
+        Ok(())
+    }
+
+    /// One attempt at `op` inside `BEGIN IMMEDIATE` ... `COMMIT`, on the clock read once the
+    /// write lock is held. Anything but success rolls the transaction back.
+    fn transact<T>(
+        &mut self,
+        op: &mut impl FnMut(&Connection, Timestamp) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = op(&tx, Timestamp::now())?;
+        tx.commit()?;
+        Ok(value)
+    }
 }
 
 /// Why one attempt at an operation failed.
@@ -374,32 +583,91 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 impl Database {
     /// A poisoned lock only means a thread panicked while holding the connection; the
     /// transaction it had open rolled back when its guard was dropped during unwinding.
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Session> {
+        self.session.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Run `op` inside `BEGIN IMMEDIATE` ... `COMMIT`, on the clock read once the write lock
-    /// is held. Anything but success rolls the transaction back.
+    /// The connection if no other task is using it.
+    fn try_lock(&self) -> Option<MutexGuard<'_, Session>> {
+        match self.session.try_lock() {
+            Ok(session) => Some(session),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Run `op` inside `BEGIN IMMEDIATE` ... `COMMIT`, waiting for other connections' locks:
+    /// on a blocking thread (or at start-up).
     fn write<T>(
         &self,
         mut op: impl FnMut(&Connection, Timestamp) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.lock();
-        self.retrying(|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = op(&tx, Timestamp::now())?;
-            tx.commit()?;
-            Ok(value)
-        })
+        let mut session = self.lock();
+        session.set_waits(true).map_err(|e| self.failed(e))?;
+        let result = self.retrying(|| session.transact(&mut op));
+        if result.is_ok() {
+            self.committed();
+            self.restart_pending.store(false, Ordering::Relaxed);
+        }
+        result
     }
 
-    /// Run `op` outside a transaction (one statement reads one consistent snapshot).
+    /// Run `op` outside a transaction (one statement reads one consistent snapshot), waiting
+    /// for other connections' locks: on a blocking thread (or at start-up).
     fn read<T>(
         &self,
         mut op: impl FnMut(&Connection, Timestamp) -> Result<T, Failure>,
     ) -> Result<T, StoreError> {
-        let conn = self.lock();
-        self.retrying(|| op(&conn, Timestamp::now()))
+        let mut session = self.lock();
+        session.set_waits(true).map_err(|e| self.failed(e))?;
+        self.retrying(|| op(&session.conn, Timestamp::now()))
+    }
+
+    /// [`Database::write`] on the calling thread without waiting for anything: `None` when the
+    /// connection is in use, when another connection holds a lock (nothing was changed), or
+    /// when this write may have to sync the WAL's header.
+    fn try_write_here<T>(
+        &self,
+        mut op: impl FnMut(&Connection, Timestamp) -> Result<T, Failure>,
+    ) -> Option<Result<T, StoreError>> {
+        if self.restart_pending.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut session = self.try_lock()?;
+        if let Err(e) = session.set_waits(false) {
+            return Some(Err(self.failed(e)));
+        }
+        let result = session.transact(&mut op);
+        drop(session);
+        match result {
+            Err(Failure::Sql(e)) if is_busy(&e) => {
+                #[cfg(test)]
+                self.counts.fell_back.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Ok(value) => {
+                self.committed();
+                Some(Ok(value))
+            }
+            Err(e) => Some(Err(self.settle(e))),
+        }
+    }
+
+    /// [`Database::read`] on the calling thread without waiting for anything: `None` when the
+    /// connection is in use or SQLite reports busy.
+    fn try_read_here<T>(
+        &self,
+        mut op: impl FnMut(&Connection, Timestamp) -> Result<T, Failure>,
+    ) -> Option<Result<T, StoreError>> {
+        let mut session = self.try_lock()?;
+        if let Err(e) = session.set_waits(false) {
+            return Some(Err(self.failed(e)));
+        }
+        match op(&session.conn, Timestamp::now()) {
+            Err(Failure::Sql(e)) if is_busy(&e) => None,
+            Ok(value) => Some(Ok(value)),
+            Err(e) => Some(Err(self.settle(e))),
+        }
     }
 
     fn retrying<T>(
@@ -410,7 +678,6 @@ impl Database {
         loop {
             match attempt() {
                 Ok(value) => return Ok(value),
-                Err(Failure::Store(e)) => return Err(e),
                 Err(Failure::Sql(e)) if is_busy(&e) && tries < BUSY_ATTEMPTS => {
                     tracing::debug!(
                         path = %self.path.display(),
@@ -426,13 +693,72 @@ impl Database {
                         self.path.display()
                     )));
                 }
-                Err(Failure::Sql(e)) => {
-                    return Err(StoreError::Unavailable(format!(
-                        "SQLite database {}: {e}",
-                        self.path.display()
-                    )));
+                Err(e) => return Err(self.settle(e)),
+            }
+        }
+    }
+
+    /// The error a failed attempt reports.
+    fn settle(&self, failure: Failure) -> StoreError {
+        match failure {
+            Failure::Store(e) => e,
+            Failure::Sql(e) => self.failed(e),
+        }
+    }
+
+    fn failed(&self, e: rusqlite::Error) -> StoreError {
+        StoreError::Unavailable(format!("SQLite database {}: {e}", self.path.display()))
+    }
+
+    fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether enough commits went into the WAL to checkpoint it, and no checkpoint is running;
+    /// `true` reserves the checkpoint for the caller, which must then run
+    /// [`Database::checkpoint`].
+    fn checkpoint_due(&self) -> bool {
+        self.commits.load(Ordering::Relaxed) >= CHECKPOINT_EVERY
+            && !self.checkpointing.swap(true, Ordering::Acquire)
+    }
+
+    /// Copy what the WAL holds into the database file, on the blocking pool: it syncs the WAL
+    /// and the database file. It holds the store's connection meanwhile (operations wait on
+    /// the pool), as SQLite's automatic checkpoint would inside a commit: a checkpoint beside
+    /// a busy writer rarely catches up with the end of the WAL, and only one that does lets
+    /// the WAL start over instead of growing. Passive: it never waits for another connection.
+    /// A failure is logged, not reported: nobody awaits this, and the next one tries again.
+    fn checkpoint(&self) {
+        self.commits.store(0, Ordering::Relaxed);
+        let session = self.lock();
+        let checkpointed = session
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            });
+        drop(session);
+        match checkpointed {
+            Ok((busy, log, copied)) => {
+                #[cfg(test)]
+                self.counts.checkpoints.fetch_add(1, Ordering::Relaxed);
+                tracing::trace!(
+                    path = %self.path.display(),
+                    busy, log, copied,
+                    "SQLite WAL checkpointed"
+                );
+                if busy == 0 && log > 0 && copied == log {
+                    self.restart_pending.store(true, Ordering::Relaxed);
                 }
             }
+            Err(e) => tracing::warn!(
+                path = %self.path.display(),
+                error = %e,
+                "SQLite WAL checkpoint failed; the next one will try again"
+            ),
         }
     }
 }
@@ -474,11 +800,18 @@ fn apply(conn: &Connection, key: &RecordKey, write: Write) -> Result<(), Failure
     }
 }
 
+/// Delete up to two completed records that expired at or before `now` ([`EVICT_ON_CLAIM`]).
+fn evict_on_claim(conn: &Connection, now: Timestamp) -> Result<usize, Failure> {
+    Ok(conn
+        .prepare_cached(EVICT_ON_CLAIM)?
+        .execute([millis(now)])?)
+}
+
 /// Delete up to `limit` completed records that expired at or before `now`.
-fn evict(conn: &Connection, now: Timestamp, limit: usize) -> Result<usize, Failure> {
+fn purge(conn: &Connection, now: Timestamp, limit: usize) -> Result<usize, Failure> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     Ok(conn
-        .prepare_cached(DELETE_EXPIRED)?
+        .prepare_cached(PURGE_EXPIRED)?
         .execute(params![millis(now), limit])?)
 }
 
@@ -670,19 +1003,136 @@ fn state_name(kind: StateKind) -> &'static str {
     }
 }
 
+// Each operation is a function of borrowed inputs, run inline on the caller's borrows or, on
+// the blocking pool, on copies made only then.
+
+fn claim_in(tx: &Connection, request: &ClaimRequest, now: Timestamp) -> Result<Claim, Failure> {
+    let existing = load(tx, &request.key)?;
+    let (write, claim) = machine::claim(existing.as_ref(), request, now);
+    apply(tx, &request.key, write)?;
+    evict_on_claim(tx, now)?;
+    Ok(claim)
+}
+
+fn complete_in(
+    tx: &Connection,
+    key: &RecordKey,
+    fence: Fence,
+    outcome: &Outcome,
+    ttl: Duration,
+    now: Timestamp,
+) -> Result<(), Failure> {
+    let existing = load(tx, key)?;
+    let write = machine::complete(existing.as_ref(), key, fence, outcome, ttl, now)?;
+    apply(tx, key, write)
+}
+
+fn release_in(tx: &Connection, key: &RecordKey, fence: Fence) -> Result<bool, Failure> {
+    let existing = load(tx, key)?;
+    let (write, released) = machine::release(existing.as_ref(), key, fence);
+    apply(tx, key, write)?;
+    Ok(released)
+}
+
+fn renew_in(
+    tx: &Connection,
+    key: &RecordKey,
+    fence: Fence,
+    lease: Duration,
+    now: Timestamp,
+) -> Result<Timestamp, Failure> {
+    let existing = load(tx, key)?;
+    let (write, until) = machine::renew(existing.as_ref(), key, fence, lease, now)?;
+    apply(tx, key, write)?;
+    Ok(until)
+}
+
+fn journal_in(
+    tx: &Connection,
+    key: &RecordKey,
+    fence: Fence,
+    step: &str,
+    value: &str,
+    now: Timestamp,
+) -> Result<(), Failure> {
+    let existing = load(tx, key)?;
+    let write = machine::journal(existing.as_ref(), key, fence, step, value, now)?;
+    apply(tx, key, write)
+}
+
+fn mark_unknown_in(
+    tx: &Connection,
+    key: &RecordKey,
+    fence: Fence,
+    error: &str,
+    now: Timestamp,
+) -> Result<(), Failure> {
+    let existing = load(tx, key)?;
+    let write = machine::mark_unknown(existing.as_ref(), key, fence, error, now)?;
+    apply(tx, key, write)
+}
+
+fn get_in(conn: &Connection, key: &RecordKey, now: Timestamp) -> Result<Option<Record>, Failure> {
+    Ok(load(conn, key)?.filter(|r| machine::is_live(r, now)))
+}
+
+fn list_in(conn: &Connection, filter: &ListFilter, now: Timestamp) -> Result<Vec<Record>, Failure> {
+    let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+    match filter.state {
+        // InProgress and Unknown records never expire.
+        None => load_many(conn, LIST_ATTENTION, params![limit]),
+        Some(kind) => load_many(
+            conn,
+            LIST_STATE,
+            params![state_name(kind), millis(now), limit],
+        ),
+    }
+}
+
+fn resolve_in(
+    tx: &Connection,
+    key: &RecordKey,
+    outcome: &Outcome,
+    ttl: Duration,
+    now: Timestamp,
+) -> Result<Record, Failure> {
+    let existing = load(tx, key)?;
+    let (write, record) = machine::resolve(existing.as_ref(), key, outcome, ttl, now)?;
+    apply(tx, key, write)?;
+    Ok(record)
+}
+
+fn settle_unknown_in(
+    tx: &Connection,
+    key: &RecordKey,
+    fence: Fence,
+    outcome: Option<&Outcome>,
+    ttl: Duration,
+    now: Timestamp,
+) -> Result<bool, Failure> {
+    let existing = load(tx, key)?;
+    let (write, settled) = machine::settle_unknown(existing.as_ref(), fence, outcome, ttl, now);
+    apply(tx, key, write)?;
+    Ok(settled)
+}
+
+fn force_release_in(tx: &Connection, key: &RecordKey) -> Result<bool, Failure> {
+    let existing = load(tx, key)?;
+    let write = machine::force_release(existing.as_ref(), key)?;
+    apply(tx, key, write)?;
+    Ok(true)
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, StoreError> {
-        let request = request.clone();
-        self.run(move |db| {
-            db.write(|tx, now| {
-                let existing = load(tx, &request.key)?;
-                let (write, claim) = machine::claim(existing.as_ref(), &request, now);
-                apply(tx, &request.key, write)?;
-                evict(tx, now, EVICT_PER_CLAIM)?;
-                Ok(claim)
-            })
-        })
+        self.write(
+            |tx, now| claim_in(tx, request, now),
+            || {
+                let request = request.clone();
+                move |tx: &Connection, now: Timestamp| claim_in(tx, &request, now)
+            },
+        )
         .await
     }
 
@@ -694,27 +1144,26 @@ impl Store for SqliteStore {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         machine::check_size(outcome, self.max_outcome_bytes)?;
-        let (key, outcome) = (key.clone(), outcome.clone());
-        self.run(move |db| {
-            db.write(|tx, now| {
-                let existing = load(tx, &key)?;
-                let write = machine::complete(existing.as_ref(), &key, fence, &outcome, ttl, now)?;
-                apply(tx, &key, write)
-            })
-        })
+        self.write(
+            |tx, now| complete_in(tx, key, fence, outcome, ttl, now),
+            || {
+                let (key, outcome) = (key.clone(), outcome.clone());
+                move |tx: &Connection, now: Timestamp| {
+                    complete_in(tx, &key, fence, &outcome, ttl, now)
+                }
+            },
+        )
         .await
     }
 
     async fn release(&self, key: &RecordKey, fence: Fence) -> Result<bool, StoreError> {
-        let key = key.clone();
-        self.run(move |db| {
-            db.write(|tx, _| {
-                let existing = load(tx, &key)?;
-                let (write, released) = machine::release(existing.as_ref(), &key, fence);
-                apply(tx, &key, write)?;
-                Ok(released)
-            })
-        })
+        self.write(
+            |tx, _| release_in(tx, key, fence),
+            || {
+                let key = key.clone();
+                move |tx: &Connection, _: Timestamp| release_in(tx, &key, fence)
+            },
+        )
         .await
     }
 
@@ -724,15 +1173,13 @@ impl Store for SqliteStore {
         fence: Fence,
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
-        let key = key.clone();
-        self.run(move |db| {
-            db.write(|tx, now| {
-                let existing = load(tx, &key)?;
-                let (write, until) = machine::renew(existing.as_ref(), &key, fence, lease, now)?;
-                apply(tx, &key, write)?;
-                Ok(until)
-            })
-        })
+        self.write(
+            |tx, now| renew_in(tx, key, fence, lease, now),
+            || {
+                let key = key.clone();
+                move |tx: &Connection, now: Timestamp| renew_in(tx, &key, fence, lease, now)
+            },
+        )
         .await
     }
 
@@ -743,14 +1190,15 @@ impl Store for SqliteStore {
         step: &str,
         value: &str,
     ) -> Result<(), StoreError> {
-        let (key, step, value) = (key.clone(), step.to_owned(), value.to_owned());
-        self.run(move |db| {
-            db.write(|tx, now| {
-                let existing = load(tx, &key)?;
-                let write = machine::journal(existing.as_ref(), &key, fence, &step, &value, now)?;
-                apply(tx, &key, write)
-            })
-        })
+        self.write(
+            |tx, now| journal_in(tx, key, fence, step, value, now),
+            || {
+                let (key, step, value) = (key.clone(), step.to_owned(), value.to_owned());
+                move |tx: &Connection, now: Timestamp| {
+                    journal_in(tx, &key, fence, &step, &value, now)
+                }
+            },
+        )
         .await
     }
 
@@ -760,38 +1208,32 @@ impl Store for SqliteStore {
         fence: Fence,
         error: &str,
     ) -> Result<(), StoreError> {
-        let (key, error) = (key.clone(), error.to_owned());
-        self.run(move |db| {
-            db.write(|tx, now| {
-                let existing = load(tx, &key)?;
-                let write = machine::mark_unknown(existing.as_ref(), &key, fence, &error, now)?;
-                apply(tx, &key, write)
-            })
-        })
+        self.write(
+            |tx, now| mark_unknown_in(tx, key, fence, error, now),
+            || {
+                let (key, error) = (key.clone(), error.to_owned());
+                move |tx: &Connection, now: Timestamp| mark_unknown_in(tx, &key, fence, &error, now)
+            },
+        )
         .await
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        let key = key.clone();
-        self.run(move |db| {
-            db.read(|conn, now| Ok(load(conn, &key)?.filter(|r| machine::is_live(r, now))))
-        })
+        self.read(
+            |conn, now| get_in(conn, key, now),
+            || {
+                let key = key.clone();
+                move |conn: &Connection, now: Timestamp| get_in(conn, &key, now)
+            },
+        )
         .await
     }
 
     async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError> {
-        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
-        self.run(move |db| {
-            db.read(|conn, now| match filter.state {
-                // InProgress and Unknown records never expire.
-                None => load_many(conn, LIST_ATTENTION, params![limit]),
-                Some(kind) => load_many(
-                    conn,
-                    LIST_STATE,
-                    params![state_name(kind), millis(now), limit],
-                ),
-            })
-        })
+        self.read(
+            |conn, now| list_in(conn, &filter, now),
+            || move |conn: &Connection, now: Timestamp| list_in(conn, &filter, now),
+        )
         .await
     }
 
@@ -802,16 +1244,13 @@ impl Store for SqliteStore {
         ttl: Duration,
     ) -> Result<Record, StoreError> {
         machine::check_size(outcome, self.max_outcome_bytes)?;
-        let (key, outcome) = (key.clone(), outcome.clone());
-        self.run(move |db| {
-            db.write(|tx, now| {
-                let existing = load(tx, &key)?;
-                let (write, record) =
-                    machine::resolve(existing.as_ref(), &key, &outcome, ttl, now)?;
-                apply(tx, &key, write)?;
-                Ok(record)
-            })
-        })
+        self.write(
+            |tx, now| resolve_in(tx, key, outcome, ttl, now),
+            || {
+                let (key, outcome) = (key.clone(), outcome.clone());
+                move |tx: &Connection, now: Timestamp| resolve_in(tx, &key, &outcome, ttl, now)
+            },
+        )
         .await
     }
 
@@ -825,38 +1264,429 @@ impl Store for SqliteStore {
         if let Some(o) = outcome {
             machine::check_size(o, self.max_outcome_bytes)?;
         }
-        let (key, outcome) = (key.clone(), outcome.cloned());
-        self.run(move |db| {
-            db.write(|tx, now| {
-                let existing = load(tx, &key)?;
-                let (write, settled) =
-                    machine::settle_unknown(existing.as_ref(), fence, outcome.as_ref(), ttl, now);
-                apply(tx, &key, write)?;
-                Ok(settled)
-            })
-        })
+        self.write(
+            |tx, now| settle_unknown_in(tx, key, fence, outcome, ttl, now),
+            || {
+                let (key, outcome) = (key.clone(), outcome.cloned());
+                move |tx: &Connection, now: Timestamp| {
+                    settle_unknown_in(tx, &key, fence, outcome.as_ref(), ttl, now)
+                }
+            },
+        )
         .await
     }
 
     async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError> {
-        let key = key.clone();
-        self.run(move |db| {
-            db.write(|tx, _| {
-                let existing = load(tx, &key)?;
-                let write = machine::force_release(existing.as_ref(), &key)?;
-                apply(tx, &key, write)?;
-                Ok(true)
-            })
-        })
+        self.write(
+            |tx, _| force_release_in(tx, key),
+            || {
+                let key = key.clone();
+                move |tx: &Connection, _: Timestamp| force_release_in(tx, &key)
+            },
+        )
         .await
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        self.run(move |db| db.write(|tx, now| evict(tx, now, limit)))
-            .await
+        self.write(
+            |tx, now| purge(tx, now, limit),
+            || move |tx: &Connection, now: Timestamp| purge(tx, now, limit),
+        )
+        .await
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
         Ok(Timestamp::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use rusqlite::{Connection, StatementStatus, TransactionBehavior};
+    use serde_json::json;
+
+    use super::{CHECKPOINT_EVERY, EVICT_ON_CLAIM, PURGE_EXPIRED, SqliteStore, migrate};
+    use crate::record::{Outcome, Record, RecordState, Timestamp};
+    use crate::store::{Claim, ClaimRequest, ListFilter, Store, StoreError};
+    use crate::{Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, RecordKey};
+
+    /// What the store did, counted for the tests that check how an operation ran.
+    #[derive(Default)]
+    pub(super) struct Counts {
+        /// Inline attempts that found another connection's lock and went to the pool.
+        pub(super) fell_back: AtomicU32,
+        /// Checkpoints run.
+        pub(super) checkpoints: AtomicU32,
+    }
+
+    static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+    /// A directory of its own for each test, removed when the test ends.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "idem-sqlite-unit-{name}-{}-{}",
+                std::process::id(),
+                DIRS.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("create a temporary directory");
+            TempDir(dir)
+        }
+
+        fn file(&self, name: &str) -> PathBuf {
+            self.0.join(name)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const LEASE: Duration = Duration::from_secs(60);
+    const TTL: Duration = Duration::from_secs(3600);
+
+    fn key(name: &str) -> RecordKey {
+        LogicalKey::new(
+            "idem-sqlite-unit",
+            "tenant",
+            "tool",
+            KeyMaterial::Explicit { key: name.into() },
+        )
+        .record_key()
+    }
+
+    fn request(key: &RecordKey) -> ClaimRequest {
+        ClaimRequest {
+            key: key.clone(),
+            tool: "send_email".into(),
+            fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
+            lease: LEASE,
+            orphans: OrphanPolicy::MarkUnknown,
+            arguments: Some(r#"{"to":"a@example.com"}"#.into()),
+        }
+    }
+
+    async fn acquire(store: &SqliteStore, key: &RecordKey) -> u64 {
+        match store.claim(&request(key)).await.expect("claim") {
+            Claim::Acquired { fence, .. } => fence,
+            other => panic!("expected to acquire {key}, got {other:?}"),
+        }
+    }
+
+    fn rows(path: &Path) -> i64 {
+        let raw = Connection::open(path).expect("raw connection");
+        raw.query_row("SELECT count(*) FROM idem_records", [], |r| r.get(0))
+            .expect("count")
+    }
+
+    /// A record with its fence and clock readings zeroed: what two runs of the same operations
+    /// a few milliseconds apart must agree on. Lease and expiry keep their distance from the
+    /// last update, which the durations passed in decide.
+    fn timeless(mut r: Record) -> Record {
+        let since = |t: Timestamp| Timestamp(t.0.saturating_sub(r.updated_at.0));
+        r.state = match r.state {
+            RecordState::InProgress { lease_until } => RecordState::InProgress {
+                lease_until: since(lease_until),
+            },
+            RecordState::Completed {
+                outcome,
+                expires_at,
+            } => RecordState::Completed {
+                outcome,
+                expires_at: since(expires_at),
+            },
+            RecordState::Unknown { last_error, .. } => RecordState::Unknown {
+                since: Timestamp(0),
+                last_error,
+            },
+        };
+        r.fence = 0;
+        r.created_at = Timestamp(0);
+        r.updated_at = Timestamp(0);
+        r
+    }
+
+    fn timeless_claim(c: Claim) -> Claim {
+        match c {
+            Claim::Acquired {
+                steps, takeover, ..
+            } => Claim::Acquired {
+                fence: 0,
+                steps,
+                takeover,
+            },
+            Claim::Existing(r) => Claim::Existing(timeless(r)),
+        }
+    }
+
+    /// Every operation of the store, successes and refusals, as text to compare.
+    async fn script(store: &SqliteStore) -> Vec<String> {
+        let mut log = Vec::new();
+        let outcome = Outcome::success(&json!({"id": 7, "tags": []}));
+        let (k1, k2, k3, k4) = (key("one"), key("two"), key("three"), key("four"));
+
+        let f1 = acquire(store, &k1).await;
+        log.push(format!(
+            "{:?}",
+            store.journal(&k1, f1, "reserve", "1").await
+        ));
+        log.push(format!(
+            "{:?}",
+            store.renew(&k1, f1, LEASE).await.map(|_| ())
+        ));
+        log.push(format!(
+            "{:?}",
+            store.complete(&k1, f1, &outcome, TTL).await
+        ));
+        log.push(format!(
+            "{:?}",
+            store.claim(&request(&k1)).await.map(timeless_claim)
+        ));
+
+        let f2 = acquire(store, &k2).await;
+        let stale = f2 - 1;
+        let refused = store.complete(&k2, stale, &outcome, TTL).await;
+        assert!(
+            matches!(&refused, Err(StoreError::Fenced { fence, .. }) if *fence == stale),
+            "a stale fence is refused, got {refused:?}"
+        );
+        log.push(format!("{:?}", refused.map_err(|_| "fenced")));
+        log.push(format!("{:?}", store.release(&k2, stale).await));
+        log.push(format!(
+            "{:?}",
+            store.mark_unknown(&k2, f2, "timed out").await
+        ));
+        log.push(format!(
+            "{:?}",
+            store
+                .list(ListFilter::default())
+                .await
+                .map(|v| v.into_iter().map(timeless).collect::<Vec<_>>())
+        ));
+        log.push(format!(
+            "{:?}",
+            store.settle_unknown(&k2, f2, Some(&outcome), TTL).await
+        ));
+
+        let f3 = acquire(store, &k3).await;
+        log.push(format!("{:?}", store.release(&k3, f3).await));
+        log.push(format!("{:?}", store.get(&k3).await));
+
+        acquire(store, &k4).await;
+        log.push(format!("{:?}", store.force_release(&k4).await));
+        log.push(format!(
+            "{:?}",
+            store.resolve(&k4, &outcome, TTL).await.map(timeless)
+        ));
+        log.push(format!("{:?}", store.purge_expired(10).await));
+        for k in [&k1, &k2, &k3, &k4] {
+            log.push(format!("{:?}", store.get(k).await.map(|r| r.map(timeless))));
+        }
+        log
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn inline_and_pooled_operations_leave_identical_records() {
+        let dir = TempDir::new("same");
+        let inline = SqliteStore::open(dir.file("inline.db")).expect("open");
+        let pooled = SqliteStore::open(dir.file("pooled.db"))
+            .expect("open")
+            .with_blocking_pool();
+        assert!(inline.inline() && !pooled.inline());
+        let (a, b) = (script(&inline).await, script(&pooled).await);
+        assert_eq!(a, b, "the same operations give the same answers either way");
+        assert!(
+            a.iter().any(|line| line.contains("fenced"))
+                && a.iter().any(|l| l.contains("NotFound")),
+            "the script covers refusals too: {a:#?}"
+        );
+        assert_eq!(inline.db.counts.fell_back.load(Ordering::Relaxed), 0);
+    }
+
+    /// Another connection takes and drops the write lock over and over until told to stop.
+    fn churn_the_lock(path: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u32> {
+        let mut other = Connection::open(path).expect("raw connection");
+        std::thread::spawn(move || {
+            let mut held = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let tx = other
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .expect("take the write lock");
+                std::thread::sleep(Duration::from_millis(2));
+                tx.commit().expect("commit");
+                held += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            held
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_blocked_by_another_connection_go_to_the_pool_and_lose_nothing() {
+        let dir = TempDir::new("churn");
+        let path = dir.file("idem.db");
+        let store = Arc::new(SqliteStore::open(&path).expect("open"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let holder = churn_the_lock(&path, Arc::clone(&stop));
+        // Four tasks at once also contend for the connection itself.
+        let mut tasks = Vec::new();
+        for t in 0..4 {
+            let store = Arc::clone(&store);
+            tasks.push(tokio::spawn(async move {
+                for i in 0..50 {
+                    let k = key(&format!("churn-{t}-{i}"));
+                    let fence = acquire(&store, &k).await;
+                    let outcome = Outcome::success(&json!([t, i]));
+                    store
+                        .complete(&k, fence, &outcome, TTL)
+                        .await
+                        .expect("complete");
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(holder.join().expect("holder") > 0);
+        assert!(
+            store.db.counts.fell_back.load(Ordering::Relaxed) > 0,
+            "some inline attempts met the other connection's lock"
+        );
+        assert_eq!(rows(&path), 200, "every record was written once");
+        for t in 0..4 {
+            for i in 0..50 {
+                let k = key(&format!("churn-{t}-{i}"));
+                match store.get(&k).await.expect("get").map(|r| r.state) {
+                    Some(RecordState::Completed { outcome, .. }) => {
+                        assert_eq!(outcome, Outcome::success(&json!([t, i])))
+                    }
+                    other => panic!("{k} should be completed, got {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_runtime_keeps_running_while_another_connection_holds_the_lock() {
+        let dir = TempDir::new("runtime");
+        let path = dir.file("idem.db");
+        let store = SqliteStore::open(&path).expect("open");
+        let mut other = Connection::open(&path).expect("raw connection");
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let tx = other
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .expect("take the write lock");
+            locked_tx.send(()).expect("signal");
+            std::thread::sleep(Duration::from_millis(500));
+            tx.commit().expect("commit");
+        });
+        locked_rx.recv().expect("lock taken");
+        // On a single-threaded runtime, this ticker runs only while nothing blocks the thread.
+        let ticks = Arc::new(AtomicU32::new(0));
+        let ticker = tokio::spawn({
+            let ticks = Arc::clone(&ticks);
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        let k = key("waiting");
+        let fence = acquire(&store, &k).await;
+        let during = ticks.load(Ordering::Relaxed);
+        ticker.abort();
+        holder.join().expect("holder");
+        assert!(
+            during >= 10,
+            "the runtime kept running during the 500 ms wait ({during} ticks of 10 ms)"
+        );
+        assert_eq!(store.db.counts.fell_back.load(Ordering::Relaxed), 1);
+        // With the lock free again, the next write runs inline and sees the claim.
+        store
+            .complete(&k, fence, &Outcome::success(&json!(1)), TTL)
+            .await
+            .expect("complete");
+        assert_eq!(store.db.counts.fell_back.load(Ordering::Relaxed), 1);
+    }
+
+    fn wal_bytes(path: &Path) -> u64 {
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checkpoints_keep_the_wal_bounded() {
+        let dir = TempDir::new("checkpoint");
+        let path = dir.file("idem.db");
+        let store = SqliteStore::open(&path).expect("open");
+        let page: i64 = {
+            let raw = Connection::open(&path).expect("raw connection");
+            raw.query_row("PRAGMA page_size", [], |r| r.get(0))
+                .expect("page size")
+        };
+        let page = u64::try_from(page).expect("a positive page size");
+        let rounds = 20 * CHECKPOINT_EVERY;
+        let (mut first_half, mut largest) = (0, 0);
+        for i in 0..rounds {
+            acquire(&store, &key(&format!("wal-{i}"))).await;
+            largest = largest.max(wal_bytes(&path));
+            if i == rounds / 2 {
+                first_half = largest;
+            }
+        }
+        // Each claim writes at least three pages (the row, its key's index entry, its state's
+        // index entry): without checkpoints the WAL would hold all of them.
+        let unbounded = u64::from(rounds) * 3 * page;
+        let checkpoints = store.db.counts.checkpoints.load(Ordering::Relaxed);
+        assert!(
+            checkpoints >= 10,
+            "{checkpoints} checkpoints in {rounds} commits"
+        );
+        assert!(
+            largest * 5 < unbounded,
+            "the WAL reached {largest} bytes; without checkpoints it would pass {unbounded}"
+        );
+        assert!(
+            largest < 2 * first_half,
+            "the WAL stopped growing: {first_half} bytes after half the commits, {largest} after all"
+        );
+        assert_eq!(rows(&path), i64::from(rounds));
+    }
+
+    #[test]
+    fn the_claim_eviction_is_compiled_once() {
+        let dir = TempDir::new("reprepare");
+        let conn = Connection::open(dir.file("idem.db")).expect("open");
+        migrate(&conn, &dir.file("idem.db")).unwrap_or_else(|_| panic!("schema"));
+        // As the store runs them: from rusqlite's statement cache, which clears the bindings
+        // of a statement it takes back.
+        let recompiled = |sql: &str, params: &dyn Fn(i64) -> Vec<i64>| {
+            let mut count = 0;
+            for now in 1..=4 {
+                let mut stmt = conn.prepare_cached(sql).expect("prepare");
+                stmt.execute(rusqlite::params_from_iter(params(now)))
+                    .expect("execute");
+                count = stmt.get_status(StatementStatus::RePrepare);
+            }
+            count
+        };
+        assert_eq!(recompiled(EVICT_ON_CLAIM, &|now| vec![now]), 0);
+        // What the literal limit avoids: a bound limit, cleared and bound again, recompiles
+        // the statement at every execution, even bound to the same value each time.
+        assert_eq!(recompiled(PURGE_EXPIRED, &|now| vec![now, 2]), 4);
     }
 }

@@ -2,6 +2,10 @@
 //! statements `SqliteStore` runs, in the same transactions, with the same durability settings
 //! (WAL, `synchronous = NORMAL`, busy timeout 5 s). One worker per process; `scripts/bench`
 //! starts one or two processes on the same file.
+//!
+//! Checkpoints differ by design: raw rusqlite keeps SQLite's automatic checkpoint (inside the
+//! commit that takes the WAL past 1000 pages), `SqliteStore` checkpoints every 256 of its
+//! commits on tokio's blocking pool. Both copy the same WAL back with the same syncs.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -73,7 +77,7 @@ CREATE INDEX IF NOT EXISTS idem_records_state_expires ON idem_records (state, ex
 ";
 const SELECT_ONE: &str = "SELECT key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, outcome, steps, arguments, created_at, updated_at FROM idem_records WHERE key = ?1";
 const UPSERT: &str = "INSERT INTO idem_records (key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, outcome, steps, arguments, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT (key) DO UPDATE SET tool = excluded.tool, fingerprint = excluded.fingerprint, fence = excluded.fence, state = excluded.state, lease_until = excluded.lease_until, expires_at = excluded.expires_at, since = excluded.since, last_error = excluded.last_error, outcome = excluded.outcome, steps = excluded.steps, arguments = excluded.arguments, created_at = excluded.created_at, updated_at = excluded.updated_at";
-const DELETE_EXPIRED: &str = "DELETE FROM idem_records WHERE key IN (SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT ?2)";
+const DELETE_EXPIRED: &str = "DELETE FROM idem_records WHERE key IN (SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT 2)";
 
 fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
     let sql = |e: rusqlite::Error| e.to_string();
@@ -127,7 +131,7 @@ fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
             .map_err(sql)?;
         tx.prepare_cached(DELETE_EXPIRED)
             .map_err(sql)?
-            .execute(params![now, 2i64])
+            .execute([now])
             .map_err(sql)?;
         tx.commit().map_err(sql)?;
         // Complete: read, write the outcome.
