@@ -74,6 +74,7 @@
 //! on one host share. Each claim evicts up to two expired completed records, so the table
 //! stays bounded without a janitor; [`Store::purge_expired`] evicts in larger batches.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -152,6 +153,9 @@ const UPSERT: &str = concat!(
      arguments = excluded.arguments, created_at = excluded.created_at, \
      updated_at = excluded.updated_at"
 );
+
+/// The journal of a record with no steps, as JSON (`serde_json` writes an empty list so).
+const NO_STEPS: &str = "[]";
 
 const DELETE_ONE: &str = "DELETE FROM idem_records WHERE key = ?1";
 
@@ -832,8 +836,14 @@ fn put(conn: &Connection, r: &Record) -> Result<(), Failure> {
     };
     let fence = i64::try_from(r.fence)
         .map_err(|_| unstorable(format!("fence {} exceeds SQLite's integers", r.fence)))?;
-    let steps = serde_json::to_string(&r.steps)
-        .map_err(|e| unstorable(format!("steps cannot be encoded: {e}")))?;
+    let steps = if r.steps.is_empty() {
+        Cow::Borrowed(NO_STEPS)
+    } else {
+        Cow::Owned(
+            serde_json::to_string(&r.steps)
+                .map_err(|e| unstorable(format!("steps cannot be encoded: {e}")))?,
+        )
+    };
     let (state, lease_until, expires_at, since, last_error, outcome) = match &r.state {
         RecordState::InProgress { lease_until } => (
             "in_progress",
@@ -880,7 +890,7 @@ fn put(conn: &Connection, r: &Record) -> Result<(), Failure> {
         since,
         last_error,
         outcome,
-        steps,
+        steps.as_ref(),
         r.arguments,
         millis(r.created_at),
         millis(r.updated_at),
@@ -892,7 +902,7 @@ fn put(conn: &Connection, r: &Record) -> Result<(), Failure> {
 fn decode(row: &Row<'_>) -> Result<Record, Failure> {
     let key = match row.get_ref(0)? {
         ValueRef::Text(t) => match std::str::from_utf8(t) {
-            Ok(s) => RecordKey::from_stored(s),
+            Ok(s) => s,
             Err(_) => {
                 return Err(corrupt(
                     RecordKey::from_stored(String::from_utf8_lossy(t)),
@@ -907,51 +917,48 @@ fn decode(row: &Row<'_>) -> Result<Record, Failure> {
             ));
         }
     };
-    let cells = Cells(row);
-    match decode_fields(&cells, &key) {
-        Ok(record) => Ok(record),
-        Err(reason) => Err(corrupt(key, reason)),
-    }
+    decode_fields(&Cells(row), key).map_err(|reason| corrupt(RecordKey::from_stored(key), reason))
 }
 
 fn corrupt(key: RecordKey, reason: String) -> Failure {
     Failure::Store(StoreError::Corrupt { key, reason })
 }
 
-fn decode_fields(c: &Cells<'_, '_>, key: &RecordKey) -> Result<Record, String> {
-    let fingerprint = c.text(2, "fingerprint")?;
-    let fingerprint = Fingerprint::from_hex(&fingerprint)
+/// The record in a row whose key is `key`. Columns only parsed (fingerprint, state, outcome,
+/// steps) are read in place rather than copied out first.
+fn decode_fields(c: &Cells<'_, '_>, key: &str) -> Result<Record, String> {
+    let fingerprint = c.str(2, "fingerprint")?;
+    let fingerprint = Fingerprint::from_hex(fingerprint)
         .ok_or_else(|| format!("fingerprint {fingerprint:?} is not 64 hex digits"))?;
-    let state = c.text(4, "state")?;
-    let state = match state.as_str() {
+    let state = match c.str(4, "state")? {
         "in_progress" => RecordState::InProgress {
             lease_until: c.timestamp(5, "lease_until")?,
         },
-        "completed" => {
-            let outcome = c.text(9, "outcome")?;
-            RecordState::Completed {
-                outcome: serde_json::from_str::<Outcome>(&outcome)
-                    .map_err(|e| format!("outcome is not a recorded outcome: {e}"))?,
-                expires_at: c.timestamp(6, "expires_at")?,
-            }
-        }
+        "completed" => RecordState::Completed {
+            outcome: serde_json::from_str::<Outcome>(c.str(9, "outcome")?)
+                .map_err(|e| format!("outcome is not a recorded outcome: {e}"))?,
+            expires_at: c.timestamp(6, "expires_at")?,
+        },
         "unknown" => RecordState::Unknown {
             since: c.timestamp(7, "since")?,
-            last_error: c.text(8, "last_error")?,
+            last_error: c.str(8, "last_error")?.to_owned(),
         },
         other => return Err(format!("state {other:?} is not one this version knows")),
     };
-    let steps = c.text(10, "steps")?;
-    let steps = serde_json::from_str::<Vec<JournalEntry>>(&steps)
-        .map_err(|e| format!("steps are not a journal: {e}"))?;
+    let steps = match c.str(10, "steps")? {
+        // What `put` writes for a call that journaled nothing: most records.
+        NO_STEPS => Vec::new(),
+        steps => serde_json::from_str::<Vec<JournalEntry>>(steps)
+            .map_err(|e| format!("steps are not a journal: {e}"))?,
+    };
     Ok(Record {
-        key: key.clone(),
-        tool: c.text(1, "tool")?,
+        key: RecordKey::from_stored(key),
+        tool: c.str(1, "tool")?.to_owned(),
         fingerprint,
         fence: c.integer(3, "fence")?,
         state,
         steps,
-        arguments: c.optional_text(11, "arguments")?,
+        arguments: c.optional_str(11, "arguments")?.map(str::to_owned),
         created_at: c.timestamp(12, "created_at")?,
         updated_at: c.timestamp(13, "updated_at")?,
     })
@@ -965,18 +972,18 @@ impl Cells<'_, '_> {
         self.0.get_ref(i).map_err(|e| format!("{name}: {e}"))
     }
 
-    fn optional_text(&self, i: usize, name: &str) -> Result<Option<String>, String> {
+    fn optional_str(&self, i: usize, name: &str) -> Result<Option<&str>, String> {
         match self.value(i, name)? {
             ValueRef::Null => Ok(None),
             ValueRef::Text(t) => std::str::from_utf8(t)
-                .map(|s| Some(s.to_owned()))
+                .map(Some)
                 .map_err(|_| format!("{name} is not valid UTF-8")),
             other => Err(format!("{name} is {}, not text", other.data_type())),
         }
     }
 
-    fn text(&self, i: usize, name: &str) -> Result<String, String> {
-        self.optional_text(i, name)?
+    fn str(&self, i: usize, name: &str) -> Result<&str, String> {
+        self.optional_str(i, name)?
             .ok_or_else(|| format!("{name} is missing"))
     }
 
@@ -1665,6 +1672,15 @@ mod tests {
             "the WAL stopped growing: {first_half} bytes after half the commits, {largest} after all"
         );
         assert_eq!(rows(&path), i64::from(rounds));
+    }
+
+    #[test]
+    fn an_empty_journal_is_stored_as_serde_json_writes_it() {
+        let empty: Vec<crate::record::JournalEntry> = Vec::new();
+        assert_eq!(
+            serde_json::to_string(&empty).expect("encode"),
+            super::NO_STEPS
+        );
     }
 
     #[test]
