@@ -6,10 +6,10 @@
 //! around its body, not an `async` block; its schemas are cached by code that is not generic.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 
-use futures_util::FutureExt;
-use futures_util::future::{Either, ready};
 use idem_core::ToolError;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -63,14 +63,50 @@ pub fn output_value<T: Serialize>(out: &T) -> Result<Value, ToolError> {
     })
 }
 
-/// A body's outcome as the handler returns it.
-fn outcome<T: Serialize, E>(
-    r: Result<T, E>,
-    error: impl FnOnce(E) -> ToolError,
-) -> Result<Value, ToolError> {
-    match r {
-        Ok(out) => output_value(&out),
-        Err(e) => Err(error(e)),
+/// The future a tool's handler returns: its body's future, whose outcome becomes the
+/// handler's, or the refusal of arguments that do not fit its parameters.
+///
+/// Written out rather than composed from `futures_util` combinators (`Either<Map<..>, Ready<..>>`)
+/// because it is compiled once per tool: this is less code for rustc to generate.
+pub struct Call<Fut, C> {
+    state: State<Fut>,
+    error: C,
+}
+
+enum State<Fut> {
+    Run(Fut),
+    Refused(Option<ToolError>),
+}
+
+impl<Fut, C> Call<Fut, C> {
+    fn new(state: State<Fut>, error: C) -> Self {
+        Call { state, error }
+    }
+}
+
+impl<T, E, Fut, C> Future for Call<Fut, C>
+where
+    T: Serialize,
+    Fut: Future<Output = Result<T, E>>,
+    C: Fn(E) -> ToolError,
+{
+    type Output = Result<Value, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: the body's future is never moved out of `state` nor `state` replaced while
+        // it holds one (it is pinned projection, as `pin-project` would do), and `Call` has no
+        // `Drop` of its own that could move it; the other fields are never pinned.
+        let this = unsafe { self.get_unchecked_mut() };
+        match &mut this.state {
+            State::Run(body) => match unsafe { Pin::new_unchecked(body) }.poll(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Ok(out)) => Poll::Ready(output_value(&out)),
+                Poll::Ready(Err(e)) => Poll::Ready(Err((this.error)(e))),
+            },
+            State::Refused(e) => Poll::Ready(Err(e.take().unwrap_or_else(|| {
+                ToolError::not_applied("the call was polled after it completed")
+            }))),
+        }
     }
 }
 
@@ -94,12 +130,13 @@ where
         .input_schema_shared(cached(&schemas.input, crate::schema::arguments::<A>))
         .output_schema_shared(cached(&schemas.output, crate::schema::output::<O>))
         .prepare(normalise::<A>)
-        .handler_ref(
-            move |ctx: ToolContext, args: &Value| match crate::located::parse::<A>(args) {
-                Ok(args) => Either::Left(run(ctx, args).map(move |r| outcome(r, error))),
-                Err(e) => Either::Right(ready(Err(ToolError::not_applied(e)))),
-            },
-        )
+        .handler_ref(move |ctx: ToolContext, args: &Value| {
+            let state = match crate::located::parse::<A>(args) {
+                Ok(args) => State::Run(run(ctx, args)),
+                Err(e) => State::Refused(Some(ToolError::not_applied(e))),
+            };
+            Call::new(state, error)
+        })
 }
 
 /// Deserialise typed arguments, then serialise them back: what the fingerprint covers
@@ -107,6 +144,58 @@ where
 /// deserialiser per arguments type, not two).
 fn normalise<A: DeserializeOwned + Serialize>(arguments: &Value) -> Result<Value, ArgumentError> {
     let typed: A = crate::located::parse(arguments)?;
-    serde_json::to_value(&typed)
-        .map_err(|e| ArgumentError::new("", format!("arguments could not be re-encoded: {e}")))
+    match serde_json::to_value(&typed) {
+        Ok(value) => Ok(value),
+        Err(e) => Err(not_reencoded(e)),
+    }
+}
+
+fn not_reencoded(e: serde_json::Error) -> ArgumentError {
+    ArgumentError::new("", format!("arguments could not be re-encoded: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    #[test]
+    fn a_call_runs_a_pinned_body_and_converts_its_outcome() {
+        // The body holds a borrow of its own state across an await: it is not `Unpin`, so
+        // polling it through `Call` relies on the projection being sound.
+        let body = |fail: bool| async move {
+            let text = String::from("out");
+            let borrowed = &text;
+            tokio::task::yield_now().await;
+            if fail {
+                Err(borrowed.len())
+            } else {
+                Ok(borrowed.clone())
+            }
+        };
+        let error = |n: usize| ToolError::retryable(format!("{n} went wrong"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let ok = rt.block_on(Call::new(State::Run(body(false)), error));
+        assert_eq!(ok.unwrap(), Value::from("out"));
+        let err = rt
+            .block_on(Call::new(State::Run(body(true)), error))
+            .unwrap_err();
+        assert!(err.to_string().contains("3 went wrong"), "{err}");
+    }
+
+    #[test]
+    fn a_refused_call_is_not_applied_and_stays_done() {
+        let mut call = Call::new(
+            State::<std::future::Ready<Result<(), ToolError>>>::Refused(Some(
+                ToolError::not_applied("bad"),
+            )),
+            |e: ToolError| e,
+        );
+        let first = (&mut call).now_or_never().unwrap().unwrap_err();
+        assert_eq!(first.kind(), idem_core::ErrorKind::NotApplied);
+        assert!(first.to_string().contains("bad"));
+        assert!((&mut call).now_or_never().unwrap().is_err());
+    }
 }

@@ -21,23 +21,35 @@ use crate::args::ArgumentError;
 
 /// Deserialise typed arguments, naming the JSON pointer of the first error.
 pub(crate) fn parse<T: DeserializeOwned>(arguments: &Value) -> Result<T, ArgumentError> {
-    if !arguments.is_object() {
-        return Err(ArgumentError::new(
-            "",
-            format!(
-                "expected an object of named arguments, got {}",
-                crate::args::kind(arguments)
-            ),
-        ));
-    }
+    // What does not depend on `T` is in functions that are not generic, compiled once.
+    not_an_object(arguments)?;
     let failed = Cell::new(None);
-    let root = Located {
+    let root = Top(Located {
         value: arguments,
         at: &At::Root,
         failed: &failed,
-    };
-    T::deserialize(root)
-        .map_err(|e| ArgumentError::new(failed.take().unwrap_or_default(), e.to_string()))
+    });
+    match T::deserialize(root) {
+        Ok(typed) => Ok(typed),
+        Err(e) => Err(located(e, failed)),
+    }
+}
+
+fn not_an_object(arguments: &Value) -> Result<(), ArgumentError> {
+    if arguments.is_object() {
+        return Ok(());
+    }
+    Err(ArgumentError::new(
+        "",
+        format!(
+            "expected an object of named arguments, got {}",
+            crate::args::kind(arguments)
+        ),
+    ))
+}
+
+fn located(error: Error, failed: Cell<Option<String>>) -> ArgumentError {
+    ArgumentError::new(failed.take().unwrap_or_default(), error.to_string())
 }
 
 /// Where a value is: a chain of borrowed steps up to the root.
@@ -305,6 +317,32 @@ impl<'de> Deserializer<'de> for Located<'de, '_> {
             failed: self.failed,
         });
         self.tracked(out)
+    }
+}
+
+/// The arguments object itself, which `#[tool]`'s arguments struct reads. It is known to be
+/// an object, so it is read as a map only: the struct visitor's `visit_seq` is never called,
+/// and so never compiled.
+struct Top<'de, 'a>(Located<'de, 'a>);
+
+impl<'de> Deserializer<'de> for Top<'de, '_> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0.value {
+            Value::Object(map) => {
+                let out = self.0.map(map, visitor);
+                self.0.tracked(out)
+            }
+            // `parse` checked it is an object.
+            _ => self.0.invalid(&visitor),
+        }
+    }
+
+    forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map struct enum identifier ignored_any
     }
 }
 
