@@ -32,9 +32,11 @@
 //! What then runs inline is one short transaction: a lookup by key, one or two row writes
 //! appended to the WAL (the operating system's page cache: at `synchronous = NORMAL` a commit
 //! does not `fsync`), and at most two expired records evicted; tens of microseconds, or as
-//! long as the kernel takes to accept a small write. Handing every operation to a thread
-//! instead would cost more than the operation itself: a round trip through tokio's blocking
-//! pool is itself tens of microseconds.
+//! long as the kernel takes to accept a small write. Reads ([`Store::get`], [`Store::list`])
+//! run inline the same way. Handing every operation to a thread instead would cost more than
+//! the operation itself: a round trip through tokio's blocking pool is itself tens of
+//! microseconds. (SQLite may still retry briefly on its own when it races another connection
+//! for the WAL's shared index; those retries are microseconds, not the busy timeout.)
 //!
 //! The operation goes to tokio's blocking pool, where it waits up to the busy timeout as
 //! described above, when:
@@ -45,7 +47,9 @@
 //!   afresh, reading the row again: the result is the one the pooled operation alone would
 //!   have given;
 //! - it is this store's first write after a checkpoint it ran (that write may restart the WAL
-//!   from its beginning, which syncs the WAL's header: an `fsync`, kept off the async thread);
+//!   from its beginning, which syncs the WAL's header: an `fsync`, kept off the async thread;
+//!   when another process checkpointed, the restart, once per checkpoint, may fall to an
+//!   inline write of this store);
 //! - the store was built with [`SqliteStore::with_blocking_pool`] (every operation on the
 //!   pool, as before inline execution existed) or [`SqliteStore::with_synchronous_full`]
 //!   (every commit then syncs the WAL: an `fsync` per operation does not belong on an async
