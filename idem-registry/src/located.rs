@@ -401,10 +401,9 @@ impl<'de> MapAccess<'de> for Entries<'de, '_> {
             at: self.at,
             failed: self.failed,
         };
-        seed.deserialize(read).map(Some).map_err(|e| {
+        seed.deserialize(read).map(Some).inspect_err(|_| {
             // An unknown or invalid key is reported at the key, as serde_path_to_error does.
             mark(self.failed, &At::Key(self.at, key));
-            e
         })
     }
 
