@@ -1,5 +1,9 @@
 //! An in-memory store: for tests and single-process use. Sharded, bounded, and it makes its
 //! decisions with the same state machine as the durable stores.
+//!
+//! Records are kept in a compact form of their own and turned into [`Record`]s only at the
+//! [`Store`] boundary, so that a million records take little more than their arguments and
+//! outcomes (BENCHMARKS.md, "Memory per record").
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -11,8 +15,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::canonical::{Fingerprint, hex};
+use crate::error::ToolError;
 use crate::key::RecordKey;
-use crate::record::{Fence, Outcome, Record, RecordState, StateKind, Timestamp};
+use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, StateKind, Timestamp};
 use crate::store::machine::{self, Write};
 use crate::store::{Claim, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, ListFilter, Store, StoreError};
 
@@ -75,39 +81,384 @@ impl Clock for ManualClock {
 
 const SHARDS: usize = 16;
 
-/// One shard: records found by their own key. A set of boxed records rather than a map from
-/// key to record keeps the key once per record (not twice) and the table's slots one pointer
-/// wide (a table is at most 7/8 full and up to half empty after it grows, so inline records
-/// would cost their size again in empty slots).
-type Shard = HashSet<Slot>;
+/// The 32 bytes spelled by a key of 64 lower-case hex digits.
+type Digest = [u8; 32];
 
-/// A record in a shard, hashed and compared by its key.
-struct Slot(Box<Record>);
+/// A record's key as a shard files it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyRef<'a> {
+    /// 64 lower-case hex digits (every key [`crate::LogicalKey::record_key`] derives), kept as
+    /// the 32 bytes they spell: half the size, and cheaper to hash.
+    Digest(Digest),
+    /// Any other key (one read back from elsewhere, a test's name), kept as written so that it
+    /// comes back byte for byte.
+    Text(&'a str),
+}
 
-impl Borrow<str> for Slot {
-    fn borrow(&self) -> &str {
-        self.0.key.as_str()
+impl<'a> KeyRef<'a> {
+    fn of(key: &'a RecordKey) -> Self {
+        match decode_digest(key.as_str()) {
+            Some(d) => KeyRef::Digest(d),
+            None => KeyRef::Text(key.as_str()),
+        }
+    }
+
+    fn to_record_key(self) -> RecordKey {
+        match self {
+            KeyRef::Digest(d) => RecordKey::from_stored(hex(&d)),
+            KeyRef::Text(t) => RecordKey::from_stored(t),
+        }
+    }
+
+    /// Which shard holds the key.
+    fn shard(self) -> usize {
+        match self {
+            // A digest's bytes are uniformly spread.
+            KeyRef::Digest(d) => usize::from(d[0]) % SHARDS,
+            KeyRef::Text(t) => {
+                let h = t.bytes().take(4).fold(0usize, |acc, x| {
+                    acc.wrapping_mul(31).wrapping_add(usize::from(x))
+                });
+                h % SHARDS
+            }
+        }
     }
 }
 
-impl Hash for Slot {
+/// The bytes of exactly 64 lower-case hex digits. Upper case is refused: encoding the bytes
+/// again must give back the very same text.
+fn decode_digest(s: &str) -> Option<Digest> {
+    // Each input byte's value as a hex digit, or 0xff. The loop only looks up and merges, and
+    // checks once at the end: every key of every call goes through here.
+    const DIGIT: [u8; 256] = {
+        let mut table = [0xff; 256];
+        let mut i = 0;
+        while i < 10 {
+            table[b'0' as usize + i] = i as u8;
+            i += 1;
+        }
+        let mut i = 0;
+        while i < 6 {
+            table[b'a' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        table
+    };
+    let bytes: &[u8; 64] = s.as_bytes().try_into().ok()?;
+    let mut out = [0u8; 32];
+    let mut invalid = 0u8;
+    for (o, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        let (hi, lo) = (DIGIT[usize::from(pair[0])], DIGIT[usize::from(pair[1])]);
+        invalid |= hi | lo;
+        *o = (hi << 4) | (lo & 0x0f);
+    }
+    (invalid & 0xf0 == 0).then_some(out)
+}
+
+/// A record as the memory store keeps it: a [`Record`] without its key (the entry holds it)
+/// and with every part sized for the common case. A completed success, the bulk of any store,
+/// is 128 bytes here plus its arguments and output, against 224 for a [`Record`] plus its key,
+/// tool name, arguments and output.
+#[derive(Debug, Clone, PartialEq)]
+struct Compact {
+    fingerprint: Fingerprint,
+    /// Shared by every record of the tool in the shard (see [`Tools`]).
+    tool: Arc<str>,
+    arguments: Option<Box<str>>,
+    fence: Fence,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    state: CompactState,
+    /// Most calls journal nothing: one pointer, not an empty `Vec`'s three words (the lint is
+    /// about the extra allocation, which only a record with steps pays).
+    #[allow(clippy::box_collection)]
+    steps: Option<Box<Vec<JournalEntry>>>,
+}
+
+/// [`RecordState`] with exact-size text and the rare terminal error boxed, so that the enum is
+/// no larger than its common variants.
+#[derive(Debug, Clone, PartialEq)]
+enum CompactState {
+    InProgress {
+        lease_until: Timestamp,
+    },
+    Succeeded {
+        expires_at: Timestamp,
+        output: Box<str>,
+    },
+    Failed {
+        expires_at: Timestamp,
+        error: Box<ToolError>,
+    },
+    Unknown {
+        since: Timestamp,
+        last_error: Box<str>,
+    },
+}
+
+impl Compact {
+    /// Everything of `record` but its key and tool name, which the caller has already filed.
+    fn new(record: Record, tool: Arc<str>) -> Self {
+        let state = match record.state {
+            RecordState::InProgress { lease_until } => CompactState::InProgress { lease_until },
+            RecordState::Completed {
+                outcome: Outcome::Success(output),
+                expires_at,
+            } => CompactState::Succeeded {
+                expires_at,
+                output: output.into_boxed_str(),
+            },
+            RecordState::Completed {
+                outcome: Outcome::Failure(error),
+                expires_at,
+            } => CompactState::Failed {
+                expires_at,
+                error: Box::new(error),
+            },
+            RecordState::Unknown { since, last_error } => CompactState::Unknown {
+                since,
+                last_error: last_error.into_boxed_str(),
+            },
+        };
+        Compact {
+            fingerprint: record.fingerprint,
+            tool,
+            arguments: record.arguments.map(String::into_boxed_str),
+            fence: record.fence,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            state,
+            steps: if record.steps.is_empty() {
+                None
+            } else {
+                Some(Box::new(record.steps))
+            },
+        }
+    }
+
+    /// The record, under `key`.
+    fn to_record(&self, key: RecordKey) -> Record {
+        let state = match &self.state {
+            CompactState::InProgress { lease_until } => RecordState::InProgress {
+                lease_until: *lease_until,
+            },
+            CompactState::Succeeded { expires_at, output } => RecordState::Completed {
+                outcome: Outcome::Success(String::from(&**output)),
+                expires_at: *expires_at,
+            },
+            CompactState::Failed { expires_at, error } => RecordState::Completed {
+                outcome: Outcome::Failure(ToolError::clone(error)),
+                expires_at: *expires_at,
+            },
+            CompactState::Unknown { since, last_error } => RecordState::Unknown {
+                since: *since,
+                last_error: String::from(&**last_error),
+            },
+        };
+        Record {
+            key,
+            tool: String::from(&*self.tool),
+            fingerprint: self.fingerprint,
+            fence: self.fence,
+            state,
+            steps: self.steps.as_deref().cloned().unwrap_or_default(),
+            arguments: self.arguments.as_deref().map(str::to_owned),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+
+    fn kind(&self) -> StateKind {
+        match self.state {
+            CompactState::InProgress { .. } => StateKind::InProgress,
+            CompactState::Succeeded { .. } | CompactState::Failed { .. } => StateKind::Completed,
+            CompactState::Unknown { .. } => StateKind::Unknown,
+        }
+    }
+
+    /// [`machine::is_live`] without building the record (a test holds the two together).
+    fn is_live(&self, now: Timestamp) -> bool {
+        match self.state {
+            CompactState::Succeeded { expires_at, .. }
+            | CompactState::Failed { expires_at, .. } => expires_at > now,
+            CompactState::InProgress { .. } | CompactState::Unknown { .. } => true,
+        }
+    }
+}
+
+/// The tool names of a shard's records, each kept once and shared by its records.
+///
+/// Names never leave the shard (a [`Record`] gets a copy), so a name's count is the interner's
+/// own reference plus one per record: a record that drops the last but one takes the name out.
+#[derive(Debug, Default)]
+struct Tools(HashSet<Arc<str>>);
+
+impl Tools {
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(t) = self.0.get(name) {
+            return t.clone();
+        }
+        let t: Arc<str> = Arc::from(name);
+        self.0.insert(t.clone());
+        t
+    }
+
+    /// Call with a record's tool just before the record is dropped.
+    fn forget(&mut self, tool: &Arc<str>) {
+        if Arc::strong_count(tool) <= 2 {
+            self.0.remove(&**tool);
+        }
+    }
+}
+
+/// A record and its key, boxed in a table so that the table's slots are one pointer wide (a
+/// table is at most 7/8 full and up to half empty after it grows: inline entries would cost
+/// their size again in empty slots).
+#[derive(Debug)]
+struct Entry<K> {
+    key: K,
+    record: Compact,
+}
+
+/// An entry in a table, hashed and compared by its key.
+#[derive(Debug)]
+struct Slot<K>(Box<Entry<K>>);
+
+impl Borrow<Digest> for Slot<Digest> {
+    fn borrow(&self) -> &Digest {
+        &self.0.key
+    }
+}
+
+impl Hash for Slot<Digest> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // The same hash as the key's `str`, as `Borrow<str>` requires.
-        self.0.key.as_str().hash(state);
+        // The same hash as the borrowed form's, as `Borrow` requires.
+        self.0.key.hash(state);
     }
 }
 
-impl PartialEq for Slot {
+impl Borrow<str> for Slot<Box<str>> {
+    fn borrow(&self) -> &str {
+        &self.0.key
+    }
+}
+
+impl Hash for Slot<Box<str>> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // The same hash as the borrowed form's, as `Borrow` requires.
+        str::hash(&self.0.key, state);
+    }
+}
+
+impl<K: PartialEq> PartialEq for Slot<K> {
     fn eq(&self, other: &Self) -> bool {
         self.0.key == other.0.key
     }
 }
 
-impl Eq for Slot {}
+impl<K: Eq> Eq for Slot<K> {}
 
-/// The record under `key` in a shard.
-fn find<'a>(map: &'a Shard, key: &RecordKey) -> Option<&'a Record> {
-    map.get(key.as_str()).map(|slot| &*slot.0)
+/// Store `record` in the entry that held the key before (reusing its allocation and, when the
+/// tool is the same, its name), or in a new one.
+fn fill<K>(
+    tools: &mut Tools,
+    old: Option<Box<Entry<K>>>,
+    key: impl FnOnce() -> K,
+    record: Record,
+) -> Box<Entry<K>> {
+    match old {
+        Some(mut entry) => {
+            let tool = if *entry.record.tool == *record.tool {
+                entry.record.tool.clone()
+            } else {
+                tools.intern(&record.tool)
+            };
+            let previous = std::mem::replace(&mut entry.record, Compact::new(record, tool));
+            tools.forget(&previous.tool);
+            entry
+        }
+        None => {
+            let tool = tools.intern(&record.tool);
+            Box::new(Entry {
+                key: key(),
+                record: Compact::new(record, tool),
+            })
+        }
+    }
+}
+
+/// One shard: records found by their key, in one of two tables by the key's form.
+#[derive(Debug, Default)]
+struct Shard {
+    digests: HashSet<Slot<Digest>>,
+    texts: HashSet<Slot<Box<str>>>,
+    tools: Tools,
+}
+
+impl Shard {
+    fn len(&self) -> usize {
+        self.digests.len() + self.texts.len()
+    }
+
+    fn get(&self, key: KeyRef<'_>) -> Option<&Compact> {
+        match key {
+            KeyRef::Digest(d) => self.digests.get(&d).map(|s| &s.0.record),
+            KeyRef::Text(t) => self.texts.get(t).map(|s| &s.0.record),
+        }
+    }
+
+    fn put(&mut self, key: KeyRef<'_>, record: Record) {
+        match key {
+            KeyRef::Digest(d) => {
+                let old = self.digests.take(&d).map(|s| s.0);
+                let entry = fill(&mut self.tools, old, || d, record);
+                self.digests.insert(Slot(entry));
+            }
+            KeyRef::Text(t) => {
+                let old = self.texts.take(t).map(|s| s.0);
+                let entry = fill(&mut self.tools, old, || t.into(), record);
+                self.texts.insert(Slot(entry));
+            }
+        }
+    }
+
+    fn remove(&mut self, key: KeyRef<'_>) {
+        let tool = match key {
+            KeyRef::Digest(d) => self.digests.take(&d).map(|s| s.0.record.tool),
+            KeyRef::Text(t) => self.texts.take(t).map(|s| s.0.record.tool),
+        };
+        if let Some(tool) = tool {
+            self.tools.forget(&tool);
+        }
+    }
+
+    /// Keep the records `keep` says to; how many went.
+    fn retain(&mut self, mut keep: impl FnMut(&Compact) -> bool) -> usize {
+        let before = self.len();
+        let tools = &mut self.tools;
+        let mut judge = |record: &Compact| {
+            let kept = keep(record);
+            if !kept {
+                tools.forget(&record.tool);
+            }
+            kept
+        };
+        self.digests.retain(|s| judge(&s.0.record));
+        self.texts.retain(|s| judge(&s.0.record));
+        before - self.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (KeyRef<'_>, &Compact)> {
+        let digests = self
+            .digests
+            .iter()
+            .map(|s| (KeyRef::Digest(s.0.key), &s.0.record));
+        let texts = self
+            .texts
+            .iter()
+            .map(|s| (KeyRef::Text(&s.0.key), &s.0.record));
+        digests.chain(texts)
+    }
 }
 
 /// The default number of records a [`MemoryStore`] holds.
@@ -152,7 +503,7 @@ impl MemoryStore {
     /// A store holding up to [`DEFAULT_CAPACITY`] records, on the system clock.
     pub fn new() -> Self {
         MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             per_shard: DEFAULT_CAPACITY.div_ceil(SHARDS),
             clock: Arc::new(SystemClock),
             max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
@@ -187,26 +538,35 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn shard(&self, key: &RecordKey) -> MutexGuard<'_, Shard> {
-        // Keys are hex digests: their first bytes are uniformly spread.
-        let b = key.as_str().as_bytes();
-        let h = b.iter().take(4).fold(0usize, |acc, x| {
-            acc.wrapping_mul(31).wrapping_add(*x as usize)
-        });
-        lock(&self.shards[h % SHARDS])
+    fn shard(&self, key: KeyRef<'_>) -> MutexGuard<'_, Shard> {
+        lock(&self.shards[key.shard()])
     }
 
-    fn apply(map: &mut Shard, key: &RecordKey, write: Write) {
+    /// One transition of the state machine on the record under `key`, under its shard's lock.
+    fn transition<T>(
+        &self,
+        key: &RecordKey,
+        step: impl FnOnce(Option<&Record>) -> Result<(Write, T), StoreError>,
+    ) -> Result<T, StoreError> {
+        let at = KeyRef::of(key);
+        let mut shard = self.shard(at);
+        let existing = shard.get(at).map(|c| c.to_record(key.clone()));
+        let (write, answer) = step(existing.as_ref())?;
+        shard.apply(at, write);
+        Ok(answer)
+    }
+}
+
+impl Shard {
+    fn apply(&mut self, key: KeyRef<'_>, write: Write) {
         match write {
             Write::Unchanged => {}
             Write::Put(r) => {
                 // The machine writes a record under the key it was asked about.
-                debug_assert_eq!(&r.key, key);
-                map.replace(Slot(r));
+                debug_assert_eq!(KeyRef::of(&r.key), key);
+                self.put(key, *r);
             }
-            Write::Delete => {
-                map.remove(key.as_str());
-            }
+            Write::Delete => self.remove(key),
         }
     }
 }
@@ -221,17 +581,19 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 impl Store for MemoryStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, StoreError> {
         let now = self.clock.now();
-        let mut map = self.shard(&request.key);
-        if !map.contains(request.key.as_str()) && map.len() >= self.per_shard {
-            map.retain(|slot| machine::is_live(&slot.0, now));
-            if map.len() >= self.per_shard {
+        let at = KeyRef::of(&request.key);
+        let mut shard = self.shard(at);
+        let existing = shard.get(at).map(|c| c.to_record(request.key.clone()));
+        if existing.is_none() && shard.len() >= self.per_shard {
+            shard.retain(|r| r.is_live(now));
+            if shard.len() >= self.per_shard {
                 return Err(StoreError::CapacityExceeded {
                     capacity: self.per_shard * SHARDS,
                 });
             }
         }
-        let (write, claim) = machine::claim(find(&map, &request.key), request, now);
-        Self::apply(&mut map, &request.key, write);
+        let (write, claim) = machine::claim(existing.as_ref(), request, now);
+        shard.apply(at, write);
         Ok(claim)
     }
 
@@ -244,17 +606,13 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         machine::check_size(outcome, self.max_outcome_bytes)?;
         let now = self.clock.now();
-        let mut map = self.shard(key);
-        let write = machine::complete(find(&map, key), key, fence, outcome, ttl, now)?;
-        Self::apply(&mut map, key, write);
-        Ok(())
+        self.transition(key, |r| {
+            Ok((machine::complete(r, key, fence, outcome, ttl, now)?, ()))
+        })
     }
 
     async fn release(&self, key: &RecordKey, fence: Fence) -> Result<bool, StoreError> {
-        let mut map = self.shard(key);
-        let (write, released) = machine::release(find(&map, key), key, fence);
-        Self::apply(&mut map, key, write);
-        Ok(released)
+        self.transition(key, |r| Ok(machine::release(r, key, fence)))
     }
 
     async fn renew(
@@ -264,10 +622,7 @@ impl Store for MemoryStore {
         lease: Duration,
     ) -> Result<Timestamp, StoreError> {
         let now = self.clock.now();
-        let mut map = self.shard(key);
-        let (write, until) = machine::renew(find(&map, key), key, fence, lease, now)?;
-        Self::apply(&mut map, key, write);
-        Ok(until)
+        self.transition(key, |r| machine::renew(r, key, fence, lease, now))
     }
 
     async fn journal(
@@ -278,10 +633,9 @@ impl Store for MemoryStore {
         value: &str,
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
-        let mut map = self.shard(key);
-        let write = machine::journal(find(&map, key), key, fence, step, value, now)?;
-        Self::apply(&mut map, key, write);
-        Ok(())
+        self.transition(key, |r| {
+            Ok((machine::journal(r, key, fence, step, value, now)?, ()))
+        })
     }
 
     async fn mark_unknown(
@@ -291,32 +645,33 @@ impl Store for MemoryStore {
         error: &str,
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
-        let mut map = self.shard(key);
-        let write = machine::mark_unknown(find(&map, key), key, fence, error, now)?;
-        Self::apply(&mut map, key, write);
-        Ok(())
+        self.transition(key, |r| {
+            Ok((machine::mark_unknown(r, key, fence, error, now)?, ()))
+        })
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         let now = self.clock.now();
-        let map = self.shard(key);
-        Ok(find(&map, key)
-            .filter(|r| machine::is_live(r, now))
-            .cloned())
+        let at = KeyRef::of(key);
+        let shard = self.shard(at);
+        Ok(shard
+            .get(at)
+            .filter(|r| r.is_live(now))
+            .map(|r| r.to_record(key.clone())))
     }
 
     async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError> {
         let now = self.clock.now();
         let mut out = Vec::new();
         for shard in self.shards.iter() {
-            let map = lock(shard);
-            for r in map.iter().map(|slot| &*slot.0) {
+            let shard = lock(shard);
+            for (key, r) in shard.iter() {
                 let wanted = match filter.state {
-                    Some(kind) => r.state.kind() == kind,
-                    None => r.state.kind() != StateKind::Completed,
+                    Some(kind) => r.kind() == kind,
+                    None => r.kind() != StateKind::Completed,
                 };
-                if wanted && machine::is_live(r, now) {
-                    out.push(r.clone());
+                if wanted && r.is_live(now) {
+                    out.push(r.to_record(key.to_record_key()));
                 }
             }
         }
@@ -337,10 +692,7 @@ impl Store for MemoryStore {
     ) -> Result<Record, StoreError> {
         machine::check_size(outcome, self.max_outcome_bytes)?;
         let now = self.clock.now();
-        let mut map = self.shard(key);
-        let (write, record) = machine::resolve(find(&map, key), key, outcome, ttl, now)?;
-        Self::apply(&mut map, key, write);
-        Ok(record)
+        self.transition(key, |r| machine::resolve(r, key, outcome, ttl, now))
     }
 
     async fn settle_unknown(
@@ -354,17 +706,13 @@ impl Store for MemoryStore {
             machine::check_size(o, self.max_outcome_bytes)?;
         }
         let now = self.clock.now();
-        let mut map = self.shard(key);
-        let (write, settled) = machine::settle_unknown(find(&map, key), fence, outcome, ttl, now);
-        Self::apply(&mut map, key, write);
-        Ok(settled)
+        self.transition(key, |r| {
+            Ok(machine::settle_unknown(r, fence, outcome, ttl, now))
+        })
     }
 
     async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError> {
-        let mut map = self.shard(key);
-        let write = machine::force_release(find(&map, key), key)?;
-        Self::apply(&mut map, key, write);
-        Ok(true)
+        self.transition(key, |r| Ok((machine::force_release(r, key)?, true)))
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
@@ -374,25 +722,331 @@ impl Store for MemoryStore {
             if purged >= limit {
                 break;
             }
-            let mut map = lock(shard);
-            let expired: Vec<RecordKey> = map
-                .iter()
-                .map(|slot| &*slot.0)
-                .filter(|r| {
-                    matches!(r.state, RecordState::Completed { .. }) && !machine::is_live(r, now)
-                })
-                .map(|r| r.key.clone())
-                .take(limit - purged)
-                .collect();
-            for k in expired {
-                map.remove(k.as_str());
-                purged += 1;
-            }
+            // Only completed records expire; `is_live` is false for no other state.
+            let mut budget = limit - purged;
+            purged += lock(shard).retain(|r| {
+                if budget > 0 && !r.is_live(now) {
+                    budget -= 1;
+                    false
+                } else {
+                    true
+                }
+            });
         }
         Ok(purged)
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
         Ok(self.clock.now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::class::OrphanPolicy;
+    use crate::key::{KeyMaterial, LogicalKey};
+    use serde_json::json;
+
+    const TTL: Duration = Duration::from_secs(60);
+    const LEASE: Duration = Duration::from_secs(30);
+
+    fn store() -> (MemoryStore, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new());
+        (MemoryStore::new().with_clock(clock.clone()), clock)
+    }
+
+    fn derived(call_id: &str) -> RecordKey {
+        let material = KeyMaterial::CallId {
+            call_id: call_id.into(),
+        };
+        LogicalKey::new("ns", "tenant", "send_email", material).record_key()
+    }
+
+    fn request(key: &RecordKey, tool: &str) -> ClaimRequest {
+        ClaimRequest {
+            key: key.clone(),
+            tool: tool.into(),
+            fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
+            lease: LEASE,
+            orphans: OrphanPolicy::TakeOver,
+            arguments: Some(r#"{"to":"a@example.com"}"#.into()),
+        }
+    }
+
+    async fn acquire(s: &MemoryStore, req: &ClaimRequest) -> Fence {
+        match s.claim(req).await.expect("claim") {
+            Claim::Acquired { fence, .. } => fence,
+            other => panic!("expected to acquire {:?}, got {other:?}", req.key),
+        }
+    }
+
+    /// Keys that are not 64 lower-case hex digits, which the store keeps as text.
+    fn text_keys() -> Vec<RecordKey> {
+        let digest = derived("call_1");
+        vec![
+            RecordKey::from_stored(digest.as_str().to_uppercase()),
+            RecordKey::from_stored(&digest.as_str()[..63]),
+            RecordKey::from_stored(format!("{}0", digest.as_str())),
+            RecordKey::from_stored("g".repeat(64)),
+            RecordKey::from_stored("é".repeat(32)),
+            RecordKey::from_stored(""),
+            RecordKey::from_stored("k"),
+        ]
+    }
+
+    /// Interned tool names across the store.
+    fn interned(s: &MemoryStore) -> usize {
+        s.shards.iter().map(|m| lock(m).tools.0.len()).sum()
+    }
+
+    #[test]
+    fn only_lower_case_hex_digests_are_kept_as_bytes() {
+        let key = derived("call_1");
+        let Some(d) = decode_digest(key.as_str()) else {
+            panic!("a derived key is a digest");
+        };
+        assert_eq!(KeyRef::Digest(d).to_record_key(), key);
+        for k in text_keys() {
+            assert_eq!(KeyRef::of(&k), KeyRef::Text(k.as_str()), "{k:?}");
+            assert_eq!(KeyRef::of(&k).to_record_key(), k);
+        }
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_completed_entry_is_160_bytes() {
+        // The memory-per-record budget (BENCHMARKS.md row 6) rests on this size.
+        assert_eq!(std::mem::size_of::<Entry<Digest>>(), 160);
+    }
+
+    fn in_every_state() -> Vec<Record> {
+        let steps = vec![JournalEntry {
+            step: "charge".into(),
+            value: json!({"id": 7}).to_string(),
+        }];
+        let base = Record {
+            key: derived("call_1"),
+            tool: "send_email".into(),
+            fingerprint: Fingerprint::of(&json!({"n": 1})),
+            fence: 42,
+            state: RecordState::InProgress {
+                lease_until: Timestamp(5_000),
+            },
+            steps: Vec::new(),
+            arguments: None,
+            created_at: Timestamp(1_000),
+            updated_at: Timestamp(2_000),
+        };
+        let with = |state: RecordState, steps: &[JournalEntry], arguments: Option<&str>| Record {
+            state,
+            steps: steps.to_vec(),
+            arguments: arguments.map(str::to_owned),
+            ..base.clone()
+        };
+        let failure = ToolError::terminal("insufficient funds").with_details(json!({"short": 3}));
+        vec![
+            base.clone(),
+            with(base.state.clone(), &steps, Some("{}")),
+            with(
+                RecordState::Completed {
+                    outcome: Outcome::Success(String::new()),
+                    expires_at: Timestamp(9_000),
+                },
+                &[],
+                Some(r#"{"n":1}"#),
+            ),
+            with(
+                RecordState::Completed {
+                    outcome: Outcome::Success("null".into()),
+                    expires_at: Timestamp(9_000),
+                },
+                &steps,
+                None,
+            ),
+            with(
+                RecordState::Completed {
+                    outcome: Outcome::Failure(failure),
+                    expires_at: Timestamp(9_000),
+                },
+                &steps,
+                Some(""),
+            ),
+            with(
+                RecordState::Unknown {
+                    since: Timestamp(3_000),
+                    last_error: "timed out after sending".into(),
+                },
+                &steps,
+                None,
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_state_round_trips_through_the_compact_form() {
+        for r in in_every_state() {
+            let compact = Compact::new(r.clone(), Arc::from(r.tool.as_str()));
+            assert_eq!(compact.to_record(r.key.clone()), r);
+            assert_eq!(compact.kind(), r.state.kind());
+            for now in [0, 4_999, 5_000, 8_999, 9_000, 9_001, u64::MAX] {
+                assert_eq!(
+                    compact.is_live(Timestamp(now)),
+                    machine::is_live(&r, Timestamp(now)),
+                    "{r:?} at {now}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn keys_of_any_form_live_their_whole_life() {
+        let (s, clock) = store();
+        let digest = derived("call_1");
+        let mut keys = text_keys();
+        keys.push(digest.clone());
+        for key in &keys {
+            let req = request(key, "send_email");
+            let f = acquire(&s, &req).await;
+            s.journal(key, f, "a", "1").await.expect("journal");
+            s.renew(key, f, LEASE).await.expect("renew");
+            s.mark_unknown(key, f, "timed out").await.expect("unknown");
+            let r = s.get(key).await.expect("get").expect("held");
+            assert_eq!(&r.key, key);
+            assert_eq!(r.steps.len(), 1);
+            assert!(matches!(r.state, RecordState::Unknown { .. }));
+        }
+        // The upper-case twin of a digest is another record.
+        assert_eq!(s.len(), keys.len());
+        let listed = s.list(ListFilter::default()).await.expect("list");
+        let mut got: Vec<_> = listed.iter().map(|r| r.key.clone()).collect();
+        let mut want = keys.clone();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "every key comes back as written");
+
+        let failure = Outcome::Failure(ToolError::terminal("no"));
+        for key in &keys {
+            let r = s.resolve(key, &failure, TTL).await.expect("resolve");
+            assert_eq!(&r.key, key);
+            let again = s.claim(&request(key, "send_email")).await.expect("claim");
+            assert_eq!(again, Claim::Existing(r));
+        }
+        clock.advance(TTL);
+        assert_eq!(
+            s.purge_expired(usize::MAX).await.expect("purge"),
+            keys.len()
+        );
+        assert!(s.is_empty());
+        assert_eq!(interned(&s), 0);
+
+        // A released key is claimed again with a greater fence, whatever its form.
+        for key in &keys {
+            let req = request(key, "send_email");
+            let f = acquire(&s, &req).await;
+            assert!(s.release(key, f).await.expect("release"));
+            clock.advance(Duration::from_millis(1));
+            assert!(acquire(&s, &req).await > f, "{key:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_replays_what_was_stored() {
+        let (s, _clock) = store();
+        for key in [derived("call_2"), RecordKey::from_stored("call_2")] {
+            let req = request(&key, "send_email");
+            let f = acquire(&s, &req).await;
+            s.journal(&key, f, "a", "1").await.expect("journal");
+            s.journal(&key, f, "b", "2").await.expect("journal");
+            s.journal(&key, f, "a", "3").await.expect("journal again");
+            s.complete(&key, f, &Outcome::Success("0".into()), TTL)
+                .await
+                .expect("complete");
+            let Claim::Existing(r) = s.claim(&req).await.expect("claim") else {
+                panic!("a completed call is not claimed again");
+            };
+            assert_eq!(r.key, key);
+            assert_eq!(r.tool, "send_email");
+            assert_eq!(r.fence, f);
+            assert_eq!(r.arguments, req.arguments);
+            assert_eq!(r.fingerprint, req.fingerprint);
+            let steps: Vec<_> = r.steps.iter().map(|e| (&*e.step, &*e.value)).collect();
+            assert_eq!(steps, [("a", "3"), ("b", "2")]);
+            assert!(matches!(
+                &r.state,
+                RecordState::Completed { outcome: Outcome::Success(o), .. } if o == "0"
+            ));
+            assert_eq!(s.get(&key).await.expect("get"), Some(r));
+        }
+    }
+
+    #[tokio::test]
+    async fn tool_names_are_shared_and_go_with_their_last_record() {
+        let (s, clock) = store();
+        // Keys with the same first byte share a shard.
+        let key = |i: u64| RecordKey::from_stored(format!("{i:064x}"));
+        let mut fences = Vec::new();
+        for i in 0..4 {
+            let tool = if i < 3 { "send_email" } else { "refund" };
+            fences.push(acquire(&s, &request(&key(i), tool)).await);
+        }
+        {
+            let shard = lock(&s.shards[KeyRef::of(&key(0)).shard()]);
+            let tool_of = |i| &shard.get(KeyRef::of(&key(i))).expect("held").tool;
+            assert!(Arc::ptr_eq(tool_of(0), tool_of(1)), "one name per tool");
+            assert!(Arc::ptr_eq(tool_of(0), tool_of(2)));
+            assert_eq!(shard.tools.0.len(), 2);
+        }
+
+        // Completing keeps the name; releasing the last record of a tool drops it.
+        s.complete(&key(0), fences[0], &Outcome::Success("1".into()), TTL)
+            .await
+            .expect("complete");
+        assert_eq!(interned(&s), 2);
+        assert!(s.release(&key(3), fences[3]).await.expect("release"));
+        assert_eq!(interned(&s), 1);
+        assert!(s.force_release(&key(1)).await.expect("force release"));
+        s.mark_unknown(&key(2), fences[2], "lost")
+            .await
+            .expect("unknown");
+        assert!(
+            s.settle_unknown(&key(2), fences[2], None, TTL)
+                .await
+                .expect("settle")
+        );
+        assert_eq!(interned(&s), 1, "the completed record still names it");
+        clock.advance(TTL);
+        assert_eq!(s.purge_expired(10).await.expect("purge"), 1);
+        assert_eq!(interned(&s), 0);
+
+        // Evicting an expired record to make room drops its name too.
+        let s = MemoryStore::new()
+            .with_clock(clock.clone())
+            .with_capacity(SHARDS);
+        let f = acquire(&s, &request(&key(0), "send_email")).await;
+        s.complete(&key(0), f, &Outcome::Success("1".into()), TTL)
+            .await
+            .expect("complete");
+        clock.advance(TTL);
+        acquire(&s, &request(&key(1), "refund")).await;
+        assert_eq!(s.len(), 1);
+        let shard = lock(&s.shards[KeyRef::of(&key(0)).shard()]);
+        let names: Vec<_> = shard.tools.0.iter().map(|t| t.to_string()).collect();
+        assert_eq!(names, ["refund"]);
+    }
+
+    #[tokio::test]
+    async fn a_key_taken_over_by_another_tool_changes_its_name() {
+        let (s, clock) = store();
+        let key = RecordKey::from_stored("shared");
+        let f = acquire(&s, &request(&key, "send_email")).await;
+        s.complete(&key, f, &Outcome::Success("1".into()), TTL)
+            .await
+            .expect("complete");
+        clock.advance(TTL);
+        acquire(&s, &request(&key, "refund")).await;
+        let r = s.get(&key).await.expect("get").expect("held");
+        assert_eq!(r.tool, "refund");
+        assert_eq!(interned(&s), 1);
     }
 }
