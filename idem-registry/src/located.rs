@@ -6,7 +6,9 @@
 //! twice. [`parse`] accepts exactly what `&Value` accepts, with the same messages (it defers
 //! to `&Value` for every scalar), and reports the pointer `serde_path_to_error` reports: that
 //! of the innermost value whose deserialisation failed. Keeping the path costs a reference per
-//! level and nothing on the heap until something fails.
+//! level and nothing on the heap until something fails. One difference: a numeric map key
+//! that fails (`HashMap<u16, _>` given `"007x"`) is reported at the key as written, where
+//! serde_path_to_error reports the number it had read from it (`/7`).
 
 use std::cell::Cell;
 
