@@ -7,8 +7,8 @@
 //! to `&Value` for every scalar), and reports the pointer `serde_path_to_error` reports: that
 //! of the innermost value whose deserialisation failed. Keeping the path costs a reference per
 //! level and nothing on the heap until something fails. One difference: a numeric map key
-//! that fails (`HashMap<u16, _>` given `"007x"`) is reported at the key as written, where
-//! serde_path_to_error reports the number it had read from it (`/7`).
+//! that fails after a number was read from it (`HashMap<u16, _>` given `"1x"`) is reported at
+//! the key as written (`/1x`), where serde_path_to_error reports the number read (`/1`).
 
 use std::cell::Cell;
 
