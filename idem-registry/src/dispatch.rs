@@ -4,6 +4,7 @@
 //! approval → claim → execute → record. Every refusal happens before any record is written
 //! and before any effect.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
@@ -531,7 +532,7 @@ impl Dispatcher {
                     tool: tool.name.to_string(),
                     key,
                     fingerprint,
-                    arguments: args,
+                    arguments: args.into_owned(),
                 };
                 return Err(DispatchError::ApprovalRequired {
                     request: Box::new(request),
@@ -566,7 +567,7 @@ impl Dispatcher {
         tool: &ToolDef,
         run: &RunContext,
         key: &IdempotencyKey,
-        args: Value,
+        args: Cow<'_, Value>,
         keyed: bool,
     ) -> Result<Dispatched, DispatchError> {
         let max = tool.policy.attempts_for(tool.class);
@@ -865,7 +866,7 @@ impl Dispatcher {
             return Ok(Settled::Raced);
         };
         let ctx = ToolContext::new(call.parts(), 0, None, false, steps);
-        let answer = AssertUnwindSafe(verify(ctx, call.args.clone()))
+        let answer = AssertUnwindSafe(verify(ctx, call.args.clone().into_owned()))
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Err(ToolError::ambiguous("the verify hook panicked")));
@@ -956,7 +957,7 @@ enum Settled {
 struct Recorded<'a> {
     tool: &'a ToolDef,
     run: &'a RunContext,
-    args: Value,
+    args: Cow<'a, Value>,
     record_key: RecordKey,
     downstream: IdempotencyKey,
     fingerprint: Fingerprint,
@@ -1129,17 +1130,22 @@ impl Drop for PendingClaim {
     }
 }
 
-fn prepare(tool: &ToolDef, arguments: &Value) -> Result<Value, DispatchError> {
+fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Cow<'a, Value>, DispatchError> {
     // Validated against the published schema before serde sees anything (ARCHITECTURE §7).
     let invalid = |e: crate::args::ArgumentError| DispatchError::InvalidArguments {
         tool: tool.name.to_string(),
         pointer: e.pointer,
         message: e.message,
     };
-    let arguments = tool
-        .check_arguments(std::borrow::Cow::Borrowed(arguments))
-        .map_err(invalid)?;
-    (tool.prepare)(&arguments).map_err(invalid)
+    match tool
+        .check_arguments(Cow::Borrowed(arguments))
+        .map_err(invalid)?
+    {
+        Cow::Borrowed(valid) => (tool.prepare)(valid).map_err(invalid),
+        Cow::Owned(valid) => (tool.prepare)(&valid)
+            .map(|normal| Cow::Owned(normal.into_owned()))
+            .map_err(invalid),
+    }
 }
 
 /// What a body's context is made of, borrowed from the call.

@@ -24,8 +24,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub type Handler =
     Arc<dyn Fn(ToolContext, &Value) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
 
-/// Checks and normalises arguments before anything else happens.
-pub type Preparer = Arc<dyn Fn(&Value) -> Result<Value, ArgumentError> + Send + Sync>;
+/// Checks and normalises arguments before anything else happens; arguments that are already
+/// normal may come back borrowed.
+pub type Preparer =
+    Arc<dyn for<'a> Fn(&'a Value) -> Result<Cow<'a, Value>, ArgumentError> + Send + Sync>;
 
 /// Computes a natural key from the normalised arguments (find-or-create semantics).
 pub type NaturalKey = Arc<dyn Fn(&Value) -> Option<String> + Send + Sync>;
@@ -307,7 +309,37 @@ impl ToolBuilder {
         mut self,
         f: impl Fn(&Value) -> Result<Value, ArgumentError> + Send + Sync + 'static,
     ) -> Self {
-        self.prepare = Some(Arc::new(f));
+        self.prepare = Some(Arc::new(move |v: &Value| f(v).map(Cow::Owned)));
+        self
+    }
+
+    /// The arguments are a `T`: each call's arguments are deserialised into it (a failure
+    /// names the offending field) and the typed value, re-serialised, is what the
+    /// fingerprint covers (defaults applied, aliases resolved). What `#[tool]` uses.
+    ///
+    /// ```
+    /// use idem_registry::{ToolDef, ToolContext};
+    /// use idem_core::{ToolClass, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// #[derive(serde::Deserialize, serde::Serialize)]
+    /// #[serde(deny_unknown_fields)]
+    /// struct Page { #[serde(default)] n: u32 }
+    ///
+    /// let tool = ToolDef::builder("page", ToolClass::Read)
+    ///     .description("Read a page.")
+    ///     .input_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}}}))
+    ///     .typed_arguments::<Page>()
+    ///     .handler(|_: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = tool;
+    /// ```
+    pub fn typed_arguments<T>(mut self) -> Self
+    where
+        T: serde::de::DeserializeOwned + serde::Serialize + 'static,
+    {
+        self.prepare = Some(Arc::new(crate::args::normalise_borrowed::<T>));
         self
     }
 
@@ -427,7 +459,7 @@ impl ToolBuilder {
         let prepare = self.prepare.unwrap_or_else(|| {
             Arc::new(|v: &Value| {
                 if v.is_object() {
-                    Ok(v.clone())
+                    Ok(Cow::Borrowed(v))
                 } else {
                     Err(ArgumentError::new(
                         "",
