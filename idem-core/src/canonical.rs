@@ -192,13 +192,18 @@ impl Fingerprint {
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut s, bytes);
+    s
+}
+
+/// Append the lower-case hex digits of `bytes` to `s`.
+pub(crate) fn push_hex(s: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         s.push(DIGITS[(b >> 4) as usize] as char);
         s.push(DIGITS[(b & 0xf) as usize] as char);
     }
-    s
 }
 
 impl fmt::Debug for Fingerprint {

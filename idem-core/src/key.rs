@@ -5,7 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::canonical::hex;
+use crate::canonical::{hex, push_hex};
 
 /// The material a call's key is derived from, in the order the dispatcher looks for it.
 ///
@@ -94,43 +94,109 @@ impl LogicalKey {
     }
 
     fn digest(&self, domain: &str) -> [u8; 32] {
-        // Length-prefixed fields: no choice of strings can make two keys collide by concatenation.
-        let mut h = Sha256::new();
-        let mut field = |s: &str| {
-            h.update((s.len() as u64).to_be_bytes());
-            h.update(s.as_bytes());
-        };
-        field(domain);
-        field(&self.namespace);
-        field(&self.tenant);
-        field(&self.tool);
-        field(self.material.source());
-        match &self.material {
-            KeyMaterial::Explicit { key } | KeyMaterial::Natural { key } => field(key),
-            KeyMaterial::CallId { call_id } => field(call_id),
-            KeyMaterial::RunStep {
-                run_id,
-                step,
-                index,
-            } => {
-                field(run_id);
-                field(&step.to_string());
-                field(&index.to_string());
-            }
-        }
-        h.finalize().into()
+        digest(
+            domain,
+            &self.namespace,
+            &self.tenant,
+            &self.tool,
+            &self.material,
+        )
+    }
+
+    /// [`record_key`](LogicalKey::record_key) and
+    /// [`downstream_key`](LogicalKey::downstream_key) of a logical key given by its parts,
+    /// without assembling it (what the dispatcher does on every call).
+    ///
+    /// ```
+    /// use idem_core::{KeyMaterial, LogicalKey};
+    ///
+    /// let material = KeyMaterial::CallId { call_id: "call_1".into() };
+    /// let (record, downstream) = LogicalKey::derive("app", "acme", "send_email", &material);
+    /// let key = LogicalKey::new("app", "acme", "send_email", material);
+    /// assert_eq!((record, downstream), (key.record_key(), key.downstream_key()));
+    /// ```
+    pub fn derive(
+        namespace: &str,
+        tenant: &str,
+        tool: &str,
+        material: &KeyMaterial,
+    ) -> (RecordKey, IdempotencyKey) {
+        let record = digest(RECORD_DOMAIN, namespace, tenant, tool, material);
+        let downstream = digest(DOWNSTREAM_DOMAIN, namespace, tenant, tool, material);
+        (record_key_of(&record), downstream_key_of(&downstream))
     }
 
     /// The key the record is stored under.
     pub fn record_key(&self) -> RecordKey {
-        RecordKey(hex(&self.digest("idem/record/v1")))
+        record_key_of(&self.digest(RECORD_DOMAIN))
     }
 
     /// The key handed to downstream systems: the same for every attempt and every takeover.
     pub fn downstream_key(&self) -> IdempotencyKey {
-        let d = self.digest("idem/downstream/v1");
-        IdempotencyKey(format!("idem-{}", hex(&d[..20])))
+        downstream_key_of(&self.digest(DOWNSTREAM_DOMAIN))
     }
+}
+
+const RECORD_DOMAIN: &str = "idem/record/v1";
+const DOWNSTREAM_DOMAIN: &str = "idem/downstream/v1";
+
+/// SHA-256 of the length-prefixed fields: no choice of strings can make two keys collide by
+/// concatenation.
+fn digest(
+    domain: &str,
+    namespace: &str,
+    tenant: &str,
+    tool: &str,
+    material: &KeyMaterial,
+) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut field = |s: &[u8]| {
+        h.update((s.len() as u64).to_be_bytes());
+        h.update(s);
+    };
+    field(domain.as_bytes());
+    field(namespace.as_bytes());
+    field(tenant.as_bytes());
+    field(tool.as_bytes());
+    field(material.source().as_bytes());
+    match material {
+        KeyMaterial::Explicit { key } | KeyMaterial::Natural { key } => field(key.as_bytes()),
+        KeyMaterial::CallId { call_id } => field(call_id.as_bytes()),
+        KeyMaterial::RunStep {
+            run_id,
+            step,
+            index,
+        } => {
+            field(run_id.as_bytes());
+            field(decimal(*step, &mut [0; 20]));
+            field(decimal(u64::from(*index), &mut [0; 20]));
+        }
+    }
+    h.finalize().into()
+}
+
+/// A number's decimal digits, written into `buf` (as `to_string` would, without allocating).
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+fn record_key_of(digest: &[u8; 32]) -> RecordKey {
+    RecordKey(hex(digest))
+}
+
+fn downstream_key_of(digest: &[u8; 32]) -> IdempotencyKey {
+    let mut key = String::with_capacity(5 + 40);
+    key.push_str("idem-");
+    push_hex(&mut key, &digest[..20]);
+    IdempotencyKey(key)
 }
 
 /// The key a record is stored under: 64 lower-case hex digits.
@@ -226,6 +292,13 @@ mod tests {
         );
         assert_eq!(base, key("ns", "t", "tool", m()).record_key());
         assert_eq!(base.as_str().len(), 64);
+    }
+
+    #[test]
+    fn decimal_matches_to_string() {
+        for n in [0, 7, 10, 99, 12345, u64::from(u32::MAX), u64::MAX] {
+            assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
     }
 
     #[test]

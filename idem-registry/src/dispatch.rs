@@ -377,8 +377,8 @@ impl Dispatcher {
         let tool = self.lookup(&call.name)?;
         let args = prepare(tool, &call.arguments)?;
         Ok(self
-            .logical_key(tool, call, run, &args)
-            .map(|k| k.record_key()))
+            .key_material(tool, call, run, &args)
+            .map(|m| self.keys(tool, run, &m).0))
     }
 
     /// Dispatch one call under its class's policy.
@@ -445,13 +445,13 @@ impl Dispatcher {
             })
     }
 
-    fn logical_key(
+    fn key_material(
         &self,
         tool: &ToolDef,
         call: &ToolCall,
         run: &RunContext,
         args: &Value,
-    ) -> Option<LogicalKey> {
+    ) -> Option<KeyMaterial> {
         // An explicit key wins. A tool that declares a natural key says its effect's identity
         // lives in its arguments (find-or-create), so the natural key comes before ids that
         // change on every re-call; then the provider's call id; then the run and step.
@@ -472,12 +472,18 @@ impl Dispatcher {
         } else {
             return None;
         };
-        Some(LogicalKey::new(
-            self.namespace.clone(),
-            run.tenant.clone(),
-            tool.name.to_string(),
-            material,
-        ))
+        Some(material)
+    }
+
+    /// The record key and the downstream key of a call (ARCHITECTURE §4: scoped by
+    /// namespace, tenant and tool).
+    fn keys(
+        &self,
+        tool: &ToolDef,
+        run: &RunContext,
+        material: &KeyMaterial,
+    ) -> (RecordKey, IdempotencyKey) {
+        LogicalKey::derive(&self.namespace, &run.tenant, &tool.name, material)
     }
 
     async fn dispatch_inner(
@@ -502,8 +508,8 @@ impl Dispatcher {
             });
         }
 
-        let logical = self.logical_key(tool, call, run, &args);
-        if logical.is_none() && tool.class.records() {
+        let material = self.key_material(tool, call, run, &args);
+        if material.is_none() && tool.class.records() {
             return Err(DispatchError::MissingKey {
                 tool: tool.name.to_string(),
                 class: tool.class,
@@ -517,11 +523,12 @@ impl Dispatcher {
             // A read neither records nor asks for approval: nothing reads its fingerprint.
             (String::new(), Fingerprint::from_bytes([0; 32]))
         };
-        let downstream = logical.as_ref().map(LogicalKey::downstream_key);
+        let keys = material.as_ref().map(|m| self.keys(tool, run, m));
+        let downstream = keys.as_ref().map(|(_, d)| d);
 
         if tool.class.requires_approval() {
             let key = downstream
-                .clone()
+                .cloned()
                 .unwrap_or_else(|| IdempotencyKey::new(""));
             let approved = run
                 .approvals
@@ -540,23 +547,22 @@ impl Dispatcher {
             }
         }
 
-        let (Some(logical), Some(downstream)) = (
-            logical.filter(|_| tool.class.records()),
-            downstream.as_ref(),
-        ) else {
-            let key = downstream.clone().unwrap_or_else(unkeyed);
-            return self
-                .execute_unrecorded(tool, run, &key, args, downstream.is_some())
-                .await;
+        let (record_key, downstream) = match keys {
+            Some(keys) if tool.class.records() => keys,
+            keys => {
+                let keyed = keys.is_some();
+                let key = keys.map_or_else(unkeyed, |(_, downstream)| downstream);
+                return self.execute_unrecorded(tool, run, &key, args, keyed).await;
+            }
         };
         let call = Recorded {
             tool,
             run,
             args,
-            record_key: logical.record_key(),
-            downstream: downstream.clone(),
+            record_key,
+            downstream,
             fingerprint,
-            natural: matches!(logical.material, KeyMaterial::Natural { .. }),
+            natural: matches!(material, Some(KeyMaterial::Natural { .. })),
         };
         self.execute_recorded(&call, canonical).await
     }
