@@ -70,7 +70,8 @@ pub fn normalise<T: DeserializeOwned + Serialize>(
 pub fn normalise_borrowed<T: DeserializeOwned + Serialize>(
     arguments: &Value,
 ) -> Result<Cow<'_, Value>, ArgumentError> {
-    let typed: T = parse_ref(arguments)?;
+    // The deserialiser the `#[tool]` handler uses too: one copy of `T`'s visitor is compiled.
+    let typed: T = crate::located::parse(arguments)?;
     if same::serializes_to(&typed, arguments) {
         return Ok(Cow::Borrowed(arguments));
     }
@@ -91,7 +92,7 @@ pub fn parse_ref<T: DeserializeOwned>(arguments: &Value) -> Result<T, ArgumentEr
             "",
             format!(
                 "expected an object of named arguments, got {}",
-                kind(&arguments)
+                kind(arguments)
             ),
         ));
     }
@@ -178,6 +179,12 @@ mod same {
         if same { Ok(()) } else { Err(Differ) }
     }
 
+    /// A scalar as serde_json stores it (`Value::from` of a scalar allocates nothing), so that
+    /// `1.0` and `1` stay different, as they are to `to_value`.
+    fn same_scalar(expected: &Value, built: Value) -> Result<(), Differ> {
+        check(*expected == built)
+    }
+
     /// The value inside `{variant: value}`, as serde_json encodes enum variants with data.
     fn variant<'a>(expected: &'a Value, name: &str) -> Result<&'a Value, Differ> {
         match expected {
@@ -200,7 +207,7 @@ mod same {
         type SerializeStructVariant = Fields<'a>;
 
         fn serialize_bool(self, v: bool) -> Result<(), Differ> {
-            check(*self.0 == Value::from(v))
+            same_scalar(self.0, Value::from(v))
         }
         fn serialize_i8(self, v: i8) -> Result<(), Differ> {
             self.serialize_i64(i64::from(v))
@@ -212,7 +219,7 @@ mod same {
             self.serialize_i64(i64::from(v))
         }
         fn serialize_i64(self, v: i64) -> Result<(), Differ> {
-            check(*self.0 == Value::from(v))
+            same_scalar(self.0, Value::from(v))
         }
         fn serialize_i128(self, v: i128) -> Result<(), Differ> {
             // serde_json keeps a 128-bit integer only when it fits 64 bits.
@@ -234,7 +241,7 @@ mod same {
             self.serialize_u64(u64::from(v))
         }
         fn serialize_u64(self, v: u64) -> Result<(), Differ> {
-            check(*self.0 == Value::from(v))
+            same_scalar(self.0, Value::from(v))
         }
         fn serialize_u128(self, v: u128) -> Result<(), Differ> {
             u64::try_from(v)
@@ -242,10 +249,10 @@ mod same {
                 .and_then(|u| self.serialize_u64(u))
         }
         fn serialize_f32(self, v: f32) -> Result<(), Differ> {
-            check(*self.0 == Value::from(v))
+            same_scalar(self.0, Value::from(v))
         }
         fn serialize_f64(self, v: f64) -> Result<(), Differ> {
-            check(*self.0 == Value::from(v))
+            same_scalar(self.0, Value::from(v))
         }
         fn serialize_char(self, v: char) -> Result<(), Differ> {
             self.serialize_str(v.encode_utf8(&mut [0; 4]))
@@ -257,7 +264,13 @@ mod same {
             let Value::Array(items) = self.0 else {
                 return Err(Differ);
             };
-            check(items.len() == v.len() && items.iter().zip(v).all(|(i, b)| *i == Value::from(*b)))
+            check(
+                items.len() == v.len()
+                    && items
+                        .iter()
+                        .zip(v)
+                        .all(|(i, b)| i.as_u64() == Some(u64::from(*b))),
+            )
         }
         fn serialize_none(self) -> Result<(), Differ> {
             check(self.0.is_null())

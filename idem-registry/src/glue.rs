@@ -16,7 +16,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::args::ArgumentError;
 use crate::context::ToolContext;
 use crate::tool::ToolBuilder;
 
@@ -129,7 +128,7 @@ where
     builder
         .input_schema_shared(cached(&schemas.input, crate::schema::arguments::<A>))
         .output_schema_shared(cached(&schemas.output, crate::schema::output::<O>))
-        .prepare(normalise::<A>)
+        .typed_arguments::<A>()
         .handler_ref(move |ctx: ToolContext, args: &Value| {
             let state = match crate::located::parse::<A>(args) {
                 Ok(args) => State::Run(run(ctx, args)),
@@ -137,21 +136,6 @@ where
             };
             Call::new(state, error)
         })
-}
-
-/// Deserialise typed arguments, then serialise them back: what the fingerprint covers
-/// (`args::normalise`, deserialising as the handler does, so that rustc compiles one
-/// deserialiser per arguments type, not two).
-fn normalise<A: DeserializeOwned + Serialize>(arguments: &Value) -> Result<Value, ArgumentError> {
-    let typed: A = crate::located::parse(arguments)?;
-    match serde_json::to_value(&typed) {
-        Ok(value) => Ok(value),
-        Err(e) => Err(not_reencoded(e)),
-    }
-}
-
-fn not_reencoded(e: serde_json::Error) -> ArgumentError {
-    ArgumentError::new("", format!("arguments could not be re-encoded: {e}"))
 }
 
 #[cfg(test)]

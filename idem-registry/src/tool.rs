@@ -465,7 +465,7 @@ impl ToolBuilder {
                         "",
                         format!(
                             "expected an object of named arguments, got {}",
-                            crate::args::kind(&v)
+                            crate::args::kind(v)
                         ),
                     ))
                 }
