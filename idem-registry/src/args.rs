@@ -361,49 +361,28 @@ mod same {
         }
     }
 
-    impl ser::SerializeSeq for Items<'_> {
-        type Ok = ();
-        type Error = Differ;
-        fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Differ> {
-            self.element(value)
-        }
-        fn end(self) -> Result<(), Differ> {
-            self.finish()
-        }
+    /// serde's four sequence traits differ only in the name of their element method.
+    macro_rules! items_serialize {
+        ($($trait:ident :: $method:ident),*) => {$(
+            impl ser::$trait for Items<'_> {
+                type Ok = ();
+                type Error = Differ;
+                fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Differ> {
+                    self.element(value)
+                }
+                fn end(self) -> Result<(), Differ> {
+                    self.finish()
+                }
+            }
+        )*};
     }
 
-    impl ser::SerializeTuple for Items<'_> {
-        type Ok = ();
-        type Error = Differ;
-        fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Differ> {
-            self.element(value)
-        }
-        fn end(self) -> Result<(), Differ> {
-            self.finish()
-        }
-    }
-
-    impl ser::SerializeTupleStruct for Items<'_> {
-        type Ok = ();
-        type Error = Differ;
-        fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Differ> {
-            self.element(value)
-        }
-        fn end(self) -> Result<(), Differ> {
-            self.finish()
-        }
-    }
-
-    impl ser::SerializeTupleVariant for Items<'_> {
-        type Ok = ();
-        type Error = Differ;
-        fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Differ> {
-            self.element(value)
-        }
-        fn end(self) -> Result<(), Differ> {
-            self.finish()
-        }
-    }
+    items_serialize!(
+        SerializeSeq::serialize_element,
+        SerializeTuple::serialize_element,
+        SerializeTupleStruct::serialize_field,
+        SerializeTupleVariant::serialize_field
+    );
 
     /// The entries of an expected object, each matched by key at most once; the object must
     /// have no entry left over at the end.
@@ -463,35 +442,27 @@ mod same {
         }
     }
 
-    impl ser::SerializeStruct for Fields<'_> {
-        type Ok = ();
-        type Error = Differ;
-        fn serialize_field<T: Serialize + ?Sized>(
-            &mut self,
-            key: &'static str,
-            value: &T,
-        ) -> Result<(), Differ> {
-            self.field(key, value)
-        }
-        fn end(self) -> Result<(), Differ> {
-            self.finish()
-        }
+    /// A struct and a struct variant serialise their fields alike.
+    macro_rules! fields_serialize {
+        ($($trait:ident),*) => {$(
+            impl ser::$trait for Fields<'_> {
+                type Ok = ();
+                type Error = Differ;
+                fn serialize_field<T: Serialize + ?Sized>(
+                    &mut self,
+                    key: &'static str,
+                    value: &T,
+                ) -> Result<(), Differ> {
+                    self.field(key, value)
+                }
+                fn end(self) -> Result<(), Differ> {
+                    self.finish()
+                }
+            }
+        )*};
     }
 
-    impl ser::SerializeStructVariant for Fields<'_> {
-        type Ok = ();
-        type Error = Differ;
-        fn serialize_field<T: Serialize + ?Sized>(
-            &mut self,
-            key: &'static str,
-            value: &T,
-        ) -> Result<(), Differ> {
-            self.field(key, value)
-        }
-        fn end(self) -> Result<(), Differ> {
-            self.finish()
-        }
-    }
+    fields_serialize!(SerializeStruct, SerializeStructVariant);
 
     /// Finds the expected entry of a map key. serde_json writes string and char keys as
     /// they are; any other key (a number, a bool) is not compared.
