@@ -832,7 +832,6 @@ impl Dispatcher {
         request: ClaimRequest,
     ) -> Result<(Claim, ClaimRequest), StoreError> {
         let store = self.store.clone();
-        let key = request.key.clone();
         let mut fut = Box::pin(async move {
             let claim = store.claim(&request).await?;
             Ok((claim, request))
@@ -846,7 +845,6 @@ impl Dispatcher {
         let mut pending = PendingClaim {
             handle: Some(runtime.spawn(fut)),
             store: self.store.clone(),
-            key,
         };
         let handle = pending.handle.as_mut().expect("set just above");
         let answer = handle.await;
@@ -1109,11 +1107,10 @@ impl Drop for ClaimGuard {
 
 /// A claim running in its own task; if the dispatch is dropped before the answer, the task's
 /// claim is given back (the body never ran, so releasing is safe; a take-over is only
-/// expired again, keeping its journal).
+/// expired again, keeping its journal). The key is the one in the request the task hands back.
 struct PendingClaim {
     handle: Option<tokio::task::JoinHandle<Result<(Claim, ClaimRequest), StoreError>>>,
     store: Arc<dyn Store>,
-    key: RecordKey,
 }
 
 impl Drop for PendingClaim {
@@ -1121,14 +1118,15 @@ impl Drop for PendingClaim {
         let Some(handle) = self.handle.take() else {
             return;
         };
-        let (store, key) = (self.store.clone(), self.key.clone());
+        let store = self.store.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         runtime.spawn(async move {
-            if let Ok(Ok((Claim::Acquired { fence, takeover, steps }, _))) = handle.await {
+            if let Ok(Ok((Claim::Acquired { fence, takeover, steps }, request))) = handle.await {
+                let key = &request.key;
                 let give_back = if takeover || !steps.is_empty() { GiveBack::Expire } else { GiveBack::Release };
-                if let Err(e) = give_back.apply(&*store, &key, fence).await {
+                if let Err(e) = give_back.apply(&*store, key, fence).await {
                     tracing::warn!(error = %e, key = %key, "could not give back an abandoned claim; its lease will expire");
                 }
             }
