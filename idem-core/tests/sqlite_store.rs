@@ -2,7 +2,7 @@
 //! The SQLite store: the conformance suite, plus what only a file on disk can show
 //! (persistence, several connections, locks held by others, damaged files).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,32 +15,12 @@ use idem_core::{
 };
 use serde_json::json;
 
-static DIRS: AtomicUsize = AtomicUsize::new(0);
-
 /// A directory of its own for each test, removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "idem-sqlite-test-{name}-{}-{}",
-            std::process::id(),
-            DIRS.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create a temporary directory");
-        TempDir(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("idem-sqlite-test-{name}-"))
+        .tempdir()
+        .expect("create a temporary directory")
 }
 
 fn key(name: &str) -> RecordKey {
@@ -83,13 +63,12 @@ fn rows(path: &Path) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_conforms() {
-    let dir = TempDir::new("conformance");
+    let dir = temp_dir("conformance");
     let cases = AtomicUsize::new(0);
     conformance::run_all("sqlite", || {
-        let path = dir.file(&format!(
-            "case-{}.db",
-            cases.fetch_add(1, Ordering::Relaxed)
-        ));
+        let path = dir
+            .path()
+            .join(format!("case-{}.db", cases.fetch_add(1, Ordering::Relaxed)));
         async move { Subject::real_time(Arc::new(SqliteStore::open(path).expect("open"))) }
     })
     .await;
@@ -97,8 +76,8 @@ async fn sqlite_store_conforms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_survive_closing_and_reopening() {
-    let dir = TempDir::new("reopen");
-    let path = dir.file("idem.db");
+    let dir = temp_dir("reopen");
+    let path = dir.path().join("idem.db");
     let done = key("done");
     let journaled = key("journaled");
     let failure = Outcome::Failure(
@@ -179,8 +158,8 @@ async fn records_survive_closing_and_reopening() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_connections_race_and_one_claim_wins() {
-    let dir = TempDir::new("race");
-    let path = dir.file("idem.db");
+    let dir = temp_dir("race");
+    let path = dir.path().join("idem.db");
     let stores = [
         Arc::new(SqliteStore::open(&path).expect("open first")),
         Arc::new(SqliteStore::open(&path).expect("open second")),
@@ -219,8 +198,8 @@ async fn two_connections_race_and_one_claim_wins() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_waits_for_another_connections_write_lock() {
-    let dir = TempDir::new("busy");
-    let path = dir.file("idem.db");
+    let dir = temp_dir("busy");
+    let path = dir.path().join("idem.db");
     let store = SqliteStore::open(&path).expect("open");
     // Another process holds the write lock for a while.
     let mut other = rusqlite::Connection::open(&path).expect("raw connection");
@@ -246,8 +225,8 @@ async fn a_claim_waits_for_another_connections_write_lock() {
 
 #[test]
 fn a_missing_directory_is_unavailable() {
-    let dir = TempDir::new("missing");
-    let path = dir.file("no-such-directory").join("idem.db");
+    let dir = temp_dir("missing");
+    let path = dir.path().join("no-such-directory").join("idem.db");
     match SqliteStore::open(&path) {
         Err(StoreError::Unavailable(msg)) => assert!(
             msg.contains("no-such-directory"),
@@ -259,8 +238,8 @@ fn a_missing_directory_is_unavailable() {
 
 #[test]
 fn a_file_that_is_not_a_database_is_unavailable() {
-    let dir = TempDir::new("not-a-db");
-    let path = dir.file("notes.txt");
+    let dir = temp_dir("not-a-db");
+    let path = dir.path().join("notes.txt");
     std::fs::write(
         &path,
         "these are not the records you are looking for\n".repeat(100),
@@ -276,8 +255,8 @@ fn a_file_that_is_not_a_database_is_unavailable() {
 
 #[test]
 fn a_newer_schema_is_refused() {
-    let dir = TempDir::new("schema");
-    let path = dir.file("idem.db");
+    let dir = temp_dir("schema");
+    let path = dir.path().join("idem.db");
     drop(SqliteStore::open(&path).expect("create"));
     drop(SqliteStore::open(&path).expect("opening twice is idempotent"));
     let raw = rusqlite::Connection::open(&path).expect("raw connection");
@@ -294,8 +273,8 @@ fn a_newer_schema_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_row_is_reported_not_replayed() {
-    let dir = TempDir::new("corrupt");
-    let path = dir.file("idem.db");
+    let dir = temp_dir("corrupt");
+    let path = dir.path().join("idem.db");
     let store = SqliteStore::open(&path).expect("open");
     let damaged = key("damaged");
     let fence = acquire(&store, &request(&damaged, LEASE)).await;
@@ -347,8 +326,8 @@ async fn a_corrupt_row_is_reported_not_replayed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_evict_expired_records() {
-    let dir = TempDir::new("evict");
-    let path = dir.file("idem.db");
+    let dir = temp_dir("evict");
+    let path = dir.path().join("idem.db");
     let store = SqliteStore::open(&path).expect("open");
     for i in 0..3 {
         let k = key(&format!("short-{i}"));
@@ -376,8 +355,8 @@ async fn claims_evict_expired_records() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builders_apply() {
-    let dir = TempDir::new("builders");
-    let path = dir.file("idem.db");
+    let dir = temp_dir("builders");
+    let path = dir.path().join("idem.db");
     let store = SqliteStore::open(&path)
         .expect("open")
         .with_synchronous_full()

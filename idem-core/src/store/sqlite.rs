@@ -1317,9 +1317,9 @@ impl Store for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::time::Duration;
 
     use rusqlite::{Connection, StatementStatus, TransactionBehavior};
@@ -1339,32 +1339,12 @@ mod tests {
         pub(super) checkpoints: AtomicU32,
     }
 
-    static DIRS: AtomicUsize = AtomicUsize::new(0);
-
     /// A directory of its own for each test, removed when the test ends.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!(
-                "idem-sqlite-unit-{name}-{}-{}",
-                std::process::id(),
-                DIRS.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("create a temporary directory");
-            TempDir(dir)
-        }
-
-        fn file(&self, name: &str) -> PathBuf {
-            self.0.join(name)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    fn temp_dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("idem-sqlite-unit-{name}-"))
+            .tempdir()
+            .expect("create a temporary directory")
     }
 
     const LEASE: Duration = Duration::from_secs(60);
@@ -1512,9 +1492,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn inline_and_pooled_operations_leave_identical_records() {
-        let dir = TempDir::new("same");
-        let inline = SqliteStore::open(dir.file("inline.db")).expect("open");
-        let pooled = SqliteStore::open(dir.file("pooled.db"))
+        let dir = temp_dir("same");
+        let inline = SqliteStore::open(dir.path().join("inline.db")).expect("open");
+        let pooled = SqliteStore::open(dir.path().join("pooled.db"))
             .expect("open")
             .with_blocking_pool();
         assert!(inline.inline() && !pooled.inline());
@@ -1548,8 +1528,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_blocked_by_another_connection_go_to_the_pool_and_lose_nothing() {
-        let dir = TempDir::new("churn");
-        let path = dir.file("idem.db");
+        let dir = temp_dir("churn");
+        let path = dir.path().join("idem.db");
         let store = Arc::new(SqliteStore::open(&path).expect("open"));
         let stop = Arc::new(AtomicBool::new(false));
         let holder = churn_the_lock(&path, Arc::clone(&stop));
@@ -1594,8 +1574,8 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn the_runtime_keeps_running_while_another_connection_holds_the_lock() {
-        let dir = TempDir::new("runtime");
-        let path = dir.file("idem.db");
+        let dir = temp_dir("runtime");
+        let path = dir.path().join("idem.db");
         let store = SqliteStore::open(&path).expect("open");
         let mut other = Connection::open(&path).expect("raw connection");
         let (locked_tx, locked_rx) = std::sync::mpsc::channel();
@@ -1645,8 +1625,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn checkpoints_keep_the_wal_bounded() {
-        let dir = TempDir::new("checkpoint");
-        let path = dir.file("idem.db");
+        let dir = temp_dir("checkpoint");
+        let path = dir.path().join("idem.db");
         let store = SqliteStore::open(&path).expect("open");
         let page: i64 = {
             let raw = Connection::open(&path).expect("raw connection");
@@ -1693,9 +1673,9 @@ mod tests {
 
     #[test]
     fn the_claim_eviction_is_compiled_once() {
-        let dir = TempDir::new("reprepare");
-        let conn = Connection::open(dir.file("idem.db")).expect("open");
-        migrate(&conn, &dir.file("idem.db")).unwrap_or_else(|_| panic!("schema"));
+        let dir = temp_dir("reprepare");
+        let conn = Connection::open(dir.path().join("idem.db")).expect("open");
+        migrate(&conn, &dir.path().join("idem.db")).unwrap_or_else(|_| panic!("schema"));
         // As the store runs them: from rusqlite's statement cache, which clears the bindings
         // of a statement it takes back.
         let recompiled = |sql: &str, params: &dyn Fn(i64) -> Vec<i64>| {
