@@ -870,7 +870,7 @@ impl Dispatcher {
             return Ok(Settled::Raced);
         };
         let ctx = ToolContext::new(call.parts(), 0, None, false, steps);
-        let answer = AssertUnwindSafe(verify(ctx, call.args.clone().into_owned()))
+        let answer = AssertUnwindSafe(verify(ctx, Value::clone(&call.args)))
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Err(ToolError::ambiguous("the verify hook panicked")));
