@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -823,8 +824,9 @@ impl Dispatcher {
     }
 
     /// Claim, so that a dispatch dropped while the claim is in flight leaves no claim that
-    /// nobody will use: a claim that is not answered at once finishes in a task of its own,
-    /// which gives the key back if the caller has gone.
+    /// nobody will use: the claim is polled here, in the caller's task (no extra hop to
+    /// another task on the common path), and only if the caller goes away before the answer
+    /// does the unfinished claim move to a task of its own, which gives the key back.
     ///
     /// The request comes back with the claim, to be claimed again with if need be.
     async fn claim_cancel_safe(
@@ -832,28 +834,23 @@ impl Dispatcher {
         request: ClaimRequest,
     ) -> Result<(Claim, ClaimRequest), StoreError> {
         let store = self.store.clone();
-        let mut fut = Box::pin(async move {
-            let claim = store.claim(&request).await?;
-            Ok((claim, request))
-        });
-        if let Some(answer) = (&mut fut).now_or_never() {
-            return answer;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return fut.await;
-        };
         let mut pending = PendingClaim {
-            handle: Some(runtime.spawn(fut)),
+            claim: Some(Box::pin(async move {
+                let claim = store.claim(&request).await?;
+                Ok((claim, request))
+            })),
             store: self.store.clone(),
         };
-        let handle = pending.handle.as_mut().expect("set just above");
-        let answer = handle.await;
-        pending.handle = None;
-        answer.unwrap_or_else(|e| {
-            Err(StoreError::Unavailable(format!(
-                "the claim task failed: {e}"
-            )))
+        std::future::poll_fn(|cx| {
+            let claim = pending
+                .claim
+                .as_mut()
+                .expect("polled only until it answers");
+            let answer = std::task::ready!(claim.as_mut().poll(cx));
+            pending.claim = None;
+            std::task::Poll::Ready(answer)
         })
+        .await
     }
 
     /// Ask the tool's verify hook whether an Unknown call's effect happened, and settle the
@@ -1105,25 +1102,29 @@ impl Drop for ClaimGuard {
     }
 }
 
-/// A claim running in its own task; if the dispatch is dropped before the answer, the task's
-/// claim is given back (the body never ran, so releasing is safe; a take-over is only
-/// expired again, keeping its journal). The key is the one in the request the task hands back.
+type ClaimFuture = Pin<Box<dyn Future<Output = Result<(Claim, ClaimRequest), StoreError>> + Send>>;
+
+/// A claim in flight. If the dispatch is dropped before the answer, the claim finishes in a
+/// task of its own and is given back (the body never ran, so releasing is safe; a take-over
+/// is only expired again, keeping its journal). The key is the one in the request the claim
+/// hands back.
 struct PendingClaim {
-    handle: Option<tokio::task::JoinHandle<Result<(Claim, ClaimRequest), StoreError>>>,
+    claim: Option<ClaimFuture>,
     store: Arc<dyn Store>,
 }
 
 impl Drop for PendingClaim {
     fn drop(&mut self) {
-        let Some(handle) = self.handle.take() else {
+        let Some(claim) = self.claim.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("a claim was abandoned outside a runtime; its lease will expire");
             return;
         };
         let store = self.store.clone();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         runtime.spawn(async move {
-            if let Ok(Ok((Claim::Acquired { fence, takeover, steps }, request))) = handle.await {
+            if let Ok((Claim::Acquired { fence, takeover, steps }, request)) = claim.await {
                 let key = &request.key;
                 let give_back = if takeover || !steps.is_empty() { GiveBack::Expire } else { GiveBack::Release };
                 if let Err(e) = give_back.apply(&*store, key, fence).await {
