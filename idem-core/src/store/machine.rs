@@ -42,7 +42,7 @@ pub fn is_live(record: &Record, now: Timestamp) -> bool {
 }
 
 /// Claim or take over.
-pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (Write, Claim) {
+pub fn claim(existing: Option<Record>, req: &ClaimRequest, now: Timestamp) -> (Write, Claim) {
     let fresh = |fence: Fence| Record {
         key: req.key.clone(),
         tool: req.tool.clone(),
@@ -67,7 +67,7 @@ pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (
             },
         );
     };
-    if !is_live(rec, now) {
+    if !is_live(&rec, now) {
         // The old record expired: a new call under the same key. Keep the fence increasing.
         let fence = rec.fence + 1;
         return (
@@ -80,12 +80,12 @@ pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (
         );
     }
     if rec.fingerprint != req.fingerprint {
-        return (Write::Unchanged, Claim::Existing(rec.clone()));
+        return (Write::Unchanged, Claim::Existing(rec));
     }
     match rec.state {
         RecordState::InProgress { lease_until } if lease_until <= now => match req.orphans {
             OrphanPolicy::TakeOver => {
-                let mut r = rec.clone();
+                let mut r = rec;
                 r.fence += 1;
                 r.state = RecordState::InProgress {
                     lease_until: now.plus(req.lease),
@@ -99,7 +99,7 @@ pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (
                 (Write::Put(Box::new(r)), claim)
             }
             OrphanPolicy::MarkUnknown => {
-                let mut r = rec.clone();
+                let mut r = rec;
                 r.state = RecordState::Unknown {
                     since: now,
                     last_error: crate::record::ORPHANED.into(),
@@ -108,7 +108,7 @@ pub fn claim(existing: Option<&Record>, req: &ClaimRequest, now: Timestamp) -> (
                 (Write::Put(Box::new(r.clone())), Claim::Existing(r))
             }
         },
-        _ => (Write::Unchanged, Claim::Existing(rec.clone())),
+        _ => (Write::Unchanged, Claim::Existing(rec)),
     }
 }
 

@@ -592,7 +592,7 @@ impl Store for MemoryStore {
                 });
             }
         }
-        let (write, claim) = machine::claim(existing.as_ref(), request, now);
+        let (write, claim) = machine::claim(existing, request, now);
         shard.apply(at, write);
         Ok(claim)
     }

@@ -1023,7 +1023,7 @@ fn state_name(kind: StateKind) -> &'static str {
 
 fn claim_in(tx: &Connection, request: &ClaimRequest, now: Timestamp) -> Result<Claim, Failure> {
     let existing = load(tx, &request.key)?;
-    let (write, claim) = machine::claim(existing.as_ref(), request, now);
+    let (write, claim) = machine::claim(existing, request, now);
     apply(tx, &request.key, write)?;
     evict_on_claim(tx, now)?;
     Ok(claim)
