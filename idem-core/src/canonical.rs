@@ -20,7 +20,8 @@ use sha2::{Digest, Sha256};
 /// assert_eq!(a, r#"{"a":[true,null,"x"],"b":1}"#);
 /// ```
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::with_capacity(128);
+    // Tool arguments are usually a few hundred bytes: one allocation, no regrowth.
+    let mut out = String::with_capacity(256);
     write_canonical(value, &mut out);
     out
 }

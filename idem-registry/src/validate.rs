@@ -103,6 +103,10 @@ impl ArgumentValidator {
 
     /// Check arguments. The error points at the first problem and lists a few more.
     pub fn validate(&self, arguments: &Value) -> Result<(), ArgumentError> {
+        // The common case answers without building an error iterator (no allocation).
+        if self.validator.is_valid(arguments) {
+            return Ok(());
+        }
         let mut errors = self.validator.iter_errors(arguments);
         let Some(first) = errors.next() else {
             return Ok(());
