@@ -1509,21 +1509,37 @@ mod tests {
     }
 
     /// Another connection takes and drops the write lock over and over until told to stop.
-    fn churn_the_lock(path: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u32> {
+    /// It keeps the first lock until `met` says the store ran into it (or 10 s pass), so the
+    /// store meets a locked file for certain, however the threads are scheduled.
+    fn churn_the_lock(
+        path: &Path,
+        stop: Arc<AtomicBool>,
+        met: impl Fn() -> bool + Send + 'static,
+    ) -> (std::thread::JoinHandle<u32>, std::sync::mpsc::Receiver<()>) {
         let mut other = Connection::open(path).expect("raw connection");
-        std::thread::spawn(move || {
+        let (locked, first_lock) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
             let mut held = 0;
             while !stop.load(Ordering::Relaxed) {
                 let tx = other
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .expect("take the write lock");
-                std::thread::sleep(Duration::from_millis(2));
+                if held == 0 {
+                    locked.send(()).expect("the test waits for the first lock");
+                    let until = std::time::Instant::now() + Duration::from_secs(10);
+                    while !met() && std::time::Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                } else {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
                 tx.commit().expect("commit");
                 held += 1;
                 std::thread::sleep(Duration::from_millis(1));
             }
             held
-        })
+        });
+        (holder, first_lock)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1532,7 +1548,13 @@ mod tests {
         let path = dir.path().join("idem.db");
         let store = Arc::new(SqliteStore::open(&path).expect("open"));
         let stop = Arc::new(AtomicBool::new(false));
-        let holder = churn_the_lock(&path, Arc::clone(&stop));
+        let watched = Arc::clone(&store);
+        let (holder, first_lock) = churn_the_lock(&path, Arc::clone(&stop), move || {
+            watched.db.counts.fell_back.load(Ordering::Relaxed) > 0
+        });
+        first_lock
+            .recv()
+            .expect("the other connection holds the lock");
         // Four tasks at once also contend for the connection itself.
         let mut tasks = Vec::new();
         for t in 0..4 {
