@@ -112,13 +112,15 @@ pub fn claim(existing: Option<Record>, req: &ClaimRequest, now: Timestamp) -> (W
     }
 }
 
-fn held<'a>(
-    existing: Option<&'a Record>,
-    key: &RecordKey,
-    fence: Fence,
-) -> Result<&'a Record, StoreError> {
+/// Whether `r` is in progress under `fence`: the only state a holder may write to.
+fn holds(r: &Record, fence: Fence) -> bool {
+    r.fence == fence && matches!(r.state, RecordState::InProgress { .. })
+}
+
+/// The record a holder writes to, taken by value: the write changes it in place.
+fn held(existing: Option<Record>, key: &RecordKey, fence: Fence) -> Result<Record, StoreError> {
     match existing {
-        Some(r) if r.fence == fence && matches!(r.state, RecordState::InProgress { .. }) => Ok(r),
+        Some(r) if holds(&r, fence) => Ok(r),
         _ => Err(StoreError::Fenced {
             key: key.clone(),
             fence,
@@ -153,14 +155,14 @@ pub fn encode_outcome(
 
 /// Record the outcome.
 pub fn complete(
-    existing: Option<&Record>,
+    existing: Option<Record>,
     key: &RecordKey,
     fence: Fence,
     outcome: &Outcome,
     ttl: Duration,
     now: Timestamp,
 ) -> Result<Write, StoreError> {
-    let mut r = held(existing, key, fence)?.clone();
+    let mut r = held(existing, key, fence)?;
     r.state = RecordState::Completed {
         outcome: outcome.clone(),
         expires_at: now.plus(ttl),
@@ -170,25 +172,24 @@ pub fn complete(
 }
 
 /// Release the claim; a stale release changes nothing and reports `false`.
-pub fn release(existing: Option<&Record>, key: &RecordKey, fence: Fence) -> (Write, bool) {
-    match held(existing, key, fence) {
-        Ok(_) => (Write::Delete, true),
-        Err(_) => (Write::Unchanged, false),
+pub fn release(existing: Option<&Record>, fence: Fence) -> (Write, bool) {
+    match existing {
+        Some(r) if holds(r, fence) => (Write::Delete, true),
+        _ => (Write::Unchanged, false),
     }
 }
 
 /// Renew a live lease.
 pub fn renew(
-    existing: Option<&Record>,
+    existing: Option<Record>,
     key: &RecordKey,
     fence: Fence,
     lease: Duration,
     now: Timestamp,
 ) -> Result<(Write, Timestamp), StoreError> {
-    let r = held(existing, key, fence)?;
+    let mut r = held(existing, key, fence)?;
     match r.state {
         RecordState::InProgress { lease_until } if lease_until > now => {
-            let mut r = r.clone();
             let until = now.plus(lease);
             r.state = RecordState::InProgress { lease_until: until };
             r.updated_at = now;
@@ -203,14 +204,14 @@ pub fn renew(
 
 /// Journal a step (a step journaled again replaces its value).
 pub fn journal(
-    existing: Option<&Record>,
+    existing: Option<Record>,
     key: &RecordKey,
     fence: Fence,
     step: &str,
     value: &str,
     now: Timestamp,
 ) -> Result<Write, StoreError> {
-    let mut r = held(existing, key, fence)?.clone();
+    let mut r = held(existing, key, fence)?;
     match r.steps.iter_mut().find(|e| e.step == step) {
         Some(e) => e.value = value.to_owned(),
         None => r.steps.push(JournalEntry {
@@ -224,13 +225,13 @@ pub fn journal(
 
 /// Turn the held record Unknown.
 pub fn mark_unknown(
-    existing: Option<&Record>,
+    existing: Option<Record>,
     key: &RecordKey,
     fence: Fence,
     error: &str,
     now: Timestamp,
 ) -> Result<Write, StoreError> {
-    let mut r = held(existing, key, fence)?.clone();
+    let mut r = held(existing, key, fence)?;
     r.state = RecordState::Unknown {
         since: now,
         last_error: error.to_owned(),

@@ -546,12 +546,12 @@ impl MemoryStore {
     fn transition<T>(
         &self,
         key: &RecordKey,
-        step: impl FnOnce(Option<&Record>) -> Result<(Write, T), StoreError>,
+        step: impl FnOnce(Option<Record>) -> Result<(Write, T), StoreError>,
     ) -> Result<T, StoreError> {
         let at = KeyRef::of(key);
         let mut shard = self.shard(at);
         let existing = shard.get(at).map(|c| c.to_record(key.clone()));
-        let (write, answer) = step(existing.as_ref())?;
+        let (write, answer) = step(existing)?;
         shard.apply(at, write);
         Ok(answer)
     }
@@ -612,7 +612,7 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, key: &RecordKey, fence: Fence) -> Result<bool, StoreError> {
-        self.transition(key, |r| Ok(machine::release(r, key, fence)))
+        self.transition(key, |r| Ok(machine::release(r.as_ref(), fence)))
     }
 
     async fn renew(
@@ -692,7 +692,9 @@ impl Store for MemoryStore {
     ) -> Result<Record, StoreError> {
         machine::check_size(outcome, self.max_outcome_bytes)?;
         let now = self.clock.now();
-        self.transition(key, |r| machine::resolve(r, key, outcome, ttl, now))
+        self.transition(key, |r| {
+            machine::resolve(r.as_ref(), key, outcome, ttl, now)
+        })
     }
 
     async fn settle_unknown(
@@ -707,12 +709,20 @@ impl Store for MemoryStore {
         }
         let now = self.clock.now();
         self.transition(key, |r| {
-            Ok(machine::settle_unknown(r, fence, outcome, ttl, now))
+            Ok(machine::settle_unknown(
+                r.as_ref(),
+                fence,
+                outcome,
+                ttl,
+                now,
+            ))
         })
     }
 
     async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError> {
-        self.transition(key, |r| Ok((machine::force_release(r, key)?, true)))
+        self.transition(key, |r| {
+            Ok((machine::force_release(r.as_ref(), key)?, true))
+        })
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {

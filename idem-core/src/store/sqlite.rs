@@ -1038,13 +1038,13 @@ fn complete_in(
     now: Timestamp,
 ) -> Result<(), Failure> {
     let existing = load(tx, key)?;
-    let write = machine::complete(existing.as_ref(), key, fence, outcome, ttl, now)?;
+    let write = machine::complete(existing, key, fence, outcome, ttl, now)?;
     apply(tx, key, write)
 }
 
 fn release_in(tx: &Connection, key: &RecordKey, fence: Fence) -> Result<bool, Failure> {
     let existing = load(tx, key)?;
-    let (write, released) = machine::release(existing.as_ref(), key, fence);
+    let (write, released) = machine::release(existing.as_ref(), fence);
     apply(tx, key, write)?;
     Ok(released)
 }
@@ -1057,7 +1057,7 @@ fn renew_in(
     now: Timestamp,
 ) -> Result<Timestamp, Failure> {
     let existing = load(tx, key)?;
-    let (write, until) = machine::renew(existing.as_ref(), key, fence, lease, now)?;
+    let (write, until) = machine::renew(existing, key, fence, lease, now)?;
     apply(tx, key, write)?;
     Ok(until)
 }
@@ -1071,7 +1071,7 @@ fn journal_in(
     now: Timestamp,
 ) -> Result<(), Failure> {
     let existing = load(tx, key)?;
-    let write = machine::journal(existing.as_ref(), key, fence, step, value, now)?;
+    let write = machine::journal(existing, key, fence, step, value, now)?;
     apply(tx, key, write)
 }
 
@@ -1083,7 +1083,7 @@ fn mark_unknown_in(
     now: Timestamp,
 ) -> Result<(), Failure> {
     let existing = load(tx, key)?;
-    let write = machine::mark_unknown(existing.as_ref(), key, fence, error, now)?;
+    let write = machine::mark_unknown(existing, key, fence, error, now)?;
     apply(tx, key, write)
 }
 
