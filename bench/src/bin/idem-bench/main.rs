@@ -2,8 +2,10 @@
 //! measure in-process, each printing one JSON line of results.
 
 mod breakdown;
+mod client;
 mod hop;
 mod macros;
+mod paired;
 mod profile;
 mod server;
 mod sqlite;
@@ -12,9 +14,11 @@ mod timed;
 const USAGE: &str = "usage: idem-bench <command> ...
   sqlite idem|raw <db> <worker> <start_ms|now> <seconds>
   redis <url> <prefix> <concurrency> <start_ms|now> <seconds>
+  redis-client <url> <script-sha> <arguments-json> <concurrency> <start_ms|now> <seconds>
   postgres <url> <schema> <concurrency> <start_ms|now> <seconds>
   gen-macro-crates <dir> <tools>
   profile first|replay <tool> <calls>
+  paired [rounds] [calls per batch]
   breakdown [calls]
   hop [calls]";
 
@@ -27,9 +31,11 @@ fn main() {
     let result = match command.as_str() {
         "sqlite" => sqlite::run(rest),
         "redis" => server::run("redis", rest),
+        "redis-client" => client::run(rest),
         "postgres" => server::run("postgres", rest),
         "gen-macro-crates" => macros::run(rest),
         "profile" => profile::run(rest),
+        "paired" => paired::run(rest),
         "breakdown" => breakdown::run(rest),
         "hop" => hop::run(rest),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
