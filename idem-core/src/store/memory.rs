@@ -8,7 +8,7 @@
 use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::fmt;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -387,10 +387,86 @@ fn fill<K>(
     }
 }
 
+/// How the digest table hashes its keys. A key there is a SHA-256 output, already uniform, so
+/// two of its words folded with a secret per-table seed make the hash, at a fraction of
+/// SipHash's cost. The seed matters: a caller could grind key material offline until many
+/// digests share the bits that pick a bucket; without the seed it cannot know which bits.
+/// (The first byte picks the shard, so the words come from further in.)
+#[derive(Debug, Clone)]
+struct DigestHashing {
+    seed: [u64; 2],
+}
+
+impl Default for DigestHashing {
+    fn default() -> Self {
+        let random = RandomState::new();
+        DigestHashing {
+            seed: [random.hash_one(1u8), random.hash_one(2u8)],
+        }
+    }
+}
+
+impl BuildHasher for DigestHashing {
+    type Hasher = DigestHasher;
+
+    fn build_hasher(&self) -> DigestHasher {
+        DigestHasher {
+            seed: self.seed,
+            hash: 0,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct DigestHasher {
+    seed: [u64; 2],
+    hash: u64,
+}
+
+impl DigestHasher {
+    /// Multiply as 128 bits and fold the halves: every input bit reaches the low bits.
+    fn fold(a: u64, b: u64) -> u64 {
+        let product = u128::from(a) * u128::from(b);
+        (product as u64) ^ ((product >> 64) as u64)
+    }
+
+    fn word(bytes: &[u8]) -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(bytes);
+        u64::from_le_bytes(w)
+    }
+}
+
+impl Hasher for DigestHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        if bytes.len() == 32 {
+            // A digest's 32 bytes, the only input this table hashes.
+            self.hash ^= Self::fold(
+                Self::word(&bytes[8..16]) ^ self.seed[0],
+                Self::word(&bytes[16..24]) ^ self.seed[1],
+            );
+        } else {
+            // Anything else (never, in this table) is still hashed, byte by byte.
+            for &b in bytes {
+                self.hash = Self::fold(self.hash ^ u64::from(b) ^ self.seed[0], self.seed[1] | 1);
+            }
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        // The length a slice's hash writes first; always 32 here, and mixed in all the same.
+        self.hash = Self::fold(self.hash ^ n as u64 ^ self.seed[1], self.seed[0] | 1);
+    }
+
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
 /// One shard: records found by their key, in one of two tables by the key's form.
 #[derive(Debug, Default)]
 struct Shard {
-    digests: HashSet<Slot<Digest>>,
+    digests: HashSet<Slot<Digest>, DigestHashing>,
     texts: HashSet<Slot<Box<str>>>,
     tools: Tools,
 }
@@ -753,6 +829,30 @@ impl Store for MemoryStore {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn digest_hashes_spread_within_a_shard() {
+        use sha2::{Digest as _, Sha256};
+        // Keys of one shard share their first byte; the bits that pick a bucket must not.
+        let hashing = DigestHashing::default();
+        let mut buckets = HashSet::new();
+        let mut n = 0u32;
+        let mut i = 0u32;
+        while n < 4096 {
+            let d: [u8; 32] = Sha256::digest(i.to_le_bytes()).into();
+            i += 1;
+            if KeyRef::Digest(d).shard() != 0 {
+                continue;
+            }
+            n += 1;
+            buckets.insert(hashing.hash_one(d) & 0xfff);
+        }
+        // 4,096 uniform draws from 4,096 buckets fill about 2,590 of them.
+        assert!(buckets.len() > 2300, "{} buckets of 4096", buckets.len());
+        // Another table draws another seed.
+        let other = DigestHashing::default();
+        assert_ne!(hashing.hash_one([7u8; 32]), other.hash_one([7u8; 32]));
+    }
     use super::*;
     use crate::class::OrphanPolicy;
     use crate::key::{KeyMaterial, LogicalKey};
