@@ -105,8 +105,20 @@ fn write_number(n: &Number, out: &mut String) {
 fn write_string(s: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push('"');
-    let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
+    let bytes = s.as_bytes();
+    // `bytes[start..i]` is plain text not written yet.
+    let (mut start, mut i) = (0, 0);
+    while i < bytes.len() {
+        // Eight bytes at a time while none of them needs escaping (most text).
+        if let Some(chunk) = bytes.get(i..i + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            if !needs_escape(u64::from_le_bytes(word)) {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
         let short = match b {
             b'"' => "\\\"",
             b'\\' => "\\\\",
@@ -116,7 +128,10 @@ fn write_string(s: &str, out: &mut String) {
             0x08 => "\\b",
             0x0c => "\\f",
             0x00..=0x1f => "",
-            _ => continue,
+            _ => {
+                i += 1;
+                continue;
+            }
         };
         // `b` is ASCII, so `i` is a char boundary.
         out.push_str(&s[start..i]);
@@ -127,10 +142,25 @@ fn write_string(s: &str, out: &mut String) {
         } else {
             out.push_str(short);
         }
-        start = i + 1;
+        i += 1;
+        start = i;
     }
     out.push_str(&s[start..]);
     out.push('"');
+}
+
+/// Whether any of the eight bytes of `word` must be escaped in a JSON string: a control
+/// character (below 0x20), `"` or `\`.
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Some byte of `x` is below `n` (for n <= 128) exactly when this is not zero: a byte that
+    // borrows in the subtraction and had its high bit clear.
+    let below = |x: u64, n: u64| x.wrapping_sub(n * ONES) & !x & HIGH;
+    below(word, 0x20)
+        | below(word ^ (u64::from(b'"') * ONES), 1)
+        | below(word ^ (u64::from(b'\\') * ONES), 1)
+        != 0
 }
 
 /// SHA-256 of the canonical JSON of a call's typed arguments.
@@ -253,6 +283,42 @@ mod tests {
             canonical_json(&json!([1.0, -0.0, 1e3, 0.5, -7, u64::MAX, 1e300])),
             format!("[1,0,1000,0.5,-7,{},1e+300]", u64::MAX)
         );
+    }
+
+    #[test]
+    fn needs_escape_on_every_byte_at_every_position() {
+        for filler in [b'a', 0x20, 0x7f, 0x80, 0xff] {
+            for v in 0..=255u8 {
+                for at in 0..8 {
+                    let mut bytes = [filler; 8];
+                    bytes[at] = v;
+                    let expected = bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+                    assert_eq!(
+                        needs_escape(u64::from_le_bytes(bytes)),
+                        expected,
+                        "{bytes:02x?}"
+                    );
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn write_string_matches_serde_json_on_any_text(s in "(?s).{0,80}", cut in 0usize..16) {
+            // Escapes at every offset of the eight-byte stride, in and around multi-byte text.
+            let s = format!("{}{s}\u{1}\"\\{}", "é".repeat(cut % 3), "x".repeat(cut));
+            let mut out = String::new();
+            write_string(&s, &mut out);
+            proptest::prop_assert_eq!(out, serde_json::to_string(&s).unwrap());
+        }
+
+        #[test]
+        fn needs_escape_is_exact(word: u64) {
+            let bytes = word.to_le_bytes();
+            let expected = bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+            proptest::prop_assert_eq!(needs_escape(word), expected, "{:02x?}", bytes);
+        }
     }
 
     #[test]
