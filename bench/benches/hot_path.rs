@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use idem::prelude::*;
-use idem_bench::{ARGUMENTS, CLASSES, Floor, call, dispatcher, mcp, run_for};
+use idem_bench::{
+    ARGUMENTS, CLASSES, Floor, call, dispatcher, mcp, run_for, time_floor_first, time_idem_first,
+};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -30,17 +32,7 @@ fn first(c: &mut Criterion) {
     let mut group = c.benchmark_group("first");
 
     group.bench_function("floor", |b| {
-        b.iter_custom(|iters| {
-            let ids = ids(iters);
-            let mut floor = Floor::new();
-            let start = Instant::now();
-            for id in &ids {
-                floor.first(black_box(id), black_box(ARGUMENTS));
-            }
-            let elapsed = start.elapsed();
-            black_box(floor.len());
-            elapsed
-        })
+        b.iter_custom(|iters| time_floor_first(&ids(iters)))
     });
 
     group.bench_function("rmcp", |b| {
@@ -58,26 +50,7 @@ fn first(c: &mut Criterion) {
 
     for (class, tool) in CLASSES {
         group.bench_function(format!("idem/{class}"), |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let store =
-                        Arc::new(MemoryStore::new().with_capacity(4 * iters as usize + 4096));
-                    let d = dispatcher(store);
-                    let ids = ids(iters);
-                    let mut runs = Vec::with_capacity(ids.len());
-                    for id in &ids {
-                        runs.push(run_for(&d, tool, id).await);
-                    }
-                    let start = Instant::now();
-                    for (id, run) in ids.iter().zip(&runs) {
-                        let call = call(tool, id);
-                        let out = d.dispatch(&call, run).await.expect("dispatched");
-                        debug_assert!(!out.deduplicated);
-                        black_box(out);
-                    }
-                    start.elapsed()
-                })
-            })
+            b.iter_custom(|iters| rt.block_on(time_idem_first(tool, &ids(iters))))
         });
     }
     group.finish();

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use idem::prelude::*;
 use idem::{Approval, Registry};
@@ -129,6 +130,37 @@ pub async fn run_for(dispatcher: &Dispatcher, tool: &str, call_id: &str) -> RunC
 pub fn call(tool: &str, call_id: &str) -> ToolCall {
     let arguments: Value = serde_json::from_str(ARGUMENTS).expect("ARGUMENTS is JSON");
     ToolCall::new(tool, arguments).with_call_id(call_id)
+}
+
+/// Time the floor's first executions of `ids` on a fresh map (growth paid, as in production).
+pub fn time_floor_first(ids: &[String]) -> Duration {
+    let mut floor = Floor::new();
+    let start = Instant::now();
+    for id in ids {
+        floor.first(black_box(id), black_box(ARGUMENTS));
+    }
+    let elapsed = start.elapsed();
+    black_box(floor.len());
+    elapsed
+}
+
+/// Time idem's first executions of `ids` on a fresh memory store. The run contexts (an
+/// irreversible call's carries the approval of exactly that call) are obtained before the
+/// clock starts.
+pub async fn time_idem_first(tool: &str, ids: &[String]) -> Duration {
+    let store = Arc::new(idem::MemoryStore::new().with_capacity(4 * ids.len() + 4096));
+    let d = dispatcher(store);
+    let mut runs = Vec::with_capacity(ids.len());
+    for id in ids {
+        runs.push(run_for(&d, tool, id).await);
+    }
+    let start = Instant::now();
+    for (id, run) in ids.iter().zip(&runs) {
+        let out = d.dispatch(&call(tool, id), run).await.expect("dispatched");
+        debug_assert!(!out.deduplicated);
+        black_box(out);
+    }
+    start.elapsed()
 }
 
 /// The floor of any deduplicating dispatcher: parse the arguments, SHA-256 of their

@@ -5,10 +5,8 @@
 //! gap between idem and `redis-benchmark` splits into the client's share and idem's own.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
-use crate::timed::{Window, report};
+use crate::timed::{Window, drive};
 
 /// The fingerprint argument `scripts/bench` gives `redis-benchmark`.
 const FINGERPRINT: &str = "5555555555555555555555555555555555555555555555555555555555555555";
@@ -35,19 +33,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let conn = redis::aio::ConnectionManager::new(client)
             .await
             .map_err(|e| e.to_string())?;
-        let ops = Arc::new(AtomicU64::new(0));
-        let end = tokio::task::spawn_blocking(move || window.wait())
-            .await
-            .map_err(|e| e.to_string())?;
-        let begin = Instant::now();
         let pid = std::process::id();
-        let mut tasks = Vec::with_capacity(concurrency);
-        for worker in 0..concurrency {
-            let (mut conn, ops) = (conn.clone(), ops.clone());
-            let (sha, arguments) = (sha.clone(), arguments.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut i = 0u64;
-                while Instant::now() < end {
+        drive(
+            "redis",
+            "redis-rs",
+            concurrency,
+            window,
+            move |worker, i| {
+                let (mut conn, sha, arguments) = (conn.clone(), sha.clone(), arguments.clone());
+                async move {
                     // Two scripts per dispatch, as idem's claim and complete.
                     for half in 0..2 {
                         let base = format!("rb:{pid}-{worker}-{i}-{half}");
@@ -68,22 +62,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
                             .await
                             .map_err(|e| e.to_string())?;
                     }
-                    ops.fetch_add(1, Ordering::Relaxed);
-                    i += 1;
+                    Ok(())
                 }
-                Ok::<_, String>(())
-            }));
-        }
-        for task in tasks {
-            task.await.map_err(|e| e.to_string())??;
-        }
-        report(
-            "redis",
-            "redis-rs",
-            concurrency,
-            ops.load(Ordering::Relaxed),
-            begin.elapsed(),
-        );
-        Ok(())
+            },
+        )
+        .await
     })
 }

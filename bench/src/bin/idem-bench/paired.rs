@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use idem::prelude::*;
-use idem_bench::{ARGUMENTS, CLASSES, Floor, call, dispatcher, mcp, run_for};
+use idem_bench::{
+    ARGUMENTS, CLASSES, Floor, call, dispatcher, mcp, run_for, time_floor_first, time_idem_first,
+};
 
 /// A contender's batch: `calls` calls, timed; `round` keeps first-execution keys unique.
 enum Contender {
@@ -73,7 +75,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 for k in 0..contenders.len() {
                     let i = (k + round) % contenders.len();
                     let ns = match (&contenders[i], &replaying[i]) {
-                        (Contender::Floor, _) if mode == "first" => first_floor(round, calls),
+                        (Contender::Floor, _) if mode == "first" => time_floor_first(&ids(round, calls)),
                         (Contender::Floor, _) => {
                             let start = Instant::now();
                             for _ in 0..calls {
@@ -89,7 +91,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                             start.elapsed()
                         }
                         (Contender::Idem(class), None) => {
-                            first_idem(tool_of(class), round, calls).await
+                            time_idem_first(tool_of(class), &ids(round, calls)).await
                         }
                         (Contender::Idem(class), Some((d, run))) => {
                             let tool = tool_of(class);
@@ -149,37 +151,6 @@ fn ids(round: usize, calls: usize) -> Vec<String> {
     (0..calls)
         .map(|i| format!("call_{round:05}_{i:06}"))
         .collect()
-}
-
-/// First executions on a fresh map (growth paid, as in criterion's bench).
-fn first_floor(round: usize, calls: usize) -> std::time::Duration {
-    let ids = ids(round, calls);
-    let mut floor = Floor::new();
-    let start = Instant::now();
-    for id in &ids {
-        floor.first(black_box(id), black_box(ARGUMENTS));
-    }
-    let elapsed = start.elapsed();
-    black_box(floor.len());
-    elapsed
-}
-
-/// First executions on a fresh store, new call ids (an irreversible call carries the
-/// approval of exactly that call, obtained before the clock starts).
-async fn first_idem(tool: &'static str, round: usize, calls: usize) -> std::time::Duration {
-    let d = dispatcher(Arc::new(MemoryStore::new().with_capacity(4 * calls + 4096)));
-    let ids = ids(round, calls);
-    let mut runs = Vec::with_capacity(calls);
-    for id in &ids {
-        runs.push(run_for(&d, tool, id).await);
-    }
-    let start = Instant::now();
-    for (id, run) in ids.iter().zip(&runs) {
-        let out = d.dispatch(&call(tool, id), run).await.expect("dispatched");
-        debug_assert!(!out.deduplicated);
-        black_box(out);
-    }
-    start.elapsed()
 }
 
 /// The 10th percentile, the median and the 90th percentile.

@@ -4,15 +4,13 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use idem::store::postgres::deadpool_postgres::tokio_postgres::NoTls;
 use idem::store::postgres::deadpool_postgres::{self, PoolConfig, Runtime};
 use idem::{PostgresStore, RedisStore, RunContext, Store};
 use idem_bench::{TENANT, call, dispatcher};
 
-use crate::timed::{Window, report};
+use crate::timed::{Window, drive};
 
 /// `redis|postgres <url> <namespace> <concurrency> <start_ms|now> <seconds>`
 pub fn run(row: &str, args: &[String]) -> Result<(), String> {
@@ -55,38 +53,17 @@ pub fn run(row: &str, args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown row {other:?}")),
         };
         let d = Arc::new(dispatcher(store));
-        let ops = Arc::new(AtomicU64::new(0));
-        let end = tokio::task::spawn_blocking(move || window.wait())
-            .await
-            .map_err(|e| e.to_string())?;
-        let begin = Instant::now();
-        let mut tasks = Vec::with_capacity(concurrency);
-        for worker in 0..concurrency {
-            let (d, ops) = (d.clone(), ops.clone());
-            let pid = std::process::id();
-            tasks.push(tokio::spawn(async move {
-                let run = RunContext::new(TENANT);
-                let mut i = 0u64;
-                while Instant::now() < end {
-                    let call = call("noop_idempotent_write", &format!("call-{pid}-{worker}-{i}"));
-                    let out = d.dispatch(&call, &run).await.map_err(|e| e.to_string())?;
-                    black_box(out);
-                    ops.fetch_add(1, Ordering::Relaxed);
-                    i += 1;
-                }
-                Ok::<_, String>(())
-            }));
-        }
-        for task in tasks {
-            task.await.map_err(|e| e.to_string())??;
-        }
-        report(
-            row,
-            "idem",
-            concurrency,
-            ops.load(Ordering::Relaxed),
-            begin.elapsed(),
-        );
-        Ok(())
+        let run = Arc::new(RunContext::new(TENANT));
+        let pid = std::process::id();
+        drive(row, "idem", concurrency, window, move |worker, i| {
+            let (d, run) = (d.clone(), run.clone());
+            async move {
+                let call = call("noop_idempotent_write", &format!("call-{pid}-{worker}-{i}"));
+                let out = d.dispatch(&call, &run).await.map_err(|e| e.to_string())?;
+                black_box(out);
+                Ok(())
+            }
+        })
+        .await
     })
 }

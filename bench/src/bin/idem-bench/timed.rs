@@ -1,7 +1,10 @@
 //! A timed window shared by every load command: all workers (tasks or processes) start at the
 //! same wall-clock instant and stop at the same one, and each reports what it completed.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The window a worker measures in.
 #[derive(Debug, Clone, Copy)]
@@ -53,4 +56,49 @@ pub fn report(row: &str, contender: &str, concurrency: usize, ops: u64, elapsed:
         elapsed.as_secs_f64(),
         ops as f64 / elapsed.as_secs_f64()
     );
+}
+
+/// `concurrency` callers, one task each, calling `one(worker, i)` over and over from the
+/// window's start to its end; then one line of results with the calls completed. The first
+/// failed call ends the run with its error.
+pub async fn drive<F, Fut>(
+    row: &str,
+    contender: &str,
+    concurrency: usize,
+    window: Window,
+    one: F,
+) -> Result<(), String>
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
+{
+    let ops = Arc::new(AtomicU64::new(0));
+    let end = tokio::task::spawn_blocking(move || window.wait())
+        .await
+        .map_err(|e| e.to_string())?;
+    let begin = Instant::now();
+    let mut tasks = Vec::with_capacity(concurrency);
+    for worker in 0..concurrency {
+        let (one, ops) = (one.clone(), ops.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while Instant::now() < end {
+                one(worker, i).await?;
+                ops.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|e| e.to_string())??;
+    }
+    report(
+        row,
+        contender,
+        concurrency,
+        ops.load(Ordering::Relaxed),
+        begin.elapsed(),
+    );
+    Ok(())
 }
