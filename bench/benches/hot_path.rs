@@ -7,13 +7,11 @@
 //! `cargo bench --manifest-path bench/Cargo.toml --bench hot_path`
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem::prelude::*;
 use idem_bench::{
-    ARGUMENTS, CLASSES, Floor, call, dispatcher, mcp, run_for, time_floor_first, time_idem_first,
+    ARGUMENTS, CLASSES, Floor, call, mcp, recorded, time_floor_first, time_idem_first,
 };
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -68,16 +66,7 @@ fn replay(c: &mut Criterion) {
 
     for (class, tool) in CLASSES.into_iter().filter(|(c, _)| *c != "read") {
         group.bench_function(format!("idem/{class}"), |b| {
-            let d = dispatcher(Arc::new(MemoryStore::new()));
-            let run = rt.block_on(async {
-                let run = run_for(&d, tool, "call_0000000000").await;
-                let first = d
-                    .dispatch(&call(tool, "call_0000000000"), &run)
-                    .await
-                    .expect("first dispatch");
-                assert!(!first.deduplicated);
-                run
-            });
+            let (d, run) = rt.block_on(recorded(tool));
             b.iter_custom(|iters| {
                 rt.block_on(async {
                     let start = Instant::now();

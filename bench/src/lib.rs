@@ -132,6 +132,19 @@ pub fn call(tool: &str, call_id: &str) -> ToolCall {
     ToolCall::new(tool, arguments).with_call_id(call_id)
 }
 
+/// A dispatcher on a fresh memory store with one call of `tool` recorded, and the run that
+/// replays it.
+pub async fn recorded(tool: &str) -> (Dispatcher, RunContext) {
+    let d = dispatcher(Arc::new(idem::MemoryStore::new()));
+    let run = run_for(&d, tool, "call_0000000000").await;
+    let first = d
+        .dispatch(&call(tool, "call_0000000000"), &run)
+        .await
+        .expect("first dispatch");
+    assert!(!first.deduplicated);
+    (d, run)
+}
+
 /// Time the floor's first executions of `ids` on a fresh map (growth paid, as in production).
 pub fn time_floor_first(ids: &[String]) -> Duration {
     let mut floor = Floor::new();

@@ -6,12 +6,10 @@
 //! `idem-bench paired [rounds] [calls per batch]`: one JSON line per mode and contender.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Instant;
 
-use idem::prelude::*;
 use idem_bench::{
-    ARGUMENTS, CLASSES, Floor, call, dispatcher, mcp, run_for, time_floor_first, time_idem_first,
+    ARGUMENTS, CLASSES, Floor, call, mcp, recorded, time_floor_first, time_idem_first,
 };
 
 /// A contender's batch: `calls` calls, timed; `round` keeps first-execution keys unique.
@@ -133,18 +131,6 @@ fn tool_of(class: &str) -> &'static str {
         .find(|(c, _)| *c == class)
         .map(|(_, t)| *t)
         .expect("a class of CLASSES")
-}
-
-/// A dispatcher with one call of `tool` recorded, and the run that replays it.
-async fn recorded(tool: &'static str) -> (Dispatcher, RunContext) {
-    let d = dispatcher(Arc::new(MemoryStore::new()));
-    let run = run_for(&d, tool, "call_0000000000").await;
-    let first = d
-        .dispatch(&call(tool, "call_0000000000"), &run)
-        .await
-        .expect("first dispatch");
-    assert!(!first.deduplicated);
-    (d, run)
 }
 
 fn ids(round: usize, calls: usize) -> Vec<String> {
