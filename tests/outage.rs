@@ -54,7 +54,10 @@ struct Proxy {
 struct ProxyState {
     running: bool,
     accept: Option<JoinHandle<()>>,
-    connections: Vec<JoinHandle<()>>,
+    /// Each connection's number and its forwarding task.
+    connections: Vec<(u64, JoinHandle<()>)>,
+    /// The connections whose forwarding task has stopped forwarding (gone silent).
+    silenced: std::collections::HashSet<u64>,
     /// The number the next accepted connection gets.
     next: u64,
 }
@@ -85,12 +88,14 @@ impl Proxy {
                 }
                 let n = st.next;
                 st.next += 1;
-                st.connections.push(tokio::spawn(forward(
+                let task = tokio::spawn(forward(
                     client,
                     upstream,
                     n,
                     silent.subscribe(),
-                )));
+                    state.clone(),
+                ));
+                st.connections.push((n, task));
             }
         }));
     }
@@ -103,7 +108,7 @@ impl Proxy {
             st.running = false;
             (st.accept.take(), std::mem::take(&mut st.connections))
         };
-        for task in accept.into_iter().chain(connections) {
+        for task in accept.into_iter().chain(connections.into_iter().map(|(_, t)| t)) {
             task.abort();
             let _ = task.await;
         }
@@ -128,15 +133,36 @@ impl Proxy {
 
     /// The server stops answering: connections, open and new, stay open and nothing comes
     /// back.
-    fn freeze(&self) {
+    async fn freeze(&self) {
         self.silent_below.send_replace(u64::MAX);
+        self.until_silent(u64::MAX).await;
     }
 
     /// The connections open now go silent (their flows were dropped without a reset), while
     /// new connections reach the server.
-    fn silence_open_connections(&self) {
-        let st = self.state.lock().unwrap();
-        self.silent_below.send_replace(st.next);
+    async fn silence_open_connections(&self) {
+        let below = self.state.lock().unwrap().next;
+        self.silent_below.send_replace(below);
+        self.until_silent(below).await;
+    }
+
+    /// Wait until every open connection numbered below `below` has stopped forwarding: the
+    /// forwarding tasks see the change on their own schedule, and a request written before
+    /// one of them did could still reach the server and apply there.
+    async fn until_silent(&self, below: u64) {
+        for _ in 0..5_000 {
+            let done = {
+                let st = self.state.lock().unwrap();
+                st.connections
+                    .iter()
+                    .all(|(n, t)| *n >= below || t.is_finished() || st.silenced.contains(n))
+            };
+            if done {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("the proxy's connections did not go silent within 5 s");
     }
 
     /// The hung server is killed and started again: its connections close, new ones work.
@@ -168,6 +194,7 @@ async fn forward(
     upstream: SocketAddr,
     n: u64,
     mut silent_below: watch::Receiver<u64>,
+    state: Arc<Mutex<ProxyState>>,
 ) {
     if n >= *silent_below.borrow_and_update() {
         let Ok(mut server) = TcpStream::connect(upstream).await else {
@@ -178,6 +205,7 @@ async fn forward(
             _ = silent_below.wait_for(|&below| n < below) => {}
         }
     }
+    state.lock().unwrap().silenced.insert(n);
     // Silent: keep the client's socket open and answer nothing, until the proxy is stopped.
     std::future::pending::<()>().await;
 }
@@ -443,7 +471,7 @@ async fn unresponsive_server(d: &Dispatcher, proxy: &Arc<Proxy>, tag: &str) {
     let idem = call("outage_idem", &format!("{tag}-hung-idem"));
     dispatch(d, &warm).await.expect("the server is up");
 
-    proxy.freeze();
+    proxy.freeze().await;
     for c in [&once, &idem] {
         let started = Instant::now();
         assert_unavailable(dispatch(d, c).await, label_of(c));
@@ -467,7 +495,7 @@ async fn silent_connection(d: &Dispatcher, proxy: &Proxy, tag: &str) {
     let warm = call("outage_once", &format!("{tag}-warm"));
     let next = call("outage_once", &format!("{tag}-next"));
     dispatch(d, &warm).await.expect("the server is up");
-    proxy.silence_open_connections();
+    proxy.silence_open_connections().await;
     let started = Instant::now();
     assert_unavailable(dispatch(d, &next).await, label_of(&next));
     eprintln!(
