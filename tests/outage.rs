@@ -108,7 +108,10 @@ impl Proxy {
             st.running = false;
             (st.accept.take(), std::mem::take(&mut st.connections))
         };
-        for task in accept.into_iter().chain(connections.into_iter().map(|(_, t)| t)) {
+        for task in accept
+            .into_iter()
+            .chain(connections.into_iter().map(|(_, t)| t))
+        {
             task.abort();
             let _ = task.await;
         }
