@@ -246,7 +246,8 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
                 __idem_error: __C,
             ) -> #p::ToolBuilder
             where
-                #args_type: #p::serde::de::DeserializeOwned + #p::serde::Serialize + #p::schemars::JsonSchema,
+                #args_type: #p::serde::de::DeserializeOwned + #p::serde::Serialize + #p::schemars::JsonSchema
+                    + ::core::marker::Send,
                 <__MO as #p::Proven>::Type: #p::serde::Serialize + #p::schemars::JsonSchema,
                 __F: ::core::ops::Fn(#p::ToolContext, #(#run_types),*) -> __Fut
                     + ::core::marker::Send + ::core::marker::Sync + 'static,

@@ -70,13 +70,21 @@ pub fn normalise<T: DeserializeOwned + Serialize>(
 pub fn normalise_borrowed<T: DeserializeOwned + Serialize>(
     arguments: &Value,
 ) -> Result<Cow<'_, Value>, ArgumentError> {
+    normalise_typed::<T>(arguments).map(|(normal, _)| normal)
+}
+
+/// [`normalise_borrowed`], keeping the typed value when the arguments were already normal:
+/// it is then exactly what deserialising them again would give, so a handler may take it.
+pub(crate) fn normalise_typed<T: DeserializeOwned + Serialize>(
+    arguments: &Value,
+) -> Result<(Cow<'_, Value>, Option<T>), ArgumentError> {
     // The deserialiser the `#[tool]` handler uses too: one copy of `T`'s visitor is compiled.
     let typed: T = crate::located::parse(arguments)?;
     if same::serializes_to(&typed, arguments) {
-        return Ok(Cow::Borrowed(arguments));
+        return Ok((Cow::Borrowed(arguments), Some(typed)));
     }
     serde_json::to_value(&typed)
-        .map(Cow::Owned)
+        .map(|normal| (Cow::Owned(normal), None))
         .map_err(|e| ArgumentError::new("", format!("arguments could not be re-encoded: {e}")))
 }
 

@@ -25,7 +25,7 @@ use tracing::Instrument;
 use crate::approval::{Approval, ApprovalRequest};
 use crate::context::{ContextParts, ToolContext};
 use crate::registry::Registry;
-use crate::tool::{ToolDef, Verified};
+use crate::tool::{Prepared, ToolDef, Typed, Verified};
 
 /// A tool call as the model emitted it.
 ///
@@ -376,7 +376,7 @@ impl Dispatcher {
         run: &RunContext,
     ) -> Result<Option<RecordKey>, DispatchError> {
         let tool = self.lookup(&call.name)?;
-        let args = prepare(tool, &call.arguments)?;
+        let args = prepare(tool, &call.arguments)?.arguments;
         Ok(self
             .key_material(tool, call, run, &args)
             .map(|m| self.keys(tool, run, &m).0))
@@ -493,7 +493,10 @@ impl Dispatcher {
         run: &RunContext,
     ) -> Result<Dispatched, DispatchError> {
         let tool = self.lookup(&call.name)?;
-        let args = prepare(tool, &call.arguments)?;
+        let Prepared {
+            arguments: args,
+            typed,
+        } = prepare(tool, &call.arguments)?;
 
         if !tool.policy.scopes.iter().all(|s| run.scopes.contains(s)) {
             let missing = tool
@@ -553,7 +556,9 @@ impl Dispatcher {
             keys => {
                 let keyed = keys.is_some();
                 let key = keys.map_or_else(unkeyed, |(_, downstream)| downstream);
-                return self.execute_unrecorded(tool, run, &key, args, keyed).await;
+                return self
+                    .execute_unrecorded(tool, run, &key, args, typed, keyed)
+                    .await;
             }
         };
         let call = Recorded {
@@ -565,7 +570,7 @@ impl Dispatcher {
             fingerprint,
             natural: matches!(material, Some(KeyMaterial::Natural { .. })),
         };
-        self.execute_recorded(&call, canonical).await
+        self.execute_recorded(&call, canonical, typed).await
     }
 
     /// `read`: no record; retried on any error that is not terminal.
@@ -575,6 +580,7 @@ impl Dispatcher {
         run: &RunContext,
         key: &IdempotencyKey,
         args: Cow<'_, Value>,
+        mut typed: Option<Typed>,
         keyed: bool,
     ) -> Result<Dispatched, DispatchError> {
         let max = tool.policy.attempts_for(tool.class);
@@ -582,7 +588,7 @@ impl Dispatcher {
         loop {
             attempt += 1;
             let ctx = ToolContext::new(parts(tool, run, key), attempt, None, false, Vec::new());
-            match run_body(tool, ctx, &args, None).await {
+            match run_body(tool, ctx, &args, typed.take(), None).await {
                 Ok(output) => {
                     let output_json = output.to_string();
                     return Ok(Dispatched {
@@ -614,6 +620,7 @@ impl Dispatcher {
         &self,
         call: &Recorded<'_>,
         canonical: String,
+        typed: Option<Typed>,
     ) -> Result<Dispatched, DispatchError> {
         let tool = call.tool;
         let mut request = ClaimRequest {
@@ -639,7 +646,7 @@ impl Dispatcher {
                     steps,
                     takeover,
                 } => {
-                    return self.execute_held(call, fence, steps, takeover).await;
+                    return self.execute_held(call, fence, steps, takeover, typed).await;
                 }
                 Claim::Existing(record) => record,
             };
@@ -713,6 +720,7 @@ impl Dispatcher {
         fence: Fence,
         mut steps: Vec<JournalEntry>,
         takeover: bool,
+        mut typed: Option<Typed>,
     ) -> Result<Dispatched, DispatchError> {
         let tool = call.tool;
         let class = tool.class;
@@ -735,6 +743,7 @@ impl Dispatcher {
                 tool,
                 ctx.clone(),
                 &call.args,
+                typed.take(),
                 Some((&self.store, &call.record_key, fence)),
             )
             .await;
@@ -1135,7 +1144,7 @@ impl Drop for PendingClaim {
     }
 }
 
-fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Cow<'a, Value>, DispatchError> {
+fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Prepared<'a>, DispatchError> {
     // Validated against the published schema before serde sees anything (ARCHITECTURE §7).
     let invalid = |e: crate::args::ArgumentError| DispatchError::InvalidArguments {
         tool: tool.name.to_string(),
@@ -1148,7 +1157,10 @@ fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Cow<'a, Value>, D
     {
         Cow::Borrowed(valid) => (tool.prepare)(valid).map_err(invalid),
         Cow::Owned(valid) => (tool.prepare)(&valid)
-            .map(|normal| Cow::Owned(normal.into_owned()))
+            .map(|normal| Prepared {
+                arguments: Cow::Owned(normal.arguments.into_owned()),
+                typed: normal.typed,
+            })
             .map_err(invalid),
     }
 }
@@ -1175,9 +1187,10 @@ async fn run_body(
     tool: &ToolDef,
     ctx: ToolContext,
     args: &Value,
+    typed: Option<Typed>,
     lease: Option<(&Arc<dyn Store>, &RecordKey, Fence)>,
 ) -> Result<Value, ToolError> {
-    let body = AssertUnwindSafe((tool.handler)(ctx, args)).catch_unwind();
+    let body = AssertUnwindSafe((tool.handler)(ctx, args, typed)).catch_unwind();
     let flatten = |r: std::thread::Result<Result<Value, ToolError>>| {
         r.unwrap_or_else(|panic| {
             let msg = panic

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::ToolContext;
-use crate::tool::ToolBuilder;
+use crate::tool::{ToolBuilder, Typed};
 
 pub use futures_util::future::lazy;
 
@@ -119,7 +119,7 @@ pub fn define<A, O, E, F, Fut, C>(
     error: C,
 ) -> ToolBuilder
 where
-    A: DeserializeOwned + Serialize + JsonSchema + 'static,
+    A: DeserializeOwned + Serialize + JsonSchema + Send + 'static,
     O: Serialize + JsonSchema + 'static,
     F: Fn(ToolContext, A) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<O, E>> + Send + 'static,
@@ -128,14 +128,21 @@ where
     builder
         .input_schema_shared(cached(&schemas.input, crate::schema::arguments::<A>))
         .output_schema_shared(cached(&schemas.output, crate::schema::output::<O>))
-        .typed_arguments::<A>()
-        .handler_ref(move |ctx: ToolContext, args: &Value| {
-            let state = match crate::located::parse::<A>(args) {
-                Ok(args) => State::Run(run(ctx, args)),
-                Err(e) => State::Refused(Some(ToolError::not_applied(e))),
-            };
-            Call::new(state, error)
-        })
+        .typed_arguments_carried::<A>()
+        .handler_typed(
+            move |ctx: ToolContext, args: &Value, typed: Option<Typed>| {
+                // The first attempt takes the value the preparer read; a retry reads it again.
+                let parsed = match typed.and_then(|t| t.downcast::<A>().ok()) {
+                    Some(typed) => Ok(*typed),
+                    None => crate::located::parse::<A>(args),
+                };
+                let state = match parsed {
+                    Ok(args) => State::Run(run(ctx, args)),
+                    Err(e) => State::Refused(Some(ToolError::not_applied(e))),
+                };
+                Call::new(state, error)
+            },
+        )
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! A tool's definition: name, class, description, schemas, policy and handler.
 
+use std::any::Any;
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
@@ -18,16 +19,52 @@ use crate::registry::RegistryError;
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// Typed arguments a preparer built while checking a call, handed on to the handler so that
+/// the arguments are not deserialised a second time (what `#[tool]` does).
+pub type Typed = Box<dyn Any + Send>;
+
 /// What runs a tool: context and normalised arguments in, JSON output or a tool error out.
 /// The arguments are lent: a body that needs them owned (or typed) takes what it needs
-/// before its future starts, and a retry lends them again.
-pub type Handler =
-    Arc<dyn Fn(ToolContext, &Value) -> BoxFuture<'static, Result<Value, ToolError>> + Send + Sync>;
+/// before its future starts, and a retry lends them again. The typed arguments of the
+/// [`Preparer`], when it built them, come with the first attempt only.
+pub type Handler = Arc<
+    dyn Fn(ToolContext, &Value, Option<Typed>) -> BoxFuture<'static, Result<Value, ToolError>>
+        + Send
+        + Sync,
+>;
 
 /// Checks and normalises arguments before anything else happens; arguments that are already
 /// normal may come back borrowed.
 pub type Preparer =
-    Arc<dyn for<'a> Fn(&'a Value) -> Result<Cow<'a, Value>, ArgumentError> + Send + Sync>;
+    Arc<dyn for<'a> Fn(&'a Value) -> Result<Prepared<'a>, ArgumentError> + Send + Sync>;
+
+/// What a [`Preparer`] gives: the normalised arguments, and the typed value they were read
+/// into if the handler can take it instead of reading them again.
+pub struct Prepared<'a> {
+    /// The normalised arguments (borrowed when they already were normal).
+    pub arguments: Cow<'a, Value>,
+    /// The typed arguments, exactly what the handler would deserialise from `arguments`.
+    pub typed: Option<Typed>,
+}
+
+impl<'a> Prepared<'a> {
+    /// Normalised arguments with no typed value.
+    pub fn untyped(arguments: Cow<'a, Value>) -> Self {
+        Prepared {
+            arguments,
+            typed: None,
+        }
+    }
+}
+
+impl fmt::Debug for Prepared<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prepared")
+            .field("arguments", &self.arguments)
+            .field("typed", &self.typed.is_some())
+            .finish()
+    }
+}
 
 /// Computes a natural key from the normalised arguments (find-or-create semantics).
 pub type NaturalKey = Arc<dyn Fn(&Value) -> Option<String> + Send + Sync>;
@@ -309,7 +346,9 @@ impl ToolBuilder {
         mut self,
         f: impl Fn(&Value) -> Result<Value, ArgumentError> + Send + Sync + 'static,
     ) -> Self {
-        self.prepare = Some(Arc::new(move |v: &Value| f(v).map(Cow::Owned)));
+        self.prepare = Some(Arc::new(move |v: &Value| {
+            f(v).map(|v| Prepared::untyped(Cow::Owned(v)))
+        }));
         self
     }
 
@@ -339,7 +378,25 @@ impl ToolBuilder {
     where
         T: serde::de::DeserializeOwned + serde::Serialize + 'static,
     {
-        self.prepare = Some(Arc::new(crate::args::normalise_borrowed::<T>));
+        self.prepare = Some(Arc::new(|v: &Value| {
+            crate::args::normalise_borrowed::<T>(v).map(Prepared::untyped)
+        }));
+        self
+    }
+
+    /// [`typed_arguments`](Self::typed_arguments) whose typed value goes on to a handler
+    /// set with [`handler_typed`](Self::handler_typed), when the arguments were already
+    /// normal (so that it is exactly what the handler would read from them).
+    pub(crate) fn typed_arguments_carried<T>(mut self) -> Self
+    where
+        T: serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
+    {
+        self.prepare = Some(Arc::new(|v: &Value| {
+            crate::args::normalise_typed::<T>(v).map(|(arguments, typed)| Prepared {
+                arguments,
+                typed: typed.map(|t| Box::new(t) as Typed),
+            })
+        }));
         self
     }
 
@@ -349,7 +406,7 @@ impl ToolBuilder {
         F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
-        self.handler = Some(Arc::new(move |ctx, args: &Value| {
+        self.handler = Some(Arc::new(move |ctx, args: &Value, _: Option<Typed>| {
             Box::pin(f(ctx, args.clone()))
         }));
         self
@@ -379,7 +436,22 @@ impl ToolBuilder {
         F: Fn(ToolContext, &Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
-        self.handler = Some(Arc::new(move |ctx, args: &Value| Box::pin(f(ctx, args))));
+        self.handler = Some(Arc::new(move |ctx, args: &Value, _: Option<Typed>| {
+            Box::pin(f(ctx, args))
+        }));
+        self
+    }
+
+    /// The body, lent the arguments and given the typed value the preparer built, if any
+    /// (see [`typed_arguments_carried`](Self::typed_arguments_carried)).
+    pub(crate) fn handler_typed<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolContext, &Value, Option<Typed>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        self.handler = Some(Arc::new(move |ctx, args: &Value, typed: Option<Typed>| {
+            Box::pin(f(ctx, args, typed))
+        }));
         self
     }
 
@@ -459,7 +531,7 @@ impl ToolBuilder {
         let prepare = self.prepare.unwrap_or_else(|| {
             Arc::new(|v: &Value| {
                 if v.is_object() {
-                    Ok(Cow::Borrowed(v))
+                    Ok(Prepared::untyped(Cow::Borrowed(v)))
                 } else {
                     Err(ArgumentError::new(
                         "",

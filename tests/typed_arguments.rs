@@ -1,0 +1,158 @@
+//! A `#[tool]`'s arguments are deserialised once per execution: the value the dispatcher
+//! read to check and normalise them is the one the body gets, unless they had to be
+//! normalised (defaults applied), and a retry reads them again from the normal JSON.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use idem::prelude::*;
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::json;
+
+/// How many times each label was deserialised.
+static READS: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+/// How many times each label's body ran.
+static RUNS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
+
+fn bump<T: Copy + std::ops::Add<Output = T> + From<u8>>(
+    map: &Mutex<Option<HashMap<String, T>>>,
+    label: &str,
+) -> T {
+    let mut guard = map.lock().unwrap();
+    let n = guard
+        .get_or_insert_with(HashMap::new)
+        .entry(label.to_owned())
+        .or_insert(T::from(0));
+    *n = *n + T::from(1);
+    *n
+}
+
+fn reads(label: &str) -> usize {
+    READS
+        .lock()
+        .unwrap()
+        .as_ref()
+        .and_then(|m| m.get(label).copied())
+        .unwrap_or(0)
+}
+
+/// A label that counts its deserialisations.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(transparent)]
+struct Label(String);
+
+impl<'de> Deserialize<'de> for Label {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let label = String::deserialize(d)?;
+        bump(&READS, &label);
+        Ok(Label(label))
+    }
+}
+
+/// Fails `fail_first` times with a retryable error, then echoes what it was given.
+#[tool(class = "idempotent_write", backoff_ms = 1)]
+async fn counted_write(
+    label: Label,
+    #[serde(default)] fail_first: u32,
+    #[serde(default = "default_note")] note: String,
+) -> Result<serde_json::Value, ToolError> {
+    let run = bump(&RUNS, &label.0);
+    if run <= fail_first {
+        return Err(ToolError::retryable("not yet"));
+    }
+    Ok(json!({ "label": label.0, "note": note, "run": run }))
+}
+
+fn default_note() -> String {
+    "none".into()
+}
+
+/// Echoes its label.
+#[tool(class = "read")]
+fn counted_read(label: Label) -> Result<String, ToolError> {
+    Ok(label.0)
+}
+
+fn dispatcher() -> Dispatcher {
+    Dispatcher::new(
+        Registry::builder()
+            .tool::<counted_write>()
+            .tool::<counted_read>()
+            .build()
+            .unwrap(),
+        std::sync::Arc::new(MemoryStore::new()),
+    )
+}
+
+fn run() -> RunContext {
+    RunContext::new("tenant-typed")
+}
+
+#[tokio::test]
+async fn a_first_execution_reads_its_arguments_once_and_a_replay_once() {
+    let d = dispatcher();
+    let args = json!({ "label": "typed-once", "fail_first": 0, "note": "hi" });
+    let call = ToolCall::new("counted_write", args).with_call_id("call-typed-once");
+    let first = d.dispatch(&call, &run()).await.unwrap();
+    assert!(!first.deduplicated);
+    assert_eq!(first.output["note"], "hi");
+    assert_eq!(reads("typed-once"), 1, "checked and run from one read");
+    let again = d.dispatch(&call, &run()).await.unwrap();
+    assert!(again.deduplicated);
+    assert_eq!(again.output, first.output);
+    assert_eq!(
+        reads("typed-once"),
+        2,
+        "a replay reads them to check them only"
+    );
+}
+
+#[tokio::test]
+async fn a_read_tool_runs_from_the_value_it_checked() {
+    let d = dispatcher();
+    let call = ToolCall::new("counted_read", json!({ "label": "typed-read" }));
+    let out = d.dispatch(&call, &run()).await.unwrap();
+    assert_eq!(out.output, json!("typed-read"));
+    assert_eq!(reads("typed-read"), 1);
+}
+
+#[tokio::test]
+async fn a_retry_reads_the_arguments_again() {
+    let d = dispatcher();
+    let args = json!({ "label": "typed-retry", "fail_first": 2, "note": "again" });
+    let call = ToolCall::new("counted_write", args).with_call_id("call-typed-retry");
+    let out = d.dispatch(&call, &run()).await.unwrap();
+    assert_eq!(out.attempts, 3);
+    assert_eq!(
+        out.output,
+        json!({ "label": "typed-retry", "note": "again", "run": 3 }),
+        "every attempt had the arguments"
+    );
+    assert_eq!(
+        reads("typed-retry"),
+        3,
+        "the first attempt's value, then one read per retry"
+    );
+}
+
+#[tokio::test]
+async fn arguments_that_needed_defaults_reach_the_body_normalised() {
+    let d = dispatcher();
+    let call = ToolCall::new("counted_write", json!({ "label": "typed-defaults" }))
+        .with_call_id("call-typed-defaults");
+    let out = d.dispatch(&call, &run()).await.unwrap();
+    assert_eq!(out.output["note"], "none");
+    // Read once to normalise, and once more from the normal JSON, as every attempt after a
+    // takeover would read it.
+    assert_eq!(reads("typed-defaults"), 2);
+    let same = ToolCall::new(
+        "counted_write",
+        json!({ "label": "typed-defaults", "fail_first": 0, "note": "none" }),
+    )
+    .with_call_id("call-typed-defaults");
+    assert!(
+        d.dispatch(&same, &run()).await.unwrap().deduplicated,
+        "the defaults spelled out are the same call"
+    );
+}
