@@ -531,17 +531,16 @@ impl Dispatcher {
         let downstream = keys.as_ref().map(|(_, d)| d);
 
         if tool.class.requires_approval() {
-            let key = downstream
-                .cloned()
-                .unwrap_or_else(|| IdempotencyKey::new(""));
-            let approved = run
-                .approvals
-                .iter()
-                .any(|a| a.tool == tool.name && a.key == key && a.fingerprint == fingerprint);
+            let key = downstream.map_or("", IdempotencyKey::as_str);
+            // Compared in the order that rejects a foreign approval soonest; nothing is copied
+            // unless a request has to be built.
+            let approved = run.approvals.iter().any(|a| {
+                a.fingerprint == fingerprint && a.key.as_str() == key && a.tool == tool.name
+            });
             if !approved {
                 let request = ApprovalRequest {
                     tool: tool.name.to_string(),
-                    key,
+                    key: IdempotencyKey::new(key),
                     fingerprint,
                     arguments: args.into_owned(),
                 };
