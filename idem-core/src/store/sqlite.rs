@@ -46,6 +46,7 @@
 //!   attempt then changed nothing (its transaction rolled back) and the pooled one starts
 //!   afresh, reading the row again: the result is the one the pooled operation alone would
 //!   have given;
+//! - a checkpoint of this store is queued or running (see below);
 //! - it is this store's first write after a checkpoint it ran (that write may restart the WAL
 //!   from its beginning, which syncs the WAL's header: an `fsync`, kept off the async thread;
 //!   when another process checkpointed, the restart, once per checkpoint, may fall to an
@@ -62,18 +63,21 @@
 //!
 //! SQLite's automatic checkpoint would copy the WAL back into the database file, with its
 //! `fsync`s, inside whichever commit crosses its threshold: on the async thread. This store
-//! turns it off for its connection and instead, after every 256 commits it makes, runs
-//! `PRAGMA wal_checkpoint(PASSIVE)` on the blocking pool. The checkpoint holds the store's
-//! connection while it runs (milliseconds: operations meanwhile wait on the pool, not on the
-//! async thread), so it catches up with the end of the WAL; a passive checkpoint never waits
-//! for another connection, and what it could not copy (another process's reader still needed
-//! it) the next one copies. Once a checkpoint has copied everything, the next write starts the
-//! WAL over from its beginning, so for one process the WAL file stays about as large as 256
-//! commits, not the whole history. That restart needs a moment when no other connection is
-//! inside a transaction: while several processes write without pause it may not come, and the
-//! WAL file grows until it does (SQLite's own automatic checkpoints behave the same; measured
-//! with two processes writing flat out for 8 s: about 100–200 MB here, 500 MB with SQLite's
-//! automatic checkpoints). The file is reused, not grown further, once a restart succeeds.
+//! turns it off for its connection and instead, once 1000 pages (SQLite's own threshold) went
+//! into the WAL since the last checkpoint, as counted by a WAL hook at each of its commits,
+//! runs `PRAGMA wal_checkpoint(PASSIVE)` on the blocking pool. The checkpoint holds the store's
+//! connection while it runs (milliseconds): from the moment it is queued, operations stand
+//! aside and wait for it on the pool, not on the async thread, so an async thread that finds
+//! the connection free again and again cannot keep it waiting. Holding the connection, it
+//! catches up with the end of the WAL; a passive checkpoint never waits for another
+//! connection, and what it could not copy (another process's reader still needed it) the next
+//! one copies. Once a checkpoint has copied everything, the next write starts the WAL over
+//! from its beginning, so for one process the WAL file stays about 1000 pages, not the whole
+//! history. That restart needs a moment when no other connection is inside a transaction:
+//! while several processes write without pause it may not come, and the WAL file grows until
+//! it does (SQLite's own automatic checkpoints behave the same; measured with two processes
+//! writing flat out for 8 s: about 100–200 MB here, 500 MB with SQLite's automatic
+//! checkpoints). The file is reused, not grown further, once a restart succeeds.
 //! When the last connection to the file closes, SQLite checkpoints and removes the WAL.
 //!
 //! # Clock and retention
@@ -114,10 +118,9 @@ const BUSY_ATTEMPTS: u32 = 4;
 /// The pause between attempts, multiplied by the attempt number.
 const BUSY_BACKOFF: Duration = Duration::from_millis(50);
 
-/// After how many of its commits the store checkpoints the WAL. A dispatch (claim and
-/// complete) writes about six pages, so this is about SQLite's own default threshold of 1000
-/// pages: the WAL stays a few megabytes at most for small records.
-const CHECKPOINT_EVERY: u32 = 256;
+/// After how many pages written to the WAL the store checkpoints it: SQLite's own default
+/// threshold for its automatic checkpoint, so the WAL stays about 4 MB (at 4 KiB pages).
+const CHECKPOINT_PAGES: u32 = 1000;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS idem_records (
@@ -295,7 +298,7 @@ impl SqliteStore {
         let db = Database {
             session: Mutex::new(Session { conn, waits: false }),
             path,
-            commits: AtomicU32::new(0),
+            pages: Arc::new(AtomicU32::new(0)),
             checkpointing: AtomicBool::new(false),
             restart_pending: AtomicBool::new(false),
             #[cfg(test)]
@@ -316,6 +319,11 @@ impl SqliteStore {
             conn.pragma_update(None, "wal_autocheckpoint", 0)?;
             Ok(())
         })?;
+        // Registered after `wal_autocheckpoint`, which would replace it.
+        db.lock()
+            .conn
+            .wal_hook(Some(count_wal_pages(Arc::clone(&db.pages))))
+            .map_err(|e| db.failed(e))?;
         db.write(|tx, _| migrate(tx, &db.path))?;
         Ok(SqliteStore {
             db: Arc::new(db),
@@ -511,8 +519,9 @@ fn migrate(conn: &Connection, path: &Path) -> Result<(), Failure> {
 struct Database {
     session: Mutex<Session>,
     path: PathBuf,
-    /// Commits since the last checkpoint started.
-    commits: AtomicU32,
+    /// Pages written to the WAL since the last checkpoint started, by any connection, as seen
+    /// at this connection's commits (kept by [`count_wal_pages`]).
+    pages: Arc<AtomicU32>,
     /// A checkpoint is queued or running (at most one is).
     checkpointing: AtomicBool,
     /// The last checkpoint copied the whole WAL: the next write may start the WAL over, which
@@ -618,7 +627,6 @@ impl Database {
         session.set_waits(true).map_err(|e| self.failed(e))?;
         let result = self.retrying(|| session.transact(&mut op));
         if result.is_ok() {
-            self.committed();
             self.restart_pending.store(false, Ordering::Relaxed);
         }
         result
@@ -642,7 +650,7 @@ impl Database {
         &self,
         mut op: impl FnMut(&Connection, Timestamp) -> Result<T, Failure>,
     ) -> Option<Result<T, StoreError>> {
-        if self.restart_pending.load(Ordering::Relaxed) {
+        if self.restart_pending.load(Ordering::Relaxed) || self.stand_aside() {
             return None;
         }
         let mut session = self.try_lock()?;
@@ -657,10 +665,7 @@ impl Database {
                 self.counts.fell_back.fetch_add(1, Ordering::Relaxed);
                 None
             }
-            Ok(value) => {
-                self.committed();
-                Some(Ok(value))
-            }
+            Ok(value) => Some(Ok(value)),
             Err(e) => Some(Err(self.settle(e))),
         }
     }
@@ -671,6 +676,9 @@ impl Database {
         &self,
         mut op: impl FnMut(&Connection, Timestamp) -> Result<T, Failure>,
     ) -> Option<Result<T, StoreError>> {
+        if self.stand_aside() {
+            return None;
+        }
         let mut session = self.try_lock()?;
         if let Err(e) = session.set_waits(false) {
             return Some(Err(self.failed(e)));
@@ -722,15 +730,28 @@ impl Database {
         StoreError::Unavailable(format!("SQLite database {}: {e}", self.path.display()))
     }
 
-    fn committed(&self) {
-        self.commits.fetch_add(1, Ordering::Relaxed);
+    /// A checkpoint is queued or running. Inline attempts then stand aside (the operation
+    /// waits on the pool, behind the checkpoint): an async thread that takes the free
+    /// connection again and again would otherwise keep the checkpoint waiting for it.
+    fn checkpoint_waiting(&self) -> bool {
+        self.checkpointing.load(Ordering::Acquire)
     }
 
-    /// Whether enough commits went into the WAL to checkpoint it, and no checkpoint is running;
+    /// Whether an inline attempt must stand aside for a queued or running checkpoint.
+    fn stand_aside(&self) -> bool {
+        let waiting = self.checkpoint_waiting();
+        #[cfg(test)]
+        if waiting {
+            self.counts.stood_aside.fetch_add(1, Ordering::Relaxed);
+        }
+        waiting
+    }
+
+    /// Whether enough pages went into the WAL to checkpoint it, and no checkpoint is running;
     /// `true` reserves the checkpoint for the caller, which must then run
     /// [`Database::checkpoint`].
     fn checkpoint_due(&self) -> bool {
-        self.commits.load(Ordering::Relaxed) >= CHECKPOINT_EVERY
+        self.pages.load(Ordering::Relaxed) >= CHECKPOINT_PAGES
             && !self.checkpointing.swap(true, Ordering::Acquire)
     }
 
@@ -741,7 +762,7 @@ impl Database {
     /// the WAL start over instead of growing. Passive: it never waits for another connection.
     /// A failure is logged, not reported: nobody awaits this, and the next one tries again.
     fn checkpoint(&self) {
-        self.commits.store(0, Ordering::Relaxed);
+        self.pages.store(0, Ordering::Relaxed);
         let session = self.lock();
         let checkpointed = session
             .conn
@@ -772,6 +793,24 @@ impl Database {
                 "SQLite WAL checkpoint failed; the next one will try again"
             ),
         }
+    }
+}
+
+/// The WAL hook of the store's connection: SQLite calls it after each commit with the number
+/// of pages the WAL then holds (every connection's), and it adds what the WAL grew by since
+/// the previous commit to `pages`. A WAL smaller than before was started over, so all of it is
+/// new.
+fn count_wal_pages(
+    pages: Arc<AtomicU32>,
+) -> impl FnMut(&mut rusqlite::hooks::Wal, std::ffi::c_int) -> rusqlite::Result<()> + Send + 'static
+{
+    let mut last = 0u32;
+    move |_, now| {
+        let now = u32::try_from(now).unwrap_or(0);
+        let grown = if now >= last { now - last } else { now };
+        last = now;
+        pages.fetch_add(grown, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -1325,7 +1364,7 @@ mod tests {
     use rusqlite::{Connection, StatementStatus, TransactionBehavior};
     use serde_json::json;
 
-    use super::{CHECKPOINT_EVERY, EVICT_ON_CLAIM, PURGE_EXPIRED, SqliteStore, migrate};
+    use super::{CHECKPOINT_PAGES, EVICT_ON_CLAIM, PURGE_EXPIRED, SqliteStore, migrate};
     use crate::record::{Outcome, Record, RecordState, Timestamp};
     use crate::store::{Claim, ClaimRequest, ListFilter, Store, StoreError};
     use crate::{Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, RecordKey};
@@ -1337,6 +1376,8 @@ mod tests {
         pub(super) fell_back: AtomicU32,
         /// Checkpoints run.
         pub(super) checkpoints: AtomicU32,
+        /// Operations sent to the pool because a checkpoint was queued or running.
+        pub(super) stood_aside: AtomicU32,
     }
 
     /// A directory of its own for each test, removed when the test ends.
@@ -1656,7 +1697,9 @@ mod tests {
                 .expect("page size")
         };
         let page = u64::try_from(page).expect("a positive page size");
-        let rounds = 20 * CHECKPOINT_EVERY;
+        // Each claim writes at least three pages (the row, its key's index entry, its state's
+        // index entry): enough claims for twenty checkpoints or more.
+        let rounds = 20 * CHECKPOINT_PAGES / 3;
         let (mut first_half, mut largest) = (0, 0);
         for i in 0..rounds {
             acquire(&store, &key(&format!("wal-{i}"))).await;
@@ -1665,8 +1708,7 @@ mod tests {
                 first_half = largest;
             }
         }
-        // Each claim writes at least three pages (the row, its key's index entry, its state's
-        // index entry): without checkpoints the WAL would hold all of them.
+        // Without checkpoints the WAL would hold all of those pages.
         let unbounded = u64::from(rounds) * 3 * page;
         let checkpoints = store.db.counts.checkpoints.load(Ordering::Relaxed);
         assert!(
@@ -1682,6 +1724,45 @@ mod tests {
             "the WAL stopped growing: {first_half} bytes after half the commits, {largest} after all"
         );
         assert_eq!(rows(&path), i64::from(rounds));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_queued_checkpoint_is_not_kept_waiting_by_inline_operations() {
+        let dir = temp_dir("queued-checkpoint");
+        let path = dir.path().join("idem.db");
+        let store = SqliteStore::open(&path).expect("open");
+        // Claims until one of them queues a checkpoint, without ever yielding to the blocking
+        // thread that runs it: with the connection free after every claim, inline claims could
+        // take it again and again ahead of the checkpoint waiting for it.
+        let mut claims = 0;
+        while !store.db.checkpoint_waiting() {
+            acquire(&store, &key(&format!("before-{claims}"))).await;
+            claims += 1;
+            assert!(
+                claims < 10 * CHECKPOINT_PAGES,
+                "no checkpoint was ever queued"
+            );
+        }
+        assert_eq!(store.db.counts.stood_aside.load(Ordering::Relaxed), 0);
+        // Until it has run, operations wait for the connection on the pool.
+        let k = key("behind");
+        let fence = acquire(&store, &k).await;
+        assert_eq!(store.db.counts.stood_aside.load(Ordering::Relaxed), 1);
+        for _ in 0..500 {
+            if !store.db.checkpoint_waiting() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!store.db.checkpoint_waiting(), "the checkpoint never ran");
+        assert_eq!(store.db.counts.checkpoints.load(Ordering::Relaxed), 1);
+        // Once it has, they stop standing aside, and nothing was lost on the way.
+        store
+            .complete(&k, fence, &Outcome::success(&json!(1)), TTL)
+            .await
+            .expect("complete");
+        assert_eq!(store.db.counts.stood_aside.load(Ordering::Relaxed), 1);
+        assert_eq!(rows(&path), i64::from(claims) + 1);
     }
 
     #[test]
