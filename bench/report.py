@@ -19,6 +19,8 @@ def load(path):
 def summed(row, contender, concurrency, rep):
     """Add up the lines of workers that ran in the same window (one line per process)."""
     lines = [json.loads(l) for l in sys.stdin if l.strip().startswith("{")]
+    if len(lines) != int(concurrency):
+        sys.exit(f"{row} {contender} rep {rep}: {len(lines)} of {concurrency} workers reported")
     ops = sum(l["ops"] for l in lines)
     secs = max(l["secs"] for l in lines)
     print(json.dumps({"row": row, "contender": contender, "concurrency": int(concurrency),

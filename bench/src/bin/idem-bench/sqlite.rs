@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use idem::SqliteStore;
 use idem_bench::{ARGUMENTS, call, dispatcher};
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 
 use crate::timed::{Window, report};
 
@@ -79,16 +79,93 @@ const SELECT_ONE: &str = "SELECT key, tool, fingerprint, fence, state, lease_unt
 const UPSERT: &str = "INSERT INTO idem_records (key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, outcome, steps, arguments, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT (key) DO UPDATE SET tool = excluded.tool, fingerprint = excluded.fingerprint, fence = excluded.fence, state = excluded.state, lease_until = excluded.lease_until, expires_at = excluded.expires_at, since = excluded.since, last_error = excluded.last_error, outcome = excluded.outcome, steps = excluded.steps, arguments = excluded.arguments, created_at = excluded.created_at, updated_at = excluded.updated_at";
 const DELETE_EXPIRED: &str = "DELETE FROM idem_records WHERE key IN (SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT 2)";
 
+/// A key shaped like the record keys idem writes: 64 hex digits that look random, so that
+/// each insert lands on an arbitrary leaf of the primary-key index, as a SHA-256 key does.
+/// (Keys that grow in order would append to the index's last page and touch fewer pages per
+/// commit than idem does.) A mix of the worker and the counter, not a hash: the baseline should
+/// not pay for SHA-256.
+fn record_key(worker: &str, ops: u64) -> String {
+    let seed = worker.bytes().fold(0x9e37_79b9_7f4a_7c15_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut state = seed ^ ops.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let mut word = || {
+        // splitmix64's output step.
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    format!(
+        "{:016x}{:016x}{:016x}{:016x}",
+        word(),
+        word(),
+        word(),
+        word()
+    )
+}
+
+/// Whether a row is stored under `key` (the read each transaction starts with).
+fn exists(tx: &Connection, key: &str) -> rusqlite::Result<bool> {
+    let mut select = tx.prepare_cached(SELECT_ONE)?;
+    let mut rows = select.query([key])?;
+    Ok(rows.next()?.is_some())
+}
+
+fn busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// `op` inside `BEGIN IMMEDIATE` ... `COMMIT`, tried again when SQLite still reports the file
+/// busy after the busy timeout (which it does without waiting in a few cases, e.g. while
+/// another connection recovers or restarts the WAL), as `SqliteStore` does: four attempts,
+/// 50 ms more of pause before each.
+fn transact(
+    conn: &mut Connection,
+    mut op: impl FnMut(&Connection) -> rusqlite::Result<()>,
+) -> rusqlite::Result<()> {
+    let mut tries = 1;
+    loop {
+        let attempt = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .and_then(|tx| {
+                op(&tx)?;
+                tx.commit()
+            });
+        match attempt {
+            Err(e) if tries < 4 && busy(&e) => {
+                std::thread::sleep(Duration::from_millis(50) * tries);
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
-    let sql = |e: rusqlite::Error| e.to_string();
-    let mut conn = Connection::open(db).map_err(sql)?;
-    conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
-    let _: String = conn
-        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-        .map_err(sql)?;
+    let sql = |step: &'static str| move |e: rusqlite::Error| format!("{step}: {e}");
+    let mut conn = Connection::open(db).map_err(sql("open"))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(sql("busy timeout"))?;
+    // Two processes set the file up at the same instant: the loser of the race for WAL mode
+    // is told busy without waiting, so the set-up is tried again, as `SqliteStore` does.
+    let mut tries = 1;
+    let _: String = loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)) {
+            Err(e) if tries < 4 && busy(&e) => {
+                std::thread::sleep(Duration::from_millis(50) * tries);
+                tries += 1;
+            }
+            other => break other.map_err(sql("journal mode"))?,
+        }
+    };
     conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(sql)?;
-    conn.execute_batch(SCHEMA).map_err(sql)?;
+        .map_err(sql("synchronous"))?;
+    transact(&mut conn, |tx| tx.execute_batch(SCHEMA)).map_err(sql("schema"))?;
     // What idem stores for the same call: the canonical arguments and the outcome's JSON.
     let arguments: serde_json::Value =
         serde_json::from_str(ARGUMENTS).map_err(|e| e.to_string())?;
@@ -99,20 +176,12 @@ fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
     let begin = Instant::now();
     let mut ops = 0u64;
     while Instant::now() < end {
-        let key = format!("{worker:0>8}{ops:056x}");
+        let key = record_key(worker, ops);
         let now = idem::Timestamp::now().as_millis() as i64;
         // Claim: read, insert in progress, evict up to two expired records.
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        {
-            let mut select = tx.prepare_cached(SELECT_ONE).map_err(sql)?;
-            let mut rows = select.query([key.as_str()]).map_err(sql)?;
-            black_box(rows.next().map_err(sql)?.is_some());
-        }
-        tx.prepare_cached(UPSERT)
-            .map_err(sql)?
-            .execute(params![
+        transact(&mut conn, |tx| {
+            black_box(exists(tx, &key)?);
+            tx.prepare_cached(UPSERT)?.execute(params![
                 key,
                 "noop_idempotent_write",
                 fingerprint,
@@ -127,25 +196,15 @@ fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
                 Some(canonical.as_str()),
                 now,
                 now
-            ])
-            .map_err(sql)?;
-        tx.prepare_cached(DELETE_EXPIRED)
-            .map_err(sql)?
-            .execute([now])
-            .map_err(sql)?;
-        tx.commit().map_err(sql)?;
+            ])?;
+            tx.prepare_cached(DELETE_EXPIRED)?.execute([now])?;
+            Ok(())
+        })
+        .map_err(sql("claim"))?;
         // Complete: read, write the outcome.
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        {
-            let mut select = tx.prepare_cached(SELECT_ONE).map_err(sql)?;
-            let mut rows = select.query([key.as_str()]).map_err(sql)?;
-            black_box(rows.next().map_err(sql)?.is_some());
-        }
-        tx.prepare_cached(UPSERT)
-            .map_err(sql)?
-            .execute(params![
+        transact(&mut conn, |tx| {
+            black_box(exists(tx, &key)?);
+            tx.prepare_cached(UPSERT)?.execute(params![
                 key,
                 "noop_idempotent_write",
                 fingerprint,
@@ -160,9 +219,10 @@ fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
                 Some(canonical.as_str()),
                 now,
                 now
-            ])
-            .map_err(sql)?;
-        tx.commit().map_err(sql)?;
+            ])?;
+            Ok(())
+        })
+        .map_err(sql("complete"))?;
         ops += 1;
     }
     report("sqlite", "raw", 1, ops, begin.elapsed());
