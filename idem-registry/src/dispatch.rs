@@ -253,13 +253,17 @@ pub enum DispatchError {
         /// The store's message.
         message: String,
     },
-    /// Another store error (a full store, an oversized output, a corrupt record).
-    #[error("store error for `{tool}`: {message}")]
+    /// Another store error: a full store ([`StoreError::CapacityExceeded`]: nothing ran), an
+    /// output larger than the store accepts ([`StoreError::TooLarge`]: the body ran, so its
+    /// effect happened; the claim was given back if running the tool again is safe, otherwise
+    /// the record is Unknown), or a record that cannot be read back
+    /// ([`StoreError::Corrupt`]).
+    #[error("store error for `{tool}`: {error}")]
     Store {
         /// The tool.
         tool: String,
-        /// The store's message.
-        message: String,
+        /// What the store reported.
+        error: StoreError,
     },
     /// The tool returned an error. Terminal errors are recorded and replayed
     /// (`deduplicated: true` on a replay).
@@ -987,10 +991,7 @@ impl Recorded<'_> {
                 message: e.to_string(),
             }
         } else {
-            DispatchError::Store {
-                tool,
-                message: e.to_string(),
-            }
+            DispatchError::Store { tool, error: e }
         }
     }
 
@@ -1000,7 +1001,10 @@ impl Recorded<'_> {
                 let output =
                     serde_json::from_str(&output_json).map_err(|e| DispatchError::Store {
                         tool: self.tool.name.to_string(),
-                        message: format!("recorded output is not JSON: {e}"),
+                        error: StoreError::Corrupt {
+                            key: self.record_key.clone(),
+                            reason: format!("its recorded output is not JSON: {e}"),
+                        },
                     })?;
                 Ok(Dispatched {
                     output,

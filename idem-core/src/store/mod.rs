@@ -66,7 +66,7 @@ pub enum Claim {
 }
 
 /// What can go wrong in a store.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The writer no longer holds the key at this fence (a newer holder took over, the lease

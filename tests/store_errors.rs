@@ -1,0 +1,192 @@
+//! A store's refusal reaches the caller as the store's own error, not as text: an output too
+//! large to record, a store full of records it may not evict, a record that cannot be read
+//! back. Each leaves the records as ARCHITECTURE §5 says: nothing held, nothing lost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use idem::prelude::*;
+use idem::{ListFilter, Outcome, StateKind, StoreError};
+use serde_json::json;
+
+/// How many times each label's body ran.
+static RUNS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
+
+fn ran(label: &str) {
+    *RUNS
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .entry(label.to_owned())
+        .or_insert(0) += 1;
+}
+
+fn runs(label: &str) -> u32 {
+    RUNS.lock()
+        .unwrap()
+        .as_ref()
+        .and_then(|m| m.get(label).copied())
+        .unwrap_or(0)
+}
+
+/// Charges once and answers with a receipt of `bytes` characters.
+#[tool(class = "non_idempotent_write")]
+fn charge(label: String, bytes: usize) -> Result<String, ToolError> {
+    ran(&label);
+    Ok("r".repeat(bytes))
+}
+
+/// Stores a document and echoes `bytes` characters of it.
+#[tool(class = "idempotent_write")]
+fn put(label: String, bytes: usize) -> Result<String, ToolError> {
+    ran(&label);
+    Ok("d".repeat(bytes))
+}
+
+/// The store accepts outputs up to this size.
+const LIMIT: usize = 256;
+
+fn setup(store: MemoryStore) -> (Dispatcher, Arc<MemoryStore>) {
+    let store = Arc::new(store.with_max_outcome_bytes(LIMIT));
+    let registry = Registry::builder()
+        .tool::<charge>()
+        .tool::<put>()
+        .build()
+        .unwrap();
+    (Dispatcher::new(registry, store.clone()), store)
+}
+
+fn run() -> RunContext {
+    RunContext::new("tenant-store-errors")
+}
+
+fn call(tool: &str, label: &str, bytes: usize) -> ToolCall {
+    ToolCall::new(tool, json!({ "label": label, "bytes": bytes }))
+        .with_call_id(format!("call-{label}"))
+}
+
+async fn open_records(store: &MemoryStore) -> Vec<idem::Record> {
+    store.list(ListFilter::default()).await.unwrap()
+}
+
+#[tokio::test]
+async fn an_output_too_large_to_record_is_reported_with_its_size_and_the_call_turns_unknown() {
+    let (d, store) = setup(MemoryStore::new());
+    let big = call("charge", "too-large-charge", 1000);
+    match d.dispatch(&big, &run()).await {
+        Err(DispatchError::Store {
+            tool,
+            error: StoreError::TooLarge { bytes, limit },
+        }) => {
+            assert_eq!(tool, "charge");
+            assert_eq!(limit, LIMIT);
+            assert!(bytes > 1000, "the encoded output's size, got {bytes}");
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert_eq!(runs("too-large-charge"), 1);
+    // The charge happened and nothing recorded what it returned: the call is Unknown, and a
+    // duplicate is refused instead of charging again.
+    let open = open_records(&store).await;
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].state.kind(), StateKind::Unknown);
+    let again = d.dispatch(&big, &run()).await;
+    assert!(
+        matches!(again, Err(DispatchError::OutcomeUnknown { .. })),
+        "got {again:?}"
+    );
+    assert_eq!(runs("too-large-charge"), 1);
+}
+
+#[tokio::test]
+async fn an_idempotent_write_whose_output_is_too_large_gives_its_claim_back() {
+    let (d, store) = setup(MemoryStore::new());
+    let big = call("put", "too-large-put", 1000);
+    for attempt in 1..=2 {
+        let err = d.dispatch(&big, &run()).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DispatchError::Store {
+                    error: StoreError::TooLarge { limit: LIMIT, .. },
+                    ..
+                }
+            ),
+            "got {err:?}"
+        );
+        assert_eq!(err.code(), "store_error");
+        // Running it again is safe, so nothing stays held and the next call runs it again.
+        assert!(open_records(&store).await.is_empty());
+        assert_eq!(runs("too-large-put"), attempt);
+    }
+    // An output the store accepts is recorded and replayed as usual.
+    let small = call("put", "small-put", 10);
+    assert!(!d.dispatch(&small, &run()).await.unwrap().deduplicated);
+    assert!(d.dispatch(&small, &run()).await.unwrap().deduplicated);
+}
+
+#[tokio::test]
+async fn a_full_store_refuses_a_new_call_before_it_runs() {
+    // The smallest store: one record per shard, and records completed a moment ago may not
+    // be evicted. Some call among the first shards + 1 finds its shard full.
+    let (d, store) = setup(MemoryStore::new().with_capacity(1));
+    let mut refused = None;
+    for i in 0..=64 {
+        let label = format!("fill-{i}");
+        match d.dispatch(&call("put", &label, 10), &run()).await {
+            Ok(done) => assert!(!done.deduplicated),
+            Err(DispatchError::Store {
+                tool,
+                error: StoreError::CapacityExceeded { capacity },
+            }) => {
+                assert_eq!(tool, "put");
+                assert!(i <= capacity, "{i} records fit in a capacity of {capacity}");
+                refused = Some(label);
+                break;
+            }
+            Err(other) => panic!("expected CapacityExceeded, got {other:?}"),
+        }
+    }
+    let refused = refused.expect("a store of one record per shard filled up");
+    assert_eq!(runs(&refused), 0, "nothing runs without a claim");
+    // The records already there are intact and replay.
+    assert!(open_records(&store).await.is_empty(), "nothing left held");
+    let first = d
+        .dispatch(&call("put", "fill-0", 10), &run())
+        .await
+        .unwrap();
+    assert!(first.deduplicated);
+    assert_eq!(runs("fill-0"), 1);
+}
+
+#[tokio::test]
+async fn a_recorded_output_that_is_not_json_is_reported_corrupt_with_its_key() {
+    let (d, store) = setup(MemoryStore::new());
+    let paid = call("charge", "resolved-badly", 1000);
+    assert!(d.dispatch(&paid, &run()).await.is_err());
+    // An operator settles the Unknown call by hand, with text that is not JSON.
+    let key = open_records(&store).await[0].key.clone();
+    store
+        .resolve(
+            &key,
+            &Outcome::Success("receipt 42".into()),
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    match d.dispatch(&paid, &run()).await {
+        Err(DispatchError::Store {
+            error:
+                StoreError::Corrupt {
+                    key: corrupt,
+                    reason,
+                },
+            ..
+        }) => {
+            assert_eq!(corrupt, key);
+            assert!(reason.contains("not JSON"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(runs("resolved-badly"), 1);
+}
