@@ -565,7 +565,25 @@ impl ToolBuilder {
 
 /// A tool definition read from data (configuration, another system). The class is
 /// optional here only so that its absence can be refused with a clear error at
-/// registration; see [`ToolSpec::into_def`].
+/// registration; see [`ToolSpec::into_def`]. The policy fields are those of `#[tool]`.
+///
+/// ```
+/// use idem_registry::ToolSpec;
+///
+/// let spec: ToolSpec = serde_json::from_str(r#"{
+///     "name": "open_ticket",
+///     "class": "idempotent_write",
+///     "description": "Open a support ticket, or find the one already open.",
+///     "input_schema": {"type": "object", "properties": {
+///         "customer": {"type": "string"}, "subject": {"type": "string"}}},
+///     "ttl_secs": 604800,
+///     "natural_key": ["/customer", "/subject"],
+///     "on_key_reuse": "replay"
+/// }"#).unwrap();
+/// let def = spec.into_def(|_ctx, args| async move { Ok(args) }).unwrap();
+/// assert!(def.has_natural_key());
+/// assert_eq!(def.policy().ttl.as_secs(), 7 * 24 * 3600);
+/// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolSpec {
@@ -585,6 +603,34 @@ pub struct ToolSpec {
     /// Required scopes.
     #[serde(default)]
     pub scopes: Vec<String>,
+    /// How long a completed record is kept for replay, in seconds (default 24 h; more than
+    /// zero for a tool that records), as `#[tool(ttl_secs)]`.
+    #[serde(default)]
+    pub ttl_secs: Option<u64>,
+    /// The holder's lease, in seconds (default 30; more than zero), as `#[tool(lease_secs)]`.
+    #[serde(default)]
+    pub lease_secs: Option<u64>,
+    /// Attempts in total, first one included (default 3; capped by the class), as
+    /// `#[tool(max_attempts)]`.
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// How long a concurrent duplicate waits for the holder, in seconds (default 10), as
+    /// `#[tool(wait_secs)]`.
+    #[serde(default)]
+    pub wait_secs: Option<u64>,
+    /// The first retry delay, in milliseconds (default 100), as `#[tool(backoff_ms)]`.
+    #[serde(default)]
+    pub backoff_ms: Option<u64>,
+    /// The natural key: [JSON Pointers](https://www.rfc-editor.org/rfc/rfc6901) into the
+    /// arguments whose values together are the identity of the effect (find-or-create), as
+    /// `#[tool(natural_key)]` does with a function. A call whose arguments lack one of them,
+    /// or hold `null` there, has no natural key and is keyed by its ids instead. Empty (the
+    /// default): no natural key.
+    #[serde(default)]
+    pub natural_key: Vec<String>,
+    /// `"reject"` (the default) or `"replay"`, as `#[tool(on_key_reuse)]`.
+    #[serde(default)]
+    pub on_key_reuse: Option<String>,
 }
 
 impl ToolSpec {
@@ -608,18 +654,64 @@ impl ToolSpec {
         let Some(class) = self.class else {
             return Err(RegistryError::MissingClass { tool: self.name });
         };
+        let invalid = |reason: String| RegistryError::Invalid {
+            tool: self.name.clone(),
+            reason,
+        };
+        let defaults = ToolPolicy::default();
+        let replay_on_key_reuse = match self.on_key_reuse.as_deref() {
+            None | Some("reject") => false,
+            Some("replay") => true,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "unknown `on_key_reuse` policy `{other}`: expected \"reject\" (the default) \
+                     or \"replay\""
+                )));
+            }
+        };
+        if let Some(bad) = self
+            .natural_key
+            .iter()
+            .find(|p| !p.is_empty() && !p.starts_with('/'))
+        {
+            return Err(invalid(format!(
+                "`natural_key` entry `{bad}` is not a JSON Pointer: write `/{bad}` for a \
+                 top-level argument"
+            )));
+        }
         let policy = ToolPolicy {
+            ttl: self.ttl_secs.map_or(defaults.ttl, Duration::from_secs),
+            lease: self.lease_secs.map_or(defaults.lease, Duration::from_secs),
+            max_attempts: self.max_attempts.unwrap_or(defaults.max_attempts),
+            wait: self.wait_secs.map_or(defaults.wait, Duration::from_secs),
+            backoff: self
+                .backoff_ms
+                .map_or(defaults.backoff, Duration::from_millis),
             open_world: self.open_world,
             scopes: self.scopes,
-            ..ToolPolicy::default()
+            replay_on_key_reuse,
         };
-        ToolDef::builder(self.name, class)
+        let mut builder = ToolDef::builder(self.name, class)
             .description(self.description)
             .input_schema(self.input_schema)
             .policy(policy)
-            .handler(handler)
-            .build()
+            .handler(handler);
+        if !self.natural_key.is_empty() {
+            let pointers = self.natural_key;
+            builder = builder.natural_key(move |args| natural_key_at(args, &pointers));
+        }
+        builder.build()
     }
+}
+
+/// The natural key of a [`ToolSpec`]: the values at `pointers`, as one canonical JSON array
+/// (unambiguous whatever the values hold), or none if one of them is missing or `null`.
+fn natural_key_at(args: &Value, pointers: &[String]) -> Option<String> {
+    let values = pointers
+        .iter()
+        .map(|p| args.pointer(p).filter(|v| !v.is_null()).cloned())
+        .collect::<Option<Vec<Value>>>()?;
+    Some(idem_core::canonical_json(&Value::Array(values)))
 }
 
 /// A tool declared with `#[tool]`: the macro implements this for the generated unit type.

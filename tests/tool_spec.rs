@@ -1,0 +1,190 @@
+//! A tool read from data sets the same policy a `#[tool]` attribute does: retention, lease,
+//! retries, waiting, a natural key (JSON Pointers into the arguments) and the key-reuse policy;
+//! every bad value is refused at registration with an error naming the tool.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use idem::prelude::*;
+use idem::{RegistryError, ToolDef, ToolSpec};
+use serde_json::{Value, json};
+
+fn spec(extra: Value) -> ToolSpec {
+    let mut spec = json!({
+        "name": "open_ticket",
+        "class": "idempotent_write",
+        "description": "Open a support ticket, or find the one already open.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "customer": {"type": "string"},
+                "subject": {"type": "string"},
+                "body": {"type": "string"},
+                "order": {"type": "object", "properties": {"id": {"type": "integer"}}}
+            }
+        }
+    });
+    for (k, v) in extra.as_object().expect("an object") {
+        spec[k] = v.clone();
+    }
+    serde_json::from_value(spec).expect("a spec")
+}
+
+/// The definition, with a handler that counts its runs and echoes a ticket number.
+fn def(spec: ToolSpec, runs: &Arc<AtomicU32>) -> Result<ToolDef, RegistryError> {
+    let runs = Arc::clone(runs);
+    spec.into_def(move |_ctx, args| {
+        let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+        async move { Ok(json!({ "ticket": run, "subject": args["subject"] })) }
+    })
+}
+
+fn dispatcher(def: ToolDef) -> Dispatcher {
+    let registry = Registry::builder().try_add(Ok(def)).build().unwrap();
+    Dispatcher::new(registry, Arc::new(MemoryStore::new()))
+}
+
+fn run() -> RunContext {
+    RunContext::new("tenant-spec")
+}
+
+#[test]
+fn the_policy_fields_set_the_policy() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let def = def(
+        spec(json!({
+            "ttl_secs": 3600,
+            "lease_secs": 5,
+            "max_attempts": 4,
+            "wait_secs": 2,
+            "backoff_ms": 20,
+            "on_key_reuse": "replay",
+            "natural_key": ["/customer", "/subject"]
+        })),
+        &runs,
+    )
+    .unwrap();
+    let policy = def.policy();
+    assert_eq!(policy.ttl, Duration::from_secs(3600));
+    assert_eq!(policy.lease, Duration::from_secs(5));
+    assert_eq!(policy.max_attempts, 4);
+    assert_eq!(policy.wait, Duration::from_secs(2));
+    assert_eq!(policy.backoff, Duration::from_millis(20));
+    assert!(policy.replay_on_key_reuse);
+    assert!(def.has_natural_key());
+
+    // Left out, each is the default a `#[tool]` gets.
+    let plain = self::def(spec(json!({})), &runs).unwrap();
+    assert_eq!(plain.policy(), &idem::ToolPolicy::default());
+    assert!(!plain.has_natural_key());
+}
+
+#[tokio::test]
+async fn a_natural_key_finds_the_call_already_made_whatever_its_ids() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let d = dispatcher(
+        def(
+            spec(json!({ "natural_key": ["/customer", "/subject"], "on_key_reuse": "replay" })),
+            &runs,
+        )
+        .unwrap(),
+    );
+    let args = json!({ "customer": "c-17", "subject": "Refund", "body": "Please refund." });
+    let first = d
+        .dispatch(
+            &ToolCall::new("open_ticket", args).with_call_id("call-1"),
+            &run(),
+        )
+        .await
+        .unwrap();
+    assert!(!first.deduplicated);
+    // The model asks again, in other words, under another call id: the same ticket.
+    let reworded = json!({ "customer": "c-17", "subject": "Refund", "body": "Refund me, please." });
+    let again = d
+        .dispatch(
+            &ToolCall::new("open_ticket", reworded).with_call_id("call-2"),
+            &run(),
+        )
+        .await
+        .unwrap();
+    assert!(again.deduplicated);
+    assert_eq!(again.output, first.output);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Another subject is another ticket.
+    let other = json!({ "customer": "c-17", "subject": "Invoice" });
+    let second = d
+        .dispatch(
+            &ToolCall::new("open_ticket", other).with_call_id("call-3"),
+            &run(),
+        )
+        .await
+        .unwrap();
+    assert!(!second.deduplicated);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_call_without_the_natural_key_values_is_keyed_by_its_ids() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let d = dispatcher(
+        def(
+            spec(json!({ "natural_key": ["/customer", "/order/id"] })),
+            &runs,
+        )
+        .unwrap(),
+    );
+    // A nested pointer works; a missing value or a null one means no natural key.
+    for (i, args) in [
+        json!({ "customer": "c-1", "order": { "id": 7 } }),
+        json!({ "customer": "c-1" }),
+        json!({ "customer": "c-1", "order": { "id": null } }),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let call = ToolCall::new("open_ticket", args).with_call_id(format!("call-ids-{i}"));
+        assert!(!d.dispatch(&call, &run()).await.unwrap().deduplicated);
+        assert!(d.dispatch(&call, &run()).await.unwrap().deduplicated);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    // Without ids either, a write has no key at all and is refused, not run.
+    let keyless = ToolCall::new("open_ticket", json!({ "customer": "c-1" }));
+    assert!(matches!(
+        d.dispatch(&keyless, &run()).await,
+        Err(DispatchError::MissingKey { .. })
+    ));
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn bad_policy_values_are_refused_naming_the_tool_and_the_fix() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let refused = |extra: Value| match def(spec(extra.clone()), &runs) {
+        Err(RegistryError::Invalid { tool, reason }) => {
+            assert_eq!(tool, "open_ticket", "for {extra}");
+            reason
+        }
+        other => panic!("{extra} should be refused, got {other:?}"),
+    };
+    let reason = refused(json!({ "on_key_reuse": "sometimes" }));
+    assert!(
+        reason.contains("sometimes") && reason.contains("\"replay\""),
+        "{reason}"
+    );
+    let reason = refused(json!({ "natural_key": ["customer"] }));
+    assert!(reason.contains("`/customer`"), "{reason}");
+    let reason = refused(json!({ "ttl_secs": 0 }));
+    assert!(reason.contains("TTL must be longer than zero"), "{reason}");
+    let reason = refused(json!({ "lease_secs": 0 }));
+    assert!(reason.contains("lease"), "{reason}");
+
+    // A misspelt field is an error, not a silently ignored setting.
+    let misspelt = serde_json::from_value::<ToolSpec>(json!({
+        "name": "t", "class": "read", "description": "d", "input_schema": {"type": "object"},
+        "ttl": 60
+    }))
+    .unwrap_err();
+    assert!(misspelt.to_string().contains("`ttl`"), "{misspelt}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
