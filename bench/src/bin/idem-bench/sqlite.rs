@@ -4,8 +4,8 @@
 //! starts one or two processes on the same file.
 //!
 //! Checkpoints differ by design: raw rusqlite keeps SQLite's automatic checkpoint (inside the
-//! commit that takes the WAL past 1000 pages), `SqliteStore` checkpoints every 256 of its
-//! commits on tokio's blocking pool. Both copy the same WAL back with the same syncs.
+//! commit that takes the WAL past 1000 pages), `SqliteStore` checkpoints at the same threshold
+//! on tokio's blocking pool. Both copy the same WAL back with the same syncs.
 
 use std::hint::black_box;
 use std::sync::Arc;
