@@ -157,6 +157,53 @@ async fn a_call_without_the_natural_key_values_is_keyed_by_its_ids() {
     assert_eq!(runs.load(Ordering::SeqCst), 3);
 }
 
+#[tokio::test]
+async fn natural_key_pointers_follow_rfc_6901() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let spec: ToolSpec = serde_json::from_value(json!({
+        "name": "route",
+        "class": "idempotent_write",
+        "description": "Route a parcel.",
+        "input_schema": {"type": "object", "properties": {
+            "from/to": {"type": "string"}, "a~b": {"type": "string"}, "note": {"type": "string"}
+        }},
+        "natural_key": ["/from~1to", "/a~0b"]
+    }))
+    .unwrap();
+    let d = dispatcher(def(spec, &runs).unwrap());
+    let call = |note: &str, id: &str| {
+        ToolCall::new(
+            "route",
+            json!({ "from/to": "LHR-JFK", "a~b": "x", "note": note }),
+        )
+        .with_call_id(id)
+    };
+    assert!(
+        !d.dispatch(&call("one", "c-1"), &run())
+            .await
+            .unwrap()
+            .deduplicated
+    );
+    // Escaped names reach their arguments: the same values, another call id, one effect.
+    let again = d.dispatch(&call("one", "c-2"), &run()).await.unwrap();
+    assert!(again.deduplicated);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // `""` points at the whole arguments: the tool says they are the effect's identity.
+    let whole = Arc::new(AtomicU32::new(0));
+    let d = dispatcher(def(spec_with_key(json!([""])), &whole).unwrap());
+    let args = json!({ "customer": "c-9", "subject": "Hi" });
+    let first = ToolCall::new("open_ticket", args.clone()).with_call_id("w-1");
+    let second = ToolCall::new("open_ticket", args).with_call_id("w-2");
+    assert!(!d.dispatch(&first, &run()).await.unwrap().deduplicated);
+    assert!(d.dispatch(&second, &run()).await.unwrap().deduplicated);
+    assert_eq!(whole.load(Ordering::SeqCst), 1);
+}
+
+fn spec_with_key(natural_key: Value) -> ToolSpec {
+    spec(json!({ "natural_key": natural_key }))
+}
+
 #[test]
 fn bad_policy_values_are_refused_naming_the_tool_and_the_fix() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -175,9 +222,50 @@ fn bad_policy_values_are_refused_naming_the_tool_and_the_fix() {
     let reason = refused(json!({ "natural_key": ["customer"] }));
     assert!(reason.contains("`/customer`"), "{reason}");
     let reason = refused(json!({ "ttl_secs": 0 }));
-    assert!(reason.contains("TTL must be longer than zero"), "{reason}");
+    assert!(
+        reason.contains("`ttl_secs`") && reason.contains("longer than zero"),
+        "{reason}"
+    );
     let reason = refused(json!({ "lease_secs": 0 }));
-    assert!(reason.contains("lease"), "{reason}");
+    assert!(
+        reason.contains("`lease_secs`") && reason.contains("longer than zero"),
+        "{reason}"
+    );
+    let reason = refused(json!({ "max_attempts": 0 }));
+    assert!(reason.contains("at least 1"), "{reason}");
+    // Durations whose deadlines would overflow the clock.
+    let reason = refused(json!({ "wait_secs": u64::MAX }));
+    assert!(
+        reason.contains("`wait_secs`") && reason.contains("ten years"),
+        "{reason}"
+    );
+    let reason = refused(json!({ "ttl_secs": 400_000_000_u64 }));
+    assert!(reason.contains("`ttl_secs`"), "{reason}");
+    // A natural key that could never match is refused, not quietly ignored.
+    let reason = refused(json!({ "natural_key": ["/custmer"] }));
+    assert!(
+        reason.contains("`custmer`") && reason.contains("body, customer, order, subject"),
+        "{reason}"
+    );
+    let reason = refused(json!({ "natural_key": ["#/customer"] }));
+    assert!(reason.contains("write `/customer`"), "{reason}");
+    let reason = refused(json!({ "on_key_reuse": "replay" }));
+    assert!(reason.contains("add `natural_key`"), "{reason}");
+    // A read records nothing: settings about records would do nothing.
+    for field in [
+        json!({ "ttl_secs": 60 }),
+        json!({ "natural_key": ["/customer"] }),
+        json!({ "on_key_reuse": "reject" }),
+    ] {
+        let mut read = field.clone();
+        read["class"] = json!("read");
+        let reason = refused(read);
+        let name = field.as_object().unwrap().keys().next().unwrap().clone();
+        assert!(
+            reason.contains(&format!("`{name}` has no effect on a `read` tool")),
+            "{reason}"
+        );
+    }
 
     // A misspelt field is an error, not a silently ignored setting.
     let misspelt = serde_json::from_value::<ToolSpec>(json!({

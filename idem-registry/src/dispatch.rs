@@ -253,11 +253,12 @@ pub enum DispatchError {
         /// The store's message.
         message: String,
     },
-    /// Another store error: a full store ([`StoreError::CapacityExceeded`]: nothing ran), an
-    /// output larger than the store accepts ([`StoreError::TooLarge`]: the body ran, so its
-    /// effect happened; the claim was given back if running the tool again is safe, otherwise
-    /// the record is Unknown), or a record that cannot be read back
-    /// ([`StoreError::Corrupt`]).
+    /// Any other store error, as the store reported it. Among them: a full store
+    /// ([`StoreError::CapacityExceeded`]: nothing ran), an output larger than the store
+    /// accepts ([`StoreError::TooLarge`]: the body ran, so its effect happened; the claim was
+    /// given back if running the tool again is safe, otherwise the record is Unknown), a
+    /// record that cannot be read back ([`StoreError::Corrupt`]). `StoreError` is
+    /// non-exhaustive: match the cases you handle and keep a wildcard arm.
     #[error("store error for `{tool}`: {error}")]
     Store {
         /// The tool.

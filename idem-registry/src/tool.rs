@@ -518,15 +518,37 @@ impl ToolBuilder {
         if self.policy.lease.is_zero() {
             return Err(RegistryError::Invalid {
                 tool: name,
-                reason: "the lease must be longer than zero".into(),
+                reason: "the lease (`lease_secs`) must be longer than zero: a holder's lease \
+                         of 0 s would expire before its body started"
+                    .into(),
             });
         }
         if self.policy.ttl.is_zero() && self.class.records() {
             return Err(RegistryError::Invalid {
                 tool: name,
-                reason: "the TTL must be longer than zero: a record kept 0 s would never dedupe anything"
+                reason: "the TTL (`ttl_secs`) must be longer than zero: a record kept 0 s \
+                         would never dedupe anything"
                     .into(),
             });
+        }
+        let policy = &self.policy;
+        for (what, field, value) in [
+            ("TTL", "ttl_secs", policy.ttl),
+            ("lease", "lease_secs", policy.lease),
+            ("wait", "wait_secs", policy.wait),
+            ("backoff", "backoff_ms", policy.backoff),
+        ] {
+            if value > LONGEST_POLICY_DURATION {
+                return Err(RegistryError::Invalid {
+                    tool: name,
+                    reason: format!(
+                        "the {what} (`{field}`) of {} s is longer than idem accepts: at most \
+                         {} s (ten years)",
+                        value.as_secs(),
+                        LONGEST_POLICY_DURATION.as_secs()
+                    ),
+                });
+            }
         }
         let prepare = self.prepare.unwrap_or_else(|| {
             Arc::new(|v: &Value| {
@@ -563,9 +585,17 @@ impl ToolBuilder {
     }
 }
 
+/// The longest TTL, lease, wait or backoff a tool may set: ten years. Deadlines are computed
+/// by adding these to the current time, which must not overflow.
+pub const LONGEST_POLICY_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// A tool definition read from data (configuration, another system). The class is
 /// optional here only so that its absence can be refused with a clear error at
-/// registration; see [`ToolSpec::into_def`]. The policy fields are those of `#[tool]`.
+/// registration; see [`ToolSpec::into_def`]. The policy fields are those of `#[tool]`; a
+/// value that could never take effect (a natural key naming an argument the schema does not
+/// list, a record setting on a `read` tool, `"replay"` without a natural key) is refused at
+/// registration rather than ignored. Read it with serde; more fields may come, so it cannot be
+/// built field by field outside this crate.
 ///
 /// ```
 /// use idem_registry::ToolSpec;
@@ -586,6 +616,7 @@ impl ToolBuilder {
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ToolSpec {
     /// The tool's name.
     pub name: String,
@@ -669,15 +700,36 @@ impl ToolSpec {
                 )));
             }
         };
-        if let Some(bad) = self
-            .natural_key
-            .iter()
-            .find(|p| !p.is_empty() && !p.starts_with('/'))
-        {
-            return Err(invalid(format!(
-                "`natural_key` entry `{bad}` is not a JSON Pointer: write `/{bad}` for a \
-                 top-level argument"
-            )));
+        for pointer in &self.natural_key {
+            check_pointer(pointer, &self.input_schema).map_err(&invalid)?;
+        }
+        if self.max_attempts == Some(0) {
+            return Err(invalid(
+                "`max_attempts` counts the first attempt: it must be at least 1".into(),
+            ));
+        }
+        if replay_on_key_reuse && self.natural_key.is_empty() {
+            return Err(invalid(
+                "`on_key_reuse = \"replay\"` applies only to calls keyed by a natural key: \
+                 add `natural_key`, or remove `on_key_reuse`"
+                    .into(),
+            ));
+        }
+        if !class.records() {
+            // A read records nothing: these settings would silently do nothing.
+            let unused = [
+                ("ttl_secs", self.ttl_secs.is_some()),
+                ("lease_secs", self.lease_secs.is_some()),
+                ("wait_secs", self.wait_secs.is_some()),
+                ("natural_key", !self.natural_key.is_empty()),
+                ("on_key_reuse", self.on_key_reuse.is_some()),
+            ];
+            if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
+                return Err(invalid(format!(
+                    "`{field}` has no effect on a `read` tool, which records nothing: remove \
+                     it, or give the tool the class of a write"
+                )));
+            }
         }
         let policy = ToolPolicy {
             ttl: self.ttl_secs.map_or(defaults.ttl, Duration::from_secs),
@@ -702,6 +754,36 @@ impl ToolSpec {
         }
         builder.build()
     }
+}
+
+/// Refuse a `natural_key` entry that is not a JSON Pointer, or that names an argument the
+/// schema does not list (when it lists them): a typo would otherwise never match, and every
+/// call would quietly be keyed by its ids instead.
+fn check_pointer(pointer: &str, schema: &Value) -> Result<(), String> {
+    if pointer.is_empty() {
+        return Ok(());
+    }
+    let Some(path) = pointer.strip_prefix('/') else {
+        let fix = pointer.trim_start_matches('#').trim_start_matches('/');
+        return Err(format!(
+            "`natural_key` entry `{pointer}` is not a JSON Pointer: write `/{fix}` for the \
+             argument `{fix}`"
+        ));
+    };
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    let first = path.split('/').next().unwrap_or_default();
+    let first = first.replace("~1", "/").replace("~0", "~");
+    if properties.contains_key(&first) {
+        return Ok(());
+    }
+    let known: Vec<&str> = properties.keys().map(String::as_str).collect();
+    Err(format!(
+        "`natural_key` entry `{pointer}` names the argument `{first}`, which the input schema \
+         does not list (it lists: {})",
+        known.join(", ")
+    ))
 }
 
 /// The natural key of a [`ToolSpec`]: the values at `pointers`, as one canonical JSON array
