@@ -72,9 +72,9 @@
 //! tokio's blocking pool full delays these operations until a thread is free). Holding the
 //! connection, it catches up with the end of the WAL; a passive checkpoint never waits for
 //! another connection, and what it could not copy (another process's reader still needed it)
-//! the next one copies. Once a checkpoint has copied everything, the next write starts the WAL over
-//! from its beginning, so for one process the WAL file stays about 1000 pages, not the whole
-//! history. That restart needs a moment when no other connection is inside a transaction:
+//! the next one copies. Once a checkpoint has copied everything, the next write starts the WAL
+//! over from its beginning, so for one process the WAL file stays about 1000 pages, not the
+//! whole history. That restart needs a moment when no other connection is inside a transaction:
 //! while several processes write without pause it may not come, and the WAL file grows until
 //! it does (SQLite's own automatic checkpoints behave the same; measured with two processes
 //! writing flat out for 8 s: about 100–200 MB here, 500 MB with SQLite's automatic
