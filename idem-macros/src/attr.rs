@@ -337,8 +337,31 @@ where
             ),
         ));
     }
+    // Deadlines are the current time plus these: past ten years they could overflow the clock
+    // (the registry refuses the same values for tools built at runtime).
+    let max = match key {
+        "ttl_secs" | "lease_secs" | "wait_secs" => Some(TEN_YEARS_SECS),
+        "backoff_ms" => Some(TEN_YEARS_SECS * 1000),
+        _ => None,
+    };
+    if let Some(max) = max
+        && wide > max
+    {
+        return Err(syn::Error::new_spanned(
+            i,
+            format!(
+                "`{key}` must be at most {max} (ten years): deadlines are computed by adding it \
+                 to the current time; e.g. {}",
+                example(key)
+            ),
+        ));
+    }
     i.base10_parse::<T>()
 }
+
+/// Ten years in seconds: the longest TTL, lease or wait (`idem_registry`'s
+/// `LONGEST_POLICY_DURATION`).
+const TEN_YEARS_SECS: u64 = 10 * 365 * 24 * 3600;
 
 fn example(key: &str) -> String {
     match key {
