@@ -6,7 +6,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use idem::prelude::*;
-use idem::{ListFilter, Outcome, StateKind, StoreError};
+use std::time::Duration;
+
+use idem::store::{Claim, ClaimRequest};
+use idem::{
+    Fingerprint, KeyMaterial, ListFilter, LogicalKey, OrphanPolicy, Outcome, StateKind, StoreError,
+};
 use serde_json::json;
 
 /// How many times each label's body ran.
@@ -162,19 +167,40 @@ async fn a_full_store_refuses_a_new_call_before_it_runs() {
 #[tokio::test]
 async fn a_recorded_output_that_is_not_json_is_reported_corrupt_with_its_key() {
     let (d, store) = setup(MemoryStore::new());
-    let paid = call("charge", "resolved-badly", 1000);
-    assert!(d.dispatch(&paid, &run()).await.is_err());
-    // An operator settles the Unknown call by hand, with text that is not JSON.
-    let key = open_records(&store).await[0].key.clone();
-    store
-        .resolve(
-            &key,
-            &Outcome::Success("receipt 42".into()),
-            std::time::Duration::from_secs(60),
-        )
+    // A record written by something other than the dispatcher (an older version, a hand
+    // edit), holding text that is not JSON under the key a call of `charge` will use.
+    let args = json!({ "label": "written-badly", "bytes": 1 });
+    let (key, _) = LogicalKey::derive(
+        idem::DEFAULT_NAMESPACE,
+        "tenant-store-errors",
+        "charge",
+        &KeyMaterial::CallId {
+            call_id: "call-written-badly".into(),
+        },
+    );
+    let claim = store
+        .claim(&ClaimRequest {
+            key: key.clone(),
+            tool: "charge".into(),
+            fingerprint: Fingerprint::of(&args),
+            lease: Duration::from_secs(30),
+            orphans: OrphanPolicy::MarkUnknown,
+            arguments: None,
+        })
         .await
         .unwrap();
-    match d.dispatch(&paid, &run()).await {
+    let Claim::Acquired { fence, .. } = claim else {
+        panic!("expected to acquire, got {claim:?}");
+    };
+    let text = Outcome::Success("receipt 42".into());
+    store
+        .complete(&key, fence, &text, Duration::from_secs(60))
+        .await
+        .unwrap();
+    match d
+        .dispatch(&call("charge", "written-badly", 1), &run())
+        .await
+    {
         Err(DispatchError::Store {
             error:
                 StoreError::Corrupt {
@@ -188,5 +214,5 @@ async fn a_recorded_output_that_is_not_json_is_reported_corrupt_with_its_key() {
         }
         other => panic!("expected Corrupt, got {other:?}"),
     }
-    assert_eq!(runs("resolved-badly"), 1);
+    assert_eq!(runs("written-badly"), 0, "a corrupt record is not run over");
 }

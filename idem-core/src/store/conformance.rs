@@ -107,6 +107,9 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("unknown_is_settled_once", |s| {
         Box::pin(unknown_is_settled_once(s))
     }),
+    ("an_outcome_that_is_not_json_is_refused", |s| {
+        Box::pin(an_outcome_that_is_not_json_is_refused(s))
+    }),
     ("orphan_with_other_arguments_is_not_taken_over", |s| {
         Box::pin(orphan_with_other_arguments_is_not_taken_over(s))
     }),
@@ -730,6 +733,40 @@ async fn fence_is_not_reused_after_release(s: Subject) {
         third > new,
         "released and claimed again: {third} after {new}"
     );
+}
+
+async fn an_outcome_that_is_not_json_is_refused(s: Subject) {
+    let key = fresh_key("not-json");
+    let fence = acquire(&s, &request(&key, LONG, OrphanPolicy::MarkUnknown)).await;
+    s.store
+        .mark_unknown(&key, fence, "timeout after sending")
+        .await
+        .expect("mark unknown");
+    let text = Outcome::Success("receipt 42".into());
+    let refused = s.store.resolve(&key, &text, TTL).await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidOutcome { .. })),
+        "resolve: {refused:?}"
+    );
+    let refused = s.store.settle_unknown(&key, fence, Some(&text), TTL).await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidOutcome { .. })),
+        "settle_unknown: {refused:?}"
+    );
+    // Nothing changed: the record is still Unknown, and JSON settles it.
+    match state_of(&s, &key).await {
+        Some(RecordState::Unknown { .. }) => {}
+        other => panic!("expected Unknown, got {other:?}"),
+    }
+    let json_text = Outcome::Success(r#""receipt 42""#.into());
+    s.store
+        .resolve(&key, &json_text, TTL)
+        .await
+        .expect("resolve");
+    match state_of(&s, &key).await {
+        Some(RecordState::Completed { outcome, .. }) => assert_eq!(outcome, json_text),
+        other => panic!("expected Completed, got {other:?}"),
+    }
 }
 
 async fn unknown_is_settled_once(s: Subject) {

@@ -128,6 +128,19 @@ fn held(existing: Option<Record>, key: &RecordKey, fence: Fence) -> Result<Recor
     }
 }
 
+/// Check an outcome given by an operator or a verify hook, which (unlike a dispatcher's own
+/// output) may be any text: a success must be JSON, or no replay could read it back.
+pub fn check_settled(outcome: &Outcome) -> Result<(), StoreError> {
+    match outcome {
+        Outcome::Success(text) => serde_json::from_str::<serde::de::IgnoredAny>(text)
+            .map(drop)
+            .map_err(|e| StoreError::InvalidOutcome {
+                reason: e.to_string(),
+            }),
+        Outcome::Failure(_) => Ok(()),
+    }
+}
+
 /// Check an outcome against a store's size limit.
 pub fn check_size(outcome: &Outcome, limit: usize) -> Result<(), StoreError> {
     let bytes = outcome.stored_len();

@@ -766,6 +766,7 @@ impl Store for MemoryStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<Record, StoreError> {
+        machine::check_settled(outcome)?;
         machine::check_size(outcome, self.max_outcome_bytes)?;
         let now = self.clock.now();
         self.transition(key, |r| {
@@ -781,6 +782,7 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         if let Some(o) = outcome {
+            machine::check_settled(o)?;
             machine::check_size(o, self.max_outcome_bytes)?;
         }
         let now = self.clock.now();

@@ -110,6 +110,15 @@ pub enum StoreError {
         /// The capacity.
         capacity: usize,
     },
+    /// An outcome handed to [`Store::resolve`] or [`Store::settle_unknown`] whose success
+    /// value is not JSON text: every replay would fail to read it back. Nothing was changed.
+    #[error(
+        "the outcome's success value is not JSON text ({reason}); give it as JSON, e.g. with `Outcome::success(&value)`"
+    )]
+    InvalidOutcome {
+        /// What the JSON parser reported.
+        reason: String,
+    },
     /// A stored record could not be read back.
     #[error("record {key} is corrupt: {reason}")]
     Corrupt {

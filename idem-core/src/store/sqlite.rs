@@ -1299,6 +1299,7 @@ impl Store for SqliteStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<Record, StoreError> {
+        machine::check_settled(outcome)?;
         machine::check_size(outcome, self.max_outcome_bytes)?;
         self.write(
             |tx, now| resolve_in(tx, key, outcome, ttl, now),
@@ -1318,6 +1319,7 @@ impl Store for SqliteStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         if let Some(o) = outcome {
+            machine::check_settled(o)?;
             machine::check_size(o, self.max_outcome_bytes)?;
         }
         self.write(
