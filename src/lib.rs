@@ -88,9 +88,9 @@ pub use idem_registry::dispatch::DEFAULT_NAMESPACE;
 pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
 pub use idem_registry::tool::Location;
 pub use idem_registry::{
-    Approval, ApprovalRequest, ArgumentError, DispatchError, Dispatched, Dispatcher, Registry,
-    RegistryBuilder, RegistryError, RunContext, StaticTool, ToolBuilder, ToolCall, ToolContext,
-    ToolDef, ToolPolicy, ToolSpec, Verified,
+    Approval, ApprovalRequest, ArgumentError, DispatchError, Dispatched, Dispatcher,
+    LONGEST_POLICY_DURATION, Registry, RegistryBuilder, RegistryError, RunContext, StaticTool,
+    ToolBuilder, ToolCall, ToolContext, ToolDef, ToolPolicy, ToolSpec, Verified,
 };
 pub use idem_registry::{export, schema, validate};
 

@@ -189,6 +189,41 @@ async fn natural_key_pointers_follow_rfc_6901() {
     assert!(again.deduplicated);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
+    // `/~01` names the argument `~1` (`~1` is unescaped before `~0`), and `/` names the
+    // argument whose name is empty.
+    let odd = Arc::new(AtomicU32::new(0));
+    let spec: ToolSpec = serde_json::from_value(json!({
+        "name": "odd_names",
+        "class": "idempotent_write",
+        "description": "Arguments with unusual names.",
+        "input_schema": {"type": "object", "properties": {
+            "~1": {"type": "string"}, "": {"type": "string"}, "note": {"type": "string"}
+        }},
+        "natural_key": ["/~01", "/"],
+        "on_key_reuse": "replay"
+    }))
+    .unwrap();
+    let d = dispatcher(def(spec, &odd).unwrap());
+    for (id, note) in [("o-1", "first"), ("o-2", "second")] {
+        let args = json!({ "~1": "tilde-one", "": "empty", "note": note });
+        let out = d
+            .dispatch(&ToolCall::new("odd_names", args).with_call_id(id), &run())
+            .await
+            .unwrap();
+        assert_eq!(out.deduplicated, id == "o-2");
+    }
+    // With the argument `/` (escaped `~1`) instead, the key differs: another effect.
+    let other = json!({ "~1": "other", "": "empty", "note": "third" });
+    let out = d
+        .dispatch(
+            &ToolCall::new("odd_names", other).with_call_id("o-3"),
+            &run(),
+        )
+        .await
+        .unwrap();
+    assert!(!out.deduplicated);
+    assert_eq!(odd.load(Ordering::SeqCst), 2);
+
     // `""` points at the whole arguments: the tool says they are the effect's identity.
     let whole = Arc::new(AtomicU32::new(0));
     let d = dispatcher(def(spec_with_key(json!([""])), &whole).unwrap());
@@ -202,6 +237,43 @@ async fn natural_key_pointers_follow_rfc_6901() {
 
 fn spec_with_key(natural_key: Value) -> ToolSpec {
     spec(json!({ "natural_key": natural_key }))
+}
+
+#[test]
+fn a_natural_key_may_name_arguments_the_schema_admits_without_listing() {
+    let runs = Arc::new(AtomicU32::new(0));
+    for open in [
+        json!({ "additionalProperties": true }),
+        json!({ "additionalProperties": { "type": "string" } }),
+        json!({ "patternProperties": { "^x-": { "type": "string" } } }),
+    ] {
+        let mut spec = json!({
+            "name": "open_schema",
+            "class": "idempotent_write",
+            "description": "A schema open to more arguments.",
+            "input_schema": { "type": "object", "properties": { "a": { "type": "string" } } },
+            "natural_key": ["/x-tenant"]
+        });
+        for (k, v) in open.as_object().unwrap() {
+            spec["input_schema"][k] = v.clone();
+        }
+        let spec: ToolSpec = serde_json::from_value(spec).unwrap();
+        assert!(def(spec, &runs).is_ok(), "refused with {open}");
+    }
+    // Closed explicitly, it is checked as when nothing is said.
+    let mut closed = json!({
+        "name": "closed_schema",
+        "class": "idempotent_write",
+        "description": "A closed schema.",
+        "input_schema": { "type": "object", "properties": { "a": { "type": "string" } },
+            "additionalProperties": false },
+        "natural_key": ["/x-tenant"]
+    });
+    let spec: ToolSpec = serde_json::from_value(closed.take()).unwrap();
+    assert!(matches!(
+        def(spec, &runs),
+        Err(RegistryError::Invalid { .. })
+    ));
 }
 
 #[test]
@@ -249,6 +321,13 @@ fn bad_policy_values_are_refused_naming_the_tool_and_the_fix() {
     );
     let reason = refused(json!({ "natural_key": ["#/customer"] }));
     assert!(reason.contains("write `/customer`"), "{reason}");
+    let reason = refused(json!({ "natural_key": ["#"] }));
+    assert!(reason.contains("for the whole arguments"), "{reason}");
+    let reason = refused(json!({ "backoff_ms": u64::MAX }));
+    assert!(
+        reason.contains("`backoff_ms`") && reason.contains(" ms (ten years)"),
+        "{reason}"
+    );
     let reason = refused(json!({ "on_key_reuse": "replay" }));
     assert!(reason.contains("add `natural_key`"), "{reason}");
     // A read records nothing: settings about records would do nothing.

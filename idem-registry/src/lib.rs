@@ -23,5 +23,6 @@ pub use context::ToolContext;
 pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use tool::{
-    StaticTool, ToolBuilder, ToolDef, ToolPolicy, ToolRegistration, ToolSpec, Verified,
+    LONGEST_POLICY_DURATION, StaticTool, ToolBuilder, ToolDef, ToolPolicy, ToolRegistration,
+    ToolSpec, Verified,
 };

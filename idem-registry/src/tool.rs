@@ -98,7 +98,8 @@ pub type Verifier = Arc<
     dyn Fn(ToolContext, Value) -> BoxFuture<'static, Result<Verified, ToolError>> + Send + Sync,
 >;
 
-/// Per-tool policy settings. Every field has a documented default.
+/// Per-tool policy settings. Every field has a documented default. A duration longer than
+/// [`LONGEST_POLICY_DURATION`] (ten years) is refused when the tool is built.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolPolicy {
     /// How long a completed record is kept for replay. Default 24 h (`ttl_secs`).
@@ -532,20 +533,27 @@ impl ToolBuilder {
             });
         }
         let policy = &self.policy;
-        for (what, field, value) in [
-            ("TTL", "ttl_secs", policy.ttl),
-            ("lease", "lease_secs", policy.lease),
-            ("wait", "wait_secs", policy.wait),
-            ("backoff", "backoff_ms", policy.backoff),
+        let secs = |d: Duration| format!("{} s", d.as_secs_f64());
+        let millis = |d: Duration| format!("{} ms", d.as_secs_f64() * 1000.0);
+        for (what, field, value, unit) in [
+            (
+                "TTL",
+                "ttl_secs",
+                policy.ttl,
+                &secs as &dyn Fn(Duration) -> String,
+            ),
+            ("lease", "lease_secs", policy.lease, &secs),
+            ("wait", "wait_secs", policy.wait, &secs),
+            ("backoff", "backoff_ms", policy.backoff, &millis),
         ] {
             if value > LONGEST_POLICY_DURATION {
                 return Err(RegistryError::Invalid {
                     tool: name,
                     reason: format!(
-                        "the {what} (`{field}`) of {} s is longer than idem accepts: at most \
-                         {} s (ten years)",
-                        value.as_secs(),
-                        LONGEST_POLICY_DURATION.as_secs()
+                        "the {what} (`{field}`) of {} is longer than idem accepts: at most {} \
+                         (ten years)",
+                        unit(value),
+                        unit(LONGEST_POLICY_DURATION)
                     ),
                 });
             }
@@ -591,10 +599,11 @@ pub const LONGEST_POLICY_DURATION: Duration = Duration::from_secs(10 * 365 * 24 
 
 /// A tool definition read from data (configuration, another system). The class is
 /// optional here only so that its absence can be refused with a clear error at
-/// registration; see [`ToolSpec::into_def`]. The policy fields are those of `#[tool]`; a
-/// value that could never take effect (a natural key naming an argument the schema does not
-/// list, a record setting on a `read` tool, `"replay"` without a natural key) is refused at
-/// registration rather than ignored. Read it with serde; more fields may come, so it cannot be
+/// registration; see [`ToolSpec::into_def`]. The policy fields are those of `#[tool]`, with
+/// checks `#[tool]` leaves to its author: a value that could never take effect (a natural key
+/// naming an argument the schema does not list, a record setting on a `read` tool, `"replay"`
+/// without a natural key) is refused at registration rather than ignored, since data has no
+/// reader to notice it. Read it with serde; more fields may come, so it cannot be
 /// built field by field outside this crate.
 ///
 /// ```
@@ -765,24 +774,43 @@ fn check_pointer(pointer: &str, schema: &Value) -> Result<(), String> {
     }
     let Some(path) = pointer.strip_prefix('/') else {
         let fix = pointer.trim_start_matches('#').trim_start_matches('/');
+        let fix = if fix.is_empty() {
+            "`\"\"` for the whole arguments".to_owned()
+        } else {
+            format!("`/{fix}`")
+        };
         return Err(format!(
-            "`natural_key` entry `{pointer}` is not a JSON Pointer: write `/{fix}` for the \
-             argument `{fix}`"
+            "`natural_key` entry `{pointer}` is not a JSON Pointer, which starts with `/`: \
+             write {fix}"
         ));
     };
     let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
         return Ok(());
     };
+    // Arguments the schema admits without listing them: the pointer may name one of those.
+    let closed = |keyword: &str| schema.get(keyword).is_none_or(|v| *v == Value::Bool(false));
+    let unlisted_admitted = !closed("additionalProperties")
+        || !closed("unevaluatedProperties")
+        || ["patternProperties", "$ref", "dependentSchemas"]
+            .iter()
+            .any(|k| schema.get(*k).is_some());
+    if unlisted_admitted {
+        return Ok(());
+    }
     let first = path.split('/').next().unwrap_or_default();
     let first = first.replace("~1", "/").replace("~0", "~");
     if properties.contains_key(&first) {
         return Ok(());
     }
     let known: Vec<&str> = properties.keys().map(String::as_str).collect();
+    let known = if known.is_empty() {
+        "it lists none".to_owned()
+    } else {
+        format!("it lists: {}", known.join(", "))
+    };
     Err(format!(
         "`natural_key` entry `{pointer}` names the argument `{first}`, which the input schema \
-         does not list (it lists: {})",
-        known.join(", ")
+         does not list ({known}; `\"\"` stands for the whole arguments)"
     ))
 }
 

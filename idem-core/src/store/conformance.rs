@@ -742,17 +742,22 @@ async fn an_outcome_that_is_not_json_is_refused(s: Subject) {
         .mark_unknown(&key, fence, "timeout after sending")
         .await
         .expect("mark unknown");
-    let text = Outcome::Success("receipt 42".into());
-    let refused = s.store.resolve(&key, &text, TTL).await;
-    assert!(
-        matches!(refused, Err(StoreError::InvalidOutcome { .. })),
-        "resolve: {refused:?}"
-    );
-    let refused = s.store.settle_unknown(&key, fence, Some(&text), TTL).await;
-    assert!(
-        matches!(refused, Err(StoreError::InvalidOutcome { .. })),
-        "settle_unknown: {refused:?}"
-    );
+    // Text, and JSON that a replay could not read back: too deep, out of range, a lone
+    // surrogate.
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    for bad in ["receipt 42", &deep, "1e400", r#""\ud800""#] {
+        let text = Outcome::Success(bad.to_owned());
+        let refused = s.store.resolve(&key, &text, TTL).await;
+        assert!(
+            matches!(refused, Err(StoreError::InvalidOutcome { .. })),
+            "resolve with {bad:.20}: {refused:?}"
+        );
+        let refused = s.store.settle_unknown(&key, fence, Some(&text), TTL).await;
+        assert!(
+            matches!(refused, Err(StoreError::InvalidOutcome { .. })),
+            "settle_unknown with {bad:.20}: {refused:?}"
+        );
+    }
     // Nothing changed: the record is still Unknown, and JSON settles it.
     match state_of(&s, &key).await {
         Some(RecordState::Unknown { .. }) => {}

@@ -132,7 +132,8 @@ fn held(existing: Option<Record>, key: &RecordKey, fence: Fence) -> Result<Recor
 /// output) may be any text: a success must be JSON, or no replay could read it back.
 pub fn check_settled(outcome: &Outcome) -> Result<(), StoreError> {
     match outcome {
-        Outcome::Success(text) => serde_json::from_str::<serde::de::IgnoredAny>(text)
+        // Parsed as replays parse it (depth limit, number range, surrogates), not merely skimmed.
+        Outcome::Success(text) => serde_json::from_str::<serde_json::Value>(text)
             .map(drop)
             .map_err(|e| StoreError::InvalidOutcome {
                 reason: e.to_string(),

@@ -169,7 +169,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// take over an orphan, atomically. Never read-then-write.
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, StoreError>;
 
-    /// Record the outcome, if still held at `fence`. The record expires after `ttl`.
+    /// Record the outcome, if still held at `fence`. The record expires after `ttl`. A
+    /// success's text is stored as given, unchecked (the dispatcher writes it from a
+    /// `serde_json::Value`, and checking it would cost a parse per call).
     async fn complete(
         &self,
         key: &RecordKey,
@@ -214,7 +216,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError>;
 
     /// Operator: settle an InProgress or Unknown record with an outcome (a value, or a
-    /// failure). Any holder is fenced out.
+    /// failure). Any holder is fenced out. A success must be JSON text that replays can read
+    /// back ([`StoreError::InvalidOutcome`] otherwise, and nothing changes).
     async fn resolve(
         &self,
         key: &RecordKey,
@@ -227,7 +230,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Completed, its fence incremented, expiring after `ttl`; without one (the effect
     /// certainly did not happen) it is deleted so the call may run again. Returns `false`
     /// and changes nothing if the record is no longer Unknown at that fence: another worker
-    /// settled it first.
+    /// settled it first. A success must be JSON text, as for [`Store::resolve`].
     async fn settle_unknown(
         &self,
         key: &RecordKey,
