@@ -53,8 +53,11 @@
 //! | `scopes` | scopes the principal must hold, e.g. `["mail:send"]` | none |
 //! | `natural_key` | a `fn(&serde_json::Value) -> Option<String>` computing the key from the normalised arguments; it takes precedence over call ids, so it must be a pure function of the arguments (no clock, no randomness) | none |
 //! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()`, whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
-//! | `on_key_reuse` | `"reject"` (a key with other arguments is `KeyReused`) or `"replay"` | `"reject"` |
+//! | `on_key_reuse` | `"reject"` (a key with other arguments is `KeyReused`) or `"replay"` (needs a `natural_key`) | `"reject"` |
 //! | `crate` | the path of this crate if renamed, e.g. `"::my_idem"` | `"::idem"` |
+//!
+//! A `read` tool records nothing, so `ttl_secs`, `lease_secs`, `wait_secs`, `natural_key` and
+//! `on_key_reuse` on one are compile errors, as is a duration over ten years.
 //!
 //! The function may be `async` or not, takes named parameters of types that implement
 //! `Deserialize`, `Serialize` and `JsonSchema` (`Option<T>` ones are optional), at most one

@@ -110,6 +110,13 @@ async fn clock_jumper(ctx: &ToolContext, label: String) -> Result<u32, ToolError
     Ok(1)
 }
 
+/// Notes each run under its label.
+#[tool(class = "idempotent_write")]
+fn noted(label: String, value: u32) -> Result<u32, ToolError> {
+    note(&label);
+    Ok(value)
+}
+
 fn ticket_key(args: &Value) -> Option<String> {
     Some(format!(
         "{}|{}",
@@ -134,13 +141,6 @@ async fn find_or_create(
         "ticket for {customer}: {subject} ({})",
         ctx.idempotency_key()
     ))
-}
-
-/// Opts into replay, but has no natural key.
-#[tool(class = "idempotent_write", on_key_reuse = "replay")]
-fn replay_without_natural_key(label: String, value: u32) -> Result<u32, ToolError> {
-    note(&label);
-    Ok(value)
 }
 
 fn run() -> RunContext {
@@ -257,24 +257,23 @@ async fn a_retry_never_runs_after_the_lease_was_lost() {
 
 #[tokio::test]
 async fn replay_on_key_reuse_applies_only_to_natural_keys() {
+    // `find_or_create` opts into replay under its natural key. A call that brings its own key
+    // is keyed by that instead, and reusing it for other arguments is the caller's mistake.
+    // (Opting into replay without a natural key at all does not compile.)
     let d = on_clock(Arc::new(ManualClock::new()));
-    let l = label();
-    let first = ToolCall::new(
-        "replay_without_natural_key",
-        json!({"label": l, "value": 1}),
-    )
-    .with_call_id(&l);
+    let customer = label();
+    let key = format!("explicit-{customer}");
+    let args =
+        |subject: &str| json!({"customer": customer, "subject": subject, "hang_first": false});
+    let first = ToolCall::new("find_or_create", args("Refund")).with_key(&key);
     d.dispatch(&first, &run()).await.unwrap();
-    let other = ToolCall::new(
-        "replay_without_natural_key",
-        json!({"label": l, "value": 2}),
-    )
-    .with_call_id(&l);
+    let other = ToolCall::new("find_or_create", args("Invoice")).with_key(&key);
     let err = d.dispatch(&other, &run()).await.unwrap_err();
     assert!(
         matches!(err, DispatchError::KeyReused { .. }),
-        "a reused call id is a mistake: {err:?}"
+        "a reused explicit key is a mistake: {err:?}"
     );
+    assert_eq!(count(&format!("{customer}/create")), 1);
 }
 
 #[tokio::test]
@@ -308,15 +307,8 @@ async fn parallel_calls_of_one_step_get_their_own_records() {
     let d = on_clock(Arc::new(ManualClock::new()));
     let l = label();
     let r = RunContext::new("t").with_run("run-1", 7);
-    let a = ToolCall::new(
-        "replay_without_natural_key",
-        json!({"label": l, "value": 1}),
-    );
-    let b = ToolCall::new(
-        "replay_without_natural_key",
-        json!({"label": l, "value": 1}),
-    )
-    .with_index(1);
+    let a = ToolCall::new("noted", json!({"label": l, "value": 1}));
+    let b = ToolCall::new("noted", json!({"label": l, "value": 1})).with_index(1);
     assert!(!d.dispatch(&a, &r).await.unwrap().deduplicated);
     assert!(
         !d.dispatch(&b, &r).await.unwrap().deduplicated,

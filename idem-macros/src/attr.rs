@@ -66,6 +66,8 @@ pub(crate) struct Attr {
     pub natural_key: Option<syn::Path>,
     pub verify: Option<syn::Path>,
     pub replay_on_key_reuse: bool,
+    /// `on_key_reuse` was given (and valid), whichever policy.
+    pub key_reuse_given: bool,
     pub krate: Option<syn::Path>,
 }
 
@@ -82,6 +84,8 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
         }
     };
     let mut seen: Vec<String> = Vec::new();
+    // Where each key was written, for errors about keys that only make sense together.
+    let mut spans: Vec<(String, Span)> = Vec::new();
     let mut class_given = false;
     for meta in &metas {
         let path = meta.path();
@@ -113,6 +117,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             continue;
         }
         seen.push(key.clone());
+        spans.push((key.clone(), ident.span()));
         if key == "class" {
             class_given = true;
         }
@@ -204,8 +209,14 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                     continue;
                 };
                 match lit.value().as_str() {
-                    "reject" => attr.replay_on_key_reuse = false,
-                    "replay" => attr.replay_on_key_reuse = true,
+                    "reject" => {
+                        attr.replay_on_key_reuse = false;
+                        attr.key_reuse_given = true;
+                    }
+                    "replay" => {
+                        attr.replay_on_key_reuse = true;
+                        attr.key_reuse_given = true;
+                    }
                     other => errors.spanned(&lit, format!("unknown `on_key_reuse` policy `{other}`: expected `\"reject\"` (the default) or `\"replay\"`")),
                 }
             }
@@ -223,6 +234,38 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             }
             _ => unreachable!("every key in KEYS is handled"),
         }
+    }
+    let span_of = |key: &str| {
+        spans
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or_else(Span::call_site, |(_, span)| *span)
+    };
+    if matches!(attr.class, Some(Class::Read)) {
+        // A read records nothing: these keys would silently do nothing.
+        for (key, given) in [
+            ("ttl_secs", attr.ttl_secs.is_some()),
+            ("lease_secs", attr.lease_secs.is_some()),
+            ("wait_secs", attr.wait_secs.is_some()),
+            ("natural_key", attr.natural_key.is_some()),
+            ("on_key_reuse", attr.key_reuse_given),
+        ] {
+            if given {
+                errors.at(
+                    span_of(key),
+                    format!(
+                        "`{key}` has no effect on a `read` tool, which records nothing: remove \
+                         it, or give the tool the class of a write"
+                    ),
+                );
+            }
+        }
+    } else if attr.replay_on_key_reuse && attr.natural_key.is_none() {
+        errors.at(
+            span_of("on_key_reuse"),
+            "`on_key_reuse = \"replay\"` applies only to calls keyed by a natural key: add \
+             `natural_key = ticket_key`, or remove `on_key_reuse`",
+        );
     }
     if !class_given {
         errors.at(

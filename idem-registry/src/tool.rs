@@ -599,11 +599,10 @@ pub const LONGEST_POLICY_DURATION: Duration = Duration::from_secs(10 * 365 * 24 
 
 /// A tool definition read from data (configuration, another system). The class is
 /// optional here only so that its absence can be refused with a clear error at
-/// registration; see [`ToolSpec::into_def`]. The policy fields are those of `#[tool]`, with
-/// checks `#[tool]` leaves to its author: a value that could never take effect (a natural key
-/// naming an argument the schema does not list, a record setting on a `read` tool, `"replay"`
-/// without a natural key) is refused at registration rather than ignored, since data has no
-/// reader to notice it. Read it with serde; more fields may come, so it cannot be
+/// registration; see [`ToolSpec::into_def`]. The policy fields and their checks are those of
+/// `#[tool]` (a record setting on a `read` tool, `"replay"` without a natural key, a duration
+/// over ten years are refused), plus one only data needs: a natural key pointer naming an
+/// argument the schema does not list is refused rather than left never to match. Read it with serde; more fields may come, so it cannot be
 /// built field by field outside this crate.
 ///
 /// ```
