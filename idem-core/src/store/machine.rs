@@ -129,17 +129,28 @@ fn held(existing: Option<Record>, key: &RecordKey, fence: Fence) -> Result<Recor
 }
 
 /// Check an outcome given by an operator or a verify hook, which (unlike a dispatcher's own
-/// output) may be any text: a success must be JSON, or no replay could read it back.
-pub fn check_settled(outcome: &Outcome) -> Result<(), StoreError> {
-    match outcome {
+/// output) may be any text: a success must be JSON, or no replay could read it back; and, as
+/// every outcome, it must fit the store's size limit.
+pub fn check_settled(outcome: &Outcome, limit: usize) -> Result<(), StoreError> {
+    if let Outcome::Success(text) = outcome {
         // Parsed as replays parse it (depth limit, number range, surrogates), not merely skimmed.
-        Outcome::Success(text) => serde_json::from_str::<serde_json::Value>(text)
-            .map(drop)
-            .map_err(|e| StoreError::InvalidOutcome {
+        serde_json::from_str::<serde_json::Value>(text).map_err(|e| {
+            StoreError::InvalidOutcome {
                 reason: e.to_string(),
-            }),
-        Outcome::Failure(_) => Ok(()),
+            }
+        })?;
     }
+    check_size(outcome, limit)
+}
+
+/// [`check_settled`], then [`encode_outcome`]: for the stores that keep an encoded outcome.
+pub fn encode_settled(
+    key: &RecordKey,
+    outcome: &Outcome,
+    limit: usize,
+) -> Result<String, StoreError> {
+    check_settled(outcome, limit)?;
+    encode(key, outcome)
 }
 
 /// Check an outcome against a store's size limit.
@@ -159,6 +170,11 @@ pub fn encode_outcome(
     limit: usize,
 ) -> Result<String, StoreError> {
     check_size(outcome, limit)?;
+    encode(key, outcome)
+}
+
+/// The JSON text stores keep for an outcome already checked.
+fn encode(key: &RecordKey, outcome: &Outcome) -> Result<String, StoreError> {
     // Serialising an `Outcome` cannot fail in practice (string keys, finite JSON values);
     // report it rather than panic if it ever does.
     serde_json::to_string(outcome).map_err(|e| StoreError::Corrupt {

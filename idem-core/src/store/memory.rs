@@ -766,8 +766,7 @@ impl Store for MemoryStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<Record, StoreError> {
-        machine::check_settled(outcome)?;
-        machine::check_size(outcome, self.max_outcome_bytes)?;
+        machine::check_settled(outcome, self.max_outcome_bytes)?;
         let now = self.clock.now();
         self.transition(key, |r| {
             machine::resolve(r.as_ref(), key, outcome, ttl, now)
@@ -782,8 +781,7 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         if let Some(o) = outcome {
-            machine::check_settled(o)?;
-            machine::check_size(o, self.max_outcome_bytes)?;
+            machine::check_settled(o, self.max_outcome_bytes)?;
         }
         let now = self.clock.now();
         self.transition(key, |r| {

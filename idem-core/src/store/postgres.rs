@@ -528,8 +528,7 @@ impl Store for PostgresStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<Record, StoreError> {
-        machine::check_settled(outcome)?;
-        let encoded = machine::encode_outcome(key, outcome, self.max_outcome_bytes)?;
+        let encoded = machine::encode_settled(key, outcome, self.max_outcome_bytes)?;
         let ttl = millis(ttl);
         for _ in 0..RACE_RETRIES {
             let rows = self
@@ -557,8 +556,7 @@ impl Store for PostgresStore {
         let fence_param = fence_param(key, fence)?;
         let changed = match outcome {
             Some(o) => {
-                machine::check_settled(o)?;
-                let encoded = machine::encode_outcome(key, o, self.max_outcome_bytes)?;
+                let encoded = machine::encode_settled(key, o, self.max_outcome_bytes)?;
                 let ttl = millis(ttl);
                 self.execute(
                     &self.sql.settle_complete,

@@ -817,8 +817,7 @@ impl Store for RedisStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<Record, StoreError> {
-        machine::check_settled(outcome)?;
-        let outcome = machine::encode_outcome(key, outcome, self.max_outcome_bytes)?;
+        let outcome = machine::encode_settled(key, outcome, self.max_outcome_bytes)?;
         let (status, rest) = self
             .run(
                 &self.scripts.resolve,
@@ -848,10 +847,7 @@ impl Store for RedisStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let encoded = match outcome {
-            Some(o) => {
-                machine::check_settled(o)?;
-                machine::encode_outcome(key, o, self.max_outcome_bytes)?
-            }
+            Some(o) => machine::encode_settled(key, o, self.max_outcome_bytes)?,
             None => String::new(),
         };
         let (status, _) = self

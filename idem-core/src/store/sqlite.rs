@@ -1299,8 +1299,7 @@ impl Store for SqliteStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<Record, StoreError> {
-        machine::check_settled(outcome)?;
-        machine::check_size(outcome, self.max_outcome_bytes)?;
+        machine::check_settled(outcome, self.max_outcome_bytes)?;
         self.write(
             |tx, now| resolve_in(tx, key, outcome, ttl, now),
             || {
@@ -1319,8 +1318,7 @@ impl Store for SqliteStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         if let Some(o) = outcome {
-            machine::check_settled(o)?;
-            machine::check_size(o, self.max_outcome_bytes)?;
+            machine::check_settled(o, self.max_outcome_bytes)?;
         }
         self.write(
             |tx, now| settle_unknown_in(tx, key, fence, outcome, ttl, now),
