@@ -402,15 +402,12 @@ impl ToolBuilder {
     }
 
     /// The body (required).
-    pub fn handler<F, Fut>(mut self, f: F) -> Self
+    pub fn handler<F, Fut>(self, f: F) -> Self
     where
         F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
-        self.handler = Some(Arc::new(move |ctx, args: &Value, _: Option<Typed>| {
-            Box::pin(f(ctx, args.clone()))
-        }));
-        self
+        self.handler_typed(move |ctx, args: &Value, _| f(ctx, args.clone()))
     }
 
     /// The body, lent the arguments rather than given a copy: what `#[tool]` uses, since it
@@ -432,15 +429,12 @@ impl ToolBuilder {
     ///     .unwrap();
     /// # let _ = tool;
     /// ```
-    pub fn handler_ref<F, Fut>(mut self, f: F) -> Self
+    pub fn handler_ref<F, Fut>(self, f: F) -> Self
     where
         F: Fn(ToolContext, &Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
-        self.handler = Some(Arc::new(move |ctx, args: &Value, _: Option<Typed>| {
-            Box::pin(f(ctx, args))
-        }));
-        self
+        self.handler_typed(move |ctx, args: &Value, _| f(ctx, args))
     }
 
     /// The body, lent the arguments and given the typed value the preparer built, if any
@@ -533,27 +527,21 @@ impl ToolBuilder {
             });
         }
         let policy = &self.policy;
-        let secs = |d: Duration| format!("{} s", d.as_secs_f64());
-        let millis = |d: Duration| format!("{} ms", d.as_secs_f64() * 1000.0);
-        for (what, field, value, unit) in [
-            (
-                "TTL",
-                "ttl_secs",
-                policy.ttl,
-                &secs as &dyn Fn(Duration) -> String,
-            ),
-            ("lease", "lease_secs", policy.lease, &secs),
-            ("wait", "wait_secs", policy.wait, &secs),
-            ("backoff", "backoff_ms", policy.backoff, &millis),
+        // Each in the unit of its `#[tool]` key: seconds, or milliseconds for the backoff.
+        for (what, field, value, per_second, unit) in [
+            ("TTL", "ttl_secs", policy.ttl, 1.0, "s"),
+            ("lease", "lease_secs", policy.lease, 1.0, "s"),
+            ("wait", "wait_secs", policy.wait, 1.0, "s"),
+            ("backoff", "backoff_ms", policy.backoff, 1000.0, "ms"),
         ] {
             if value > LONGEST_POLICY_DURATION {
                 return Err(RegistryError::Invalid {
                     tool: name,
                     reason: format!(
-                        "the {what} (`{field}`) of {} is longer than idem accepts: at most {} \
-                         (ten years)",
-                        unit(value),
-                        unit(LONGEST_POLICY_DURATION)
+                        "the {what} (`{field}`) of {} {unit} is longer than idem accepts: at \
+                         most {} {unit} (ten years)",
+                        value.as_secs_f64() * per_second,
+                        LONGEST_POLICY_DURATION.as_secs_f64() * per_second
                     ),
                 });
             }
@@ -602,8 +590,8 @@ pub const LONGEST_POLICY_DURATION: Duration = Duration::from_secs(10 * 365 * 24 
 /// registration; see [`ToolSpec::into_def`]. The policy fields and their checks are those of
 /// `#[tool]` (a record setting on a `read` tool, `"replay"` without a natural key, a duration
 /// over ten years are refused), plus one only data needs: a natural key pointer naming an
-/// argument the schema does not list is refused rather than left never to match. Read it with serde; more fields may come, so it cannot be
-/// built field by field outside this crate.
+/// argument the schema does not list is refused rather than left never to match. Read it
+/// with serde; more fields may come, so it cannot be built field by field outside this crate.
 ///
 /// ```
 /// use idem_registry::ToolSpec;
