@@ -49,6 +49,12 @@ fn run() -> RunContext {
     RunContext::new("tenant-spec")
 }
 
+/// A call of `tool` under the provider's call id `id`, which must succeed.
+async fn dispatched(d: &Dispatcher, tool: &str, args: Value, id: &str) -> Dispatched {
+    let call = ToolCall::new(tool, args).with_call_id(id);
+    d.dispatch(&call, &run()).await.unwrap()
+}
+
 #[test]
 fn the_policy_fields_set_the_policy() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -91,35 +97,17 @@ async fn a_natural_key_finds_the_call_already_made_whatever_its_ids() {
         .unwrap(),
     );
     let args = json!({ "customer": "c-17", "subject": "Refund", "body": "Please refund." });
-    let first = d
-        .dispatch(
-            &ToolCall::new("open_ticket", args).with_call_id("call-1"),
-            &run(),
-        )
-        .await
-        .unwrap();
+    let first = dispatched(&d, "open_ticket", args, "call-1").await;
     assert!(!first.deduplicated);
     // The model asks again, in other words, under another call id: the same ticket.
     let reworded = json!({ "customer": "c-17", "subject": "Refund", "body": "Refund me, please." });
-    let again = d
-        .dispatch(
-            &ToolCall::new("open_ticket", reworded).with_call_id("call-2"),
-            &run(),
-        )
-        .await
-        .unwrap();
+    let again = dispatched(&d, "open_ticket", reworded, "call-2").await;
     assert!(again.deduplicated);
     assert_eq!(again.output, first.output);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     // Another subject is another ticket.
     let other = json!({ "customer": "c-17", "subject": "Invoice" });
-    let second = d
-        .dispatch(
-            &ToolCall::new("open_ticket", other).with_call_id("call-3"),
-            &run(),
-        )
-        .await
-        .unwrap();
+    let second = dispatched(&d, "open_ticket", other, "call-3").await;
     assert!(!second.deduplicated);
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
@@ -206,21 +194,12 @@ async fn natural_key_pointers_follow_rfc_6901() {
     let d = dispatcher(def(spec, &odd).unwrap());
     for (id, note) in [("o-1", "first"), ("o-2", "second")] {
         let args = json!({ "~1": "tilde-one", "": "empty", "note": note });
-        let out = d
-            .dispatch(&ToolCall::new("odd_names", args).with_call_id(id), &run())
-            .await
-            .unwrap();
+        let out = dispatched(&d, "odd_names", args, id).await;
         assert_eq!(out.deduplicated, id == "o-2");
     }
     // With the argument `/` (escaped `~1`) instead, the key differs: another effect.
     let other = json!({ "~1": "other", "": "empty", "note": "third" });
-    let out = d
-        .dispatch(
-            &ToolCall::new("odd_names", other).with_call_id("o-3"),
-            &run(),
-        )
-        .await
-        .unwrap();
+    let out = dispatched(&d, "odd_names", other, "o-3").await;
     assert!(!out.deduplicated);
     assert_eq!(odd.load(Ordering::SeqCst), 2);
 
