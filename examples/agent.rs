@@ -72,7 +72,16 @@ async fn mail_was_sent(ctx: &ToolContext) -> Result<Verified, ToolError> {
 }
 
 /// Send an email to a customer.
-#[tool(class = "non_idempotent_write", open_world, scopes = ["mail:send"], verify = mail_was_sent)]
+// The settle delay before `mail_was_sent` is asked is 2 s here, so that the example does not
+// wait the default 5 minutes; it is at least a lease, hence the short lease too.
+#[tool(
+    class = "non_idempotent_write",
+    open_world,
+    scopes = ["mail:send"],
+    verify = mail_was_sent,
+    verify_after_secs = 2,
+    lease_secs = 2
+)]
 async fn send_email(
     ctx: &ToolContext,
     /// Recipient address.
@@ -308,6 +317,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .list(idem::ListFilter {
             state: Some(StateKind::Completed),
             limit: 10_000,
+            ..Default::default()
         })
         .await?
         .len();
@@ -360,6 +370,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .with_call_id("call_e2");
     s.play("timeout after sending", slow.clone()).await.ok();
+    // At once: the provider may not have committed yet, so the hook is not asked.
+    let early = s.play("model calls again at once", slow.clone()).await;
+    if let Err(DispatchError::OutcomeUnknown {
+        retry_after: Some(at),
+        ..
+    }) = early
+    {
+        let now = s.dispatcher.store().now().await?;
+        tokio::time::sleep(Duration::from_millis(
+            at.as_millis().saturating_sub(now.as_millis()),
+        ))
+        .await;
+    }
     s.play("model calls again (verified)", slow).await.ok();
     FLAKY_STATUS
         .lock()
@@ -443,6 +466,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .list(idem::ListFilter {
             state: Some(StateKind::Unknown),
             limit: 100,
+            ..Default::default()
         })
         .await?;
     println!(

@@ -73,7 +73,7 @@
 
 #![warn(missing_docs)]
 
-pub use idem_core::store::memory::{ManualClock, MemoryStore};
+pub use idem_core::store::memory::{Clock, ManualClock, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use idem_core::store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
@@ -81,9 +81,10 @@ pub use idem_core::store::redis::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use idem_core::store::sqlite::SqliteStore;
 pub use idem_core::{
-    ClassHints, ErrorKind, Fence, Fingerprint, IdempotencyKey, JournalEntry, KeyMaterial,
-    ListFilter, LogicalKey, ORPHANED, OrphanPolicy, Outcome, Record, RecordKey, RecordState,
-    StateKind, Store, StoreError, Timestamp, ToolClass, ToolError, UnknownClass,
+    ClassHints, DEFAULT_UNKNOWN_RETENTION, ErrorKind, Fence, Fingerprint, IdempotencyKey,
+    JournalEntry, KeyMaterial, ListFilter, LogicalKey, ORPHANED, OrphanPolicy, Outcome,
+    PurgeFilter, Record, RecordKey, RecordState, StateKind, Store, StoreError, Timestamp,
+    ToolClass, ToolError, UnknownClass,
 };
 pub use idem_macros::tool;
 pub use idem_registry::dispatch::DEFAULT_NAMESPACE;
@@ -91,9 +92,9 @@ pub use idem_registry::dispatch::DEFAULT_NAMESPACE;
 pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
 pub use idem_registry::tool::Location;
 pub use idem_registry::{
-    Approval, ApprovalRequest, ArgumentError, DispatchError, Dispatched, Dispatcher,
-    LONGEST_POLICY_DURATION, Registry, RegistryBuilder, RegistryError, RunContext, StaticTool,
-    ToolBuilder, ToolCall, ToolContext, ToolDef, ToolPolicy, ToolSpec, Verified,
+    Approval, ApprovalRequest, ArgumentError, DEFAULT_VERIFY_AFTER, DispatchError, Dispatched,
+    Dispatcher, LONGEST_POLICY_DURATION, Registry, RegistryBuilder, RegistryError, RunContext,
+    StaticTool, ToolBuilder, ToolCall, ToolContext, ToolDef, ToolPolicy, ToolSpec, Verified,
 };
 pub use idem_registry::{export, schema, validate};
 

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use idem::prelude::*;
-use idem::store::{Claim, ClaimRequest, ListFilter};
+use idem::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
 use idem::{Fence, Outcome, Record, RecordKey, StoreError, Timestamp};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -306,7 +306,7 @@ impl Store for Crashing {
     async fn force_release(&self, k: &RecordKey) -> Result<bool, StoreError> {
         self.inner.force_release(k).await
     }
-    async fn purge_expired(&self, l: usize) -> Result<usize, StoreError> {
+    async fn purge_expired(&self, l: &PurgeFilter) -> Result<usize, StoreError> {
         self.inner.purge_expired(l).await
     }
     async fn now(&self) -> Result<Timestamp, StoreError> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem::prelude::*;
-use idem::store::{Claim, ClaimRequest, ListFilter};
+use idem::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
 use idem::{
     Fence, ManualClock, Outcome, Record, RecordKey, RecordState, StoreError, Timestamp, ToolDef,
 };
@@ -335,6 +335,7 @@ async fn a_fresh_orphan_is_not_verified_until_a_lease_has_passed() {
         .input_schema(json!({"type": "object"}))
         .policy(idem::ToolPolicy {
             lease: Duration::from_secs(1),
+            verify_after: Duration::from_secs(2),
             ..Default::default()
         })
         .handler(move |_ctx: ToolContext, _args: Value| {
@@ -434,7 +435,7 @@ impl Store for SlowClaims {
     async fn force_release(&self, k: &RecordKey) -> Result<bool, StoreError> {
         self.0.force_release(k).await
     }
-    async fn purge_expired(&self, l: usize) -> Result<usize, StoreError> {
+    async fn purge_expired(&self, l: &PurgeFilter) -> Result<usize, StoreError> {
         self.0.purge_expired(l).await
     }
     async fn now(&self) -> Result<Timestamp, StoreError> {

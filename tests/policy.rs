@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem::prelude::*;
-use idem::store::{Claim, ClaimRequest, ListFilter};
+use idem::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
 use idem::{Fence, ManualClock, Outcome, Record, RecordKey, RecordState, StoreError, Timestamp};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -734,6 +734,7 @@ async fn invalid_arguments_never_reach_the_body_and_record_nothing() {
         .list(ListFilter {
             state: None,
             limit: 1000,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -983,7 +984,7 @@ impl Store for Flaky {
         self.check()?;
         self.inner.force_release(k).await
     }
-    async fn purge_expired(&self, l: usize) -> Result<usize, StoreError> {
+    async fn purge_expired(&self, l: &PurgeFilter) -> Result<usize, StoreError> {
         self.check()?;
         self.inner.purge_expired(l).await
     }

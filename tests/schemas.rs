@@ -1324,6 +1324,7 @@ async fn arguments_are_validated_before_anything_is_recorded() {
             .list(ListFilter {
                 state: Some(state),
                 limit: 1000,
+                ..Default::default()
             })
             .await
             .unwrap();

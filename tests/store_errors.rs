@@ -176,12 +176,14 @@ async fn a_recorded_output_that_is_not_json_is_reported_corrupt_with_its_key() {
         "charge",
         &KeyMaterial::CallId {
             call_id: "call-written-badly".into(),
+            run_id: None,
         },
     );
     let claim = store
         .claim(&ClaimRequest {
             key: key.clone(),
             tool: "charge".into(),
+            tenant: "tenant-store-errors".into(),
             fingerprint: Fingerprint::of(&args),
             lease: Duration::from_secs(30),
             orphans: OrphanPolicy::MarkUnknown,

@@ -3,9 +3,10 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{RecordState, ToolDef, Verified};
+use idem::{ManualClock, MemoryStore, RecordState, ToolDef, ToolPolicy, Verified};
 use serde_json::{Value, json};
 
 /// A mail provider whose API may time out after accepting a message; it can be asked
@@ -47,7 +48,8 @@ impl Mailer {
     }
 }
 
-fn dispatcher(mailer: Arc<Mailer>) -> Dispatcher {
+/// A dispatcher on a store whose clock the test moves past the settle delay.
+fn dispatcher(mailer: Arc<Mailer>) -> (Dispatcher, Arc<ManualClock>) {
     let (send, check) = (mailer.clone(), mailer);
     let tool = ToolDef::builder("send_mail", ToolClass::NonIdempotentWrite)
         .description("Send a message.")
@@ -62,10 +64,17 @@ fn dispatcher(mailer: Arc<Mailer>) -> Dispatcher {
         })
         .build()
         .unwrap();
-    Dispatcher::new(
-        Registry::builder().add(tool).build().unwrap(),
-        Arc::new(MemoryStore::new()),
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
+    (
+        Dispatcher::new(Registry::builder().add(tool).build().unwrap(), store),
+        clock,
     )
+}
+
+/// Past the settle delay (ToolPolicy::verify_after), when the hook may be asked.
+fn settle(clock: &ManualClock) {
+    clock.advance(ToolPolicy::default().verify_after);
 }
 
 fn call() -> ToolCall {
@@ -75,7 +84,7 @@ fn call() -> ToolCall {
 #[tokio::test]
 async fn applied_effect_is_settled_and_replayed_without_resending() {
     let mailer = Arc::new(Mailer::default());
-    let d = dispatcher(mailer.clone());
+    let (d, clock) = dispatcher(mailer.clone());
     let run = RunContext::new("t");
     *mailer.next_timeout.lock().unwrap() = Some(true);
     let first = d.dispatch(&call(), &run).await.unwrap_err();
@@ -83,6 +92,7 @@ async fn applied_effect_is_settled_and_replayed_without_resending() {
         matches!(first, DispatchError::OutcomeUnknown { .. }),
         "{first:?}"
     );
+    settle(&clock);
     let again = d.dispatch(&call(), &run).await.unwrap();
     assert!(
         again.deduplicated,
@@ -106,13 +116,14 @@ async fn applied_effect_is_settled_and_replayed_without_resending() {
 #[tokio::test]
 async fn effect_verified_not_applied_runs_once_more() {
     let mailer = Arc::new(Mailer::default());
-    let d = dispatcher(mailer.clone());
+    let (d, clock) = dispatcher(mailer.clone());
     let run = RunContext::new("t");
     *mailer.next_timeout.lock().unwrap() = Some(false);
     assert!(matches!(
         d.dispatch(&call(), &run).await,
         Err(DispatchError::OutcomeUnknown { .. })
     ));
+    settle(&clock);
     let again = d.dispatch(&call(), &run).await.unwrap();
     assert!(
         !again.deduplicated,
@@ -130,7 +141,7 @@ async fn effect_verified_not_applied_runs_once_more() {
 #[tokio::test]
 async fn a_failing_verify_hook_leaves_the_outcome_unknown() {
     let mailer = Arc::new(Mailer::default());
-    let d = dispatcher(mailer.clone());
+    let (d, clock) = dispatcher(mailer.clone());
     let run = RunContext::new("t");
     *mailer.next_timeout.lock().unwrap() = Some(true);
     *mailer.verify_fails.lock().unwrap() = true;
@@ -138,6 +149,7 @@ async fn a_failing_verify_hook_leaves_the_outcome_unknown() {
         d.dispatch(&call(), &run).await,
         Err(DispatchError::OutcomeUnknown { .. })
     ));
+    settle(&clock);
     match d.dispatch(&call(), &run).await {
         Err(DispatchError::OutcomeUnknown { reason, .. }) => {
             assert!(reason.contains("verification failed"), "{reason}")

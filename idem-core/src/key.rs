@@ -20,10 +20,15 @@ pub enum KeyMaterial {
         /// The caller's key.
         key: String,
     },
-    /// The provider's tool call id.
+    /// The provider's tool call id, scoped by the run when the call has one: local models
+    /// and several OpenAI-compatible servers number calls `call_0`, `call_1` in every
+    /// response, so two runs would otherwise share records.
     CallId {
         /// The call id as the provider sent it.
         call_id: String,
+        /// The run the call belongs to, if the caller named one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
     },
     /// The run's identity and the step within it.
     RunStep {
@@ -59,7 +64,7 @@ impl KeyMaterial {
 /// ```
 /// use idem_core::{KeyMaterial, LogicalKey};
 ///
-/// let material = KeyMaterial::CallId { call_id: "call_1".into() };
+/// let material = KeyMaterial::CallId { call_id: "call_1".into(), run_id: None };
 /// let a = LogicalKey::new("shop", "tenant-a", "send_email", material.clone());
 /// let b = LogicalKey::new("shop", "tenant-b", "send_email", material);
 /// assert_ne!(a.record_key(), b.record_key());
@@ -93,16 +98,6 @@ impl LogicalKey {
         }
     }
 
-    fn digest(&self, domain: &str) -> [u8; 32] {
-        digest(
-            domain,
-            &self.namespace,
-            &self.tenant,
-            &self.tool,
-            &self.material,
-        )
-    }
-
     /// [`record_key`](LogicalKey::record_key) and
     /// [`downstream_key`](LogicalKey::downstream_key) of a logical key given by its parts,
     /// without assembling it (what the dispatcher does on every call).
@@ -110,7 +105,7 @@ impl LogicalKey {
     /// ```
     /// use idem_core::{KeyMaterial, LogicalKey};
     ///
-    /// let material = KeyMaterial::CallId { call_id: "call_1".into() };
+    /// let material = KeyMaterial::CallId { call_id: "call_1".into(), run_id: None };
     /// let (record, downstream) = LogicalKey::derive("app", "acme", "send_email", &material);
     /// let key = LogicalKey::new("app", "acme", "send_email", material);
     /// assert_eq!((record, downstream), (key.record_key(), key.downstream_key()));
@@ -121,47 +116,66 @@ impl LogicalKey {
         tool: &str,
         material: &KeyMaterial,
     ) -> (RecordKey, IdempotencyKey) {
-        let record = digest(RECORD_DOMAIN, namespace, tenant, tool, material);
-        let downstream = digest(DOWNSTREAM_DOMAIN, namespace, tenant, tool, material);
+        let record = digest(namespace, tenant, tool, material);
+        let downstream = downstream_digest(&record);
         (record_key_of(&record), downstream_key_of(&downstream))
+    }
+
+    fn digest(&self) -> [u8; 32] {
+        digest(&self.namespace, &self.tenant, &self.tool, &self.material)
     }
 
     /// The key the record is stored under.
     pub fn record_key(&self) -> RecordKey {
-        record_key_of(&self.digest(RECORD_DOMAIN))
+        record_key_of(&self.digest())
     }
 
     /// The key handed to downstream systems: the same for every attempt and every takeover.
     pub fn downstream_key(&self) -> IdempotencyKey {
-        downstream_key_of(&self.digest(DOWNSTREAM_DOMAIN))
+        downstream_key_of(&downstream_digest(&self.digest()))
     }
 }
 
-const RECORD_DOMAIN: &str = "idem/record/v1";
-const DOWNSTREAM_DOMAIN: &str = "idem/downstream/v1";
+/// The domain of the record key's digest. v2: call ids are scoped by the run.
+const RECORD_DOMAIN: &str = "idem/record/v2";
+const DOWNSTREAM_DOMAIN: &[u8] = b"idem/downstream/v2";
+
+/// The downstream key's digest, from the record key's: one SHA-256 block over a fixed-size
+/// input instead of hashing the scope a second time. It cannot be turned back into the
+/// record key, and the two never share text.
+fn downstream_digest(record: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(DOWNSTREAM_DOMAIN);
+    h.update(record);
+    h.finalize().into()
+}
 
 /// SHA-256 of the length-prefixed fields: no choice of strings can make two keys collide by
 /// concatenation.
-fn digest(
-    domain: &str,
-    namespace: &str,
-    tenant: &str,
-    tool: &str,
-    material: &KeyMaterial,
-) -> [u8; 32] {
+fn digest(namespace: &str, tenant: &str, tool: &str, material: &KeyMaterial) -> [u8; 32] {
     let mut h = Sha256::new();
     let mut field = |s: &[u8]| {
         h.update((s.len() as u64).to_be_bytes());
         h.update(s);
     };
-    field(domain.as_bytes());
+    field(RECORD_DOMAIN.as_bytes());
     field(namespace.as_bytes());
     field(tenant.as_bytes());
     field(tool.as_bytes());
     field(material.source().as_bytes());
     match material {
         KeyMaterial::Explicit { key } | KeyMaterial::Natural { key } => field(key.as_bytes()),
-        KeyMaterial::CallId { call_id } => field(call_id.as_bytes()),
+        KeyMaterial::CallId { call_id, run_id } => {
+            field(call_id.as_bytes());
+            // A presence field: no run and a run named "" stay apart.
+            match run_id {
+                Some(run_id) => {
+                    field(b"run");
+                    field(run_id.as_bytes());
+                }
+                None => field(b""),
+            }
+        }
         KeyMaterial::RunStep {
             run_id,
             step,
@@ -285,13 +299,34 @@ mod tests {
                 "t",
                 "tool",
                 KeyMaterial::CallId {
-                    call_id: "k".into()
+                    call_id: "k".into(),
+                    run_id: None,
                 }
             )
             .record_key()
         );
         assert_eq!(base, key("ns", "t", "tool", m()).record_key());
         assert_eq!(base.as_str().len(), 64);
+    }
+
+    #[test]
+    fn a_call_id_is_scoped_by_its_run() {
+        let call = |run: Option<&str>| {
+            key(
+                "ns",
+                "t",
+                "tool",
+                KeyMaterial::CallId {
+                    call_id: "call_0".into(),
+                    run_id: run.map(str::to_owned),
+                },
+            )
+        };
+        let (a, b) = (call(Some("run-a")), call(Some("run-b")));
+        assert_ne!(a.record_key(), b.record_key());
+        assert_ne!(a.downstream_key(), b.downstream_key());
+        assert_ne!(call(None).record_key(), call(Some("")).record_key());
+        assert_eq!(a.record_key(), call(Some("run-a")).record_key());
     }
 
     #[test]

@@ -19,4 +19,6 @@ pub use key::{IdempotencyKey, KeyMaterial, LogicalKey, RecordKey};
 pub use record::{
     Fence, JournalEntry, ORPHANED, Outcome, Record, RecordState, StateKind, Timestamp,
 };
-pub use store::{Claim, ClaimRequest, ListFilter, Store, StoreError};
+pub use store::{
+    Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, ListFilter, PurgeFilter, Store, StoreError,
+};

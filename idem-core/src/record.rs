@@ -36,6 +36,36 @@ impl Timestamp {
         self.0
     }
 
+    /// The instant in RFC 3339, UTC, to the millisecond (`2026-12-01T10:11:39.000Z`), for
+    /// messages people read.
+    ///
+    /// ```
+    /// use idem_core::Timestamp;
+    /// assert_eq!(Timestamp(0).to_rfc3339(), "1970-01-01T00:00:00.000Z");
+    /// assert_eq!(Timestamp(1_796_119_899_123).to_rfc3339(), "2026-12-01T10:11:39.123Z");
+    /// ```
+    pub fn to_rfc3339(self) -> String {
+        let (secs, millis) = (self.0 / 1000, self.0 % 1000);
+        let (days, rem) = (secs / 86_400, secs % 86_400);
+        // Days since the epoch to a civil date (the proleptic Gregorian calendar), by eras of
+        // 400 years, which repeat exactly.
+        let z = days + 719_468;
+        let era = z / 146_097;
+        let doe = z % 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + u64::from(month <= 2);
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        )
+    }
+
     /// This instant plus a duration, saturating.
     pub fn plus(self, d: Duration) -> Self {
         Timestamp(
@@ -136,6 +166,10 @@ pub struct Record {
     pub key: RecordKey,
     /// The tool's registered name (lets a worker settle the call after a restart).
     pub tool: String,
+    /// The tenant or principal the call acted for (operators scope their work by it). A
+    /// record key is derived from its tenant, so a key's tenant never changes.
+    #[serde(default)]
+    pub tenant: String,
     /// Fingerprint of the typed arguments.
     pub fingerprint: Fingerprint,
     /// Current fence.

@@ -14,7 +14,7 @@ pub(crate) const CLASSES: [&str; 4] = [
     "irreversible",
 ];
 
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 15] = [
     "class",
     "name",
     "description",
@@ -27,6 +27,7 @@ const KEYS: [&str; 14] = [
     "scopes",
     "natural_key",
     "verify",
+    "verify_after_secs",
     "on_key_reuse",
     "crate",
 ];
@@ -65,6 +66,7 @@ pub(crate) struct Attr {
     pub scopes: Vec<LitStr>,
     pub natural_key: Option<syn::Path>,
     pub verify: Option<syn::Path>,
+    pub verify_after_secs: Option<u64>,
     pub replay_on_key_reuse: bool,
     /// `on_key_reuse` was given (and valid), whichever policy.
     pub key_reuse_given: bool,
@@ -152,6 +154,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             "lease_secs" => attr.lease_secs = int(value, &key, 1, errors),
             "wait_secs" => attr.wait_secs = int(value, &key, 0, errors),
             "backoff_ms" => attr.backoff_ms = int(value, &key, 0, errors),
+            "verify_after_secs" => attr.verify_after_secs = int(value, &key, 0, errors),
             "max_attempts" => {
                 attr.max_attempts = int::<u32>(value, &key, 1, errors);
             }
@@ -249,6 +252,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             ("wait_secs", attr.wait_secs.is_some()),
             ("natural_key", attr.natural_key.is_some()),
             ("on_key_reuse", attr.key_reuse_given),
+            ("verify_after_secs", attr.verify_after_secs.is_some()),
         ] {
             if given {
                 errors.at(
@@ -383,7 +387,7 @@ where
     // Deadlines are the current time plus these: past ten years they could overflow the clock
     // (the registry refuses the same values for tools built at runtime).
     let max = match key {
-        "ttl_secs" | "lease_secs" | "wait_secs" => Some(TEN_YEARS_SECS),
+        "ttl_secs" | "lease_secs" | "wait_secs" | "verify_after_secs" => Some(TEN_YEARS_SECS),
         "backoff_ms" => Some(TEN_YEARS_SECS * 1000),
         _ => None,
     };
@@ -419,6 +423,7 @@ fn example(key: &str) -> String {
         "open_world" => "`open_world = true`".into(),
         "max_attempts" => "`max_attempts = 3`".into(),
         "backoff_ms" => "`backoff_ms = 100`".into(),
+        "verify_after_secs" => "`verify_after_secs = 300`".into(),
         other => format!("`{other} = 30`"),
     }
 }

@@ -194,6 +194,9 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
     if let Some(v) = attr.backoff_ms {
         policy.push(quote!(backoff: #p::Duration::from_millis(#v)));
     }
+    if let Some(v) = attr.verify_after_secs {
+        policy.push(quote!(verify_after: #p::Duration::from_secs(#v)));
+    }
     if let Some(v) = attr.max_attempts {
         policy.push(quote!(max_attempts: #v));
     }

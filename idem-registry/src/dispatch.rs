@@ -226,16 +226,22 @@ pub enum DispatchError {
         key: IdempotencyKey,
     },
     /// The effect may or may not have happened; it will not be re-executed automatically.
-    #[error("outcome of `{tool}` with key {key} is unknown since {}: {reason}; an operator must verify and resolve it", since.as_millis())]
+    /// With a verify hook, a call under this key after `retry_after` asks downstream and
+    /// settles it; without one, an operator must.
+    #[error("outcome of `{tool}` with key {key} is unknown since {}: {reason}; {}", since.to_rfc3339(), next_for_unknown(*retry_after))]
     OutcomeUnknown {
         /// The tool.
         tool: String,
         /// The key.
         key: IdempotencyKey,
-        /// When it became unknown (store clock, ms since epoch).
+        /// When it became unknown (store clock).
         since: Timestamp,
         /// Why.
         reason: String,
+        /// When a call under this key will ask the tool's verify hook (store clock): wait
+        /// until then and call again. `None` when no hook can settle it (the tool has none,
+        /// or journaled steps make the effect partial): an operator must.
+        retry_after: Option<Timestamp>,
     },
     /// This worker lost the key (its lease expired and another took over) before recording.
     #[error("`{tool}` with key {key}: this worker lost the key before recording its outcome")]
@@ -279,6 +285,17 @@ pub enum DispatchError {
         /// Whether this is a replay of a recorded terminal error.
         deduplicated: bool,
     },
+}
+
+/// What a person reading an `OutcomeUnknown` should do next.
+fn next_for_unknown(retry_after: Option<Timestamp>) -> String {
+    match retry_after {
+        Some(at) => format!(
+            "its verify hook will be asked from {} on: call again then",
+            at.to_rfc3339()
+        ),
+        None => "no verify hook can settle it: an operator must verify and resolve it".into(),
+    }
 }
 
 impl DispatchError {
@@ -468,6 +485,7 @@ impl Dispatcher {
         } else if let Some(call_id) = &call.call_id {
             KeyMaterial::CallId {
                 call_id: call_id.clone(),
+                run_id: run.run_id.clone(),
             }
         } else if let (Some(run_id), Some(step)) = (&run.run_id, run.step) {
             KeyMaterial::RunStep {
@@ -630,6 +648,7 @@ impl Dispatcher {
         let mut request = ClaimRequest {
             key: call.record_key.clone(),
             tool: tool.name.to_string(),
+            tenant: call.run.tenant.clone(),
             fingerprint: call.fingerprint,
             lease: tool.policy.lease,
             orphans: tool.class.orphan_policy(),
@@ -673,21 +692,18 @@ impl Dispatcher {
             match record.state {
                 RecordState::Completed { outcome, .. } => return call.replay(outcome),
                 RecordState::Unknown { since, last_error } => {
-                    // An orphan's holder may still be running (a long pause, not a crash):
-                    // asking downstream before a lease has passed could miss an effect it is
-                    // about to apply.
-                    let settled_in_time = last_error != idem_core::ORPHANED
-                        || self.store.now().await.is_ok_and(|now| {
-                            since.plus(tool.policy.lease.saturating_mul(2)) <= now
-                        });
-                    if tool.verify.is_some()
-                        && verifications < MAX_VERIFICATIONS
-                        && settled_in_time
-                        && record.steps.is_empty()
-                    {
+                    // Downstream may commit after the timeout that made the record Unknown,
+                    // and an orphan's holder may still be running: a hook asked before the
+                    // settle delay could answer "not applied" about an effect on its way.
+                    let retry_after = call.verifiable_from(since, &record.steps);
+                    let settled_in_time = match retry_after {
+                        Some(at) => self.store.now().await.is_ok_and(|now| at <= now),
+                        None => false,
+                    };
+                    if verifications < MAX_VERIFICATIONS && settled_in_time {
                         verifications += 1;
                         match self
-                            .verify_unknown(call, record.fence, record.steps, &last_error)
+                            .verify_unknown(call, record.fence, record.steps, since, &last_error)
                             .await?
                         {
                             Settled::Applied(outcome) => return call.replay(outcome),
@@ -700,6 +716,7 @@ impl Dispatcher {
                         key: call.downstream.clone(),
                         since,
                         reason: last_error,
+                        retry_after,
                     });
                 }
                 RecordState::InProgress { .. } => {
@@ -830,6 +847,7 @@ impl Dispatcher {
                     key: call.downstream.clone(),
                     since,
                     reason,
+                    retry_after: call.verifiable_from(since, &steps),
                 }),
                 GiveBack::Release | GiveBack::Expire => Err(failed(error)),
             };
@@ -873,6 +891,7 @@ impl Dispatcher {
         call: &Recorded<'_>,
         fence: Fence,
         steps: Vec<JournalEntry>,
+        since: Timestamp,
         last_error: &str,
     ) -> Result<Settled, DispatchError> {
         let tool = call.tool;
@@ -887,8 +906,10 @@ impl Dispatcher {
         let unknown = |why: String| DispatchError::OutcomeUnknown {
             tool: tool.name.to_string(),
             key: call.downstream.clone(),
-            since: Timestamp::now(),
+            since,
             reason: format!("{last_error}; verification failed: {why}"),
+            // The hook may answer next time (its API was down, say): call again.
+            retry_after: Some(since),
         };
         let outcome = match answer {
             Ok(Verified::Applied(value)) => Some(Outcome::Success(value.to_string())),
@@ -980,6 +1001,15 @@ struct Recorded<'a> {
 }
 
 impl Recorded<'_> {
+    /// When the verify hook may first be asked about a record Unknown since `since`: the
+    /// settle delay later, and at least a lease later (ARCHITECTURE §5). `None` when no hook
+    /// can settle it: the tool has none, or journaled steps make the effect partial.
+    fn verifiable_from(&self, since: Timestamp, steps: &[JournalEntry]) -> Option<Timestamp> {
+        let policy = &self.tool.policy;
+        (self.tool.verify.is_some() && steps.is_empty())
+            .then(|| since.plus(policy.verify_after.max(policy.lease)))
+    }
+
     fn parts(&self) -> ContextParts<'_> {
         parts(self.tool, self.run, &self.downstream)
     }

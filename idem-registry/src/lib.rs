@@ -23,6 +23,6 @@ pub use context::ToolContext;
 pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use tool::{
-    LONGEST_POLICY_DURATION, StaticTool, ToolBuilder, ToolDef, ToolPolicy, ToolRegistration,
+    DEFAULT_VERIFY_AFTER, LONGEST_POLICY_DURATION, StaticTool, ToolBuilder, ToolDef, ToolPolicy, ToolRegistration,
     ToolSpec, Verified,
 };

@@ -127,6 +127,23 @@ pub struct ToolPolicy {
     /// replays the recorded outcome (`on_key_reuse = "replay"`), for find-or-create tools
     /// whose natural key is the identity of the effect and whose other arguments may vary.
     pub replay_on_key_reuse: bool,
+    /// The settle delay: how long after a record became Unknown its verify hook may first be
+    /// asked (`verify_after_secs`). Default 5 minutes; at least one lease is waited whatever
+    /// this says. One rule for every Unknown record, whether the tool's own ambiguous error
+    /// or an orphan (a holder whose lease expired) made it so, counted from the moment it
+    /// became Unknown, on the store's clock. Until then a duplicate gets `OutcomeUnknown`
+    /// with the time verification becomes possible.
+    ///
+    /// Why wait at all: a provider that timed out may commit the request later (a queued
+    /// send, a payment confirmed asynchronously), and its lookup API may lag behind its
+    /// writes; a hook asked too soon answers "not applied", and the call runs twice. Why five
+    /// minutes: mail and payment APIs commonly time out clients at 30–80 s and settle a
+    /// request within a couple of minutes of accepting it, and their sent logs, event lists
+    /// and search indexes are documented as eventually consistent on that order; five
+    /// minutes covers both with margin while an agent can still wait for it. A holder whose
+    /// lease expired may also still be running: one lease more lets it notice (it renews
+    /// every third of a lease and stops when refused) before anyone asks downstream.
+    pub verify_after: Duration,
 }
 
 impl Default for ToolPolicy {
@@ -140,9 +157,14 @@ impl Default for ToolPolicy {
             open_world: false,
             scopes: Vec::new(),
             replay_on_key_reuse: false,
+            verify_after: DEFAULT_VERIFY_AFTER,
         }
     }
 }
+
+/// The default settle delay before a verify hook is asked about an Unknown record: 5 minutes
+/// (see [`ToolPolicy::verify_after`] for why).
+pub const DEFAULT_VERIFY_AFTER: Duration = Duration::from_secs(300);
 
 impl ToolPolicy {
     /// Attempts this class may make in total.
@@ -533,6 +555,13 @@ impl ToolBuilder {
             ("lease", "lease_secs", policy.lease, 1.0, "s"),
             ("wait", "wait_secs", policy.wait, 1.0, "s"),
             ("backoff", "backoff_ms", policy.backoff, 1000.0, "ms"),
+            (
+                "settle delay",
+                "verify_after_secs",
+                policy.verify_after,
+                1.0,
+                "s",
+            ),
         ] {
             if value > LONGEST_POLICY_DURATION {
                 return Err(RegistryError::Invalid {
@@ -651,13 +680,18 @@ pub struct ToolSpec {
     /// The natural key: [JSON Pointers](https://www.rfc-editor.org/rfc/rfc6901) into the
     /// arguments whose values together are the identity of the effect (find-or-create), as
     /// `#[tool(natural_key)]` does with a function. A call whose arguments lack one of them,
-    /// or hold `null` there, has no natural key and is keyed by its ids instead. Empty (the
-    /// default): no natural key.
+    /// or hold `null` there, has no natural key and is keyed by its ids instead. Strings are
+    /// normalised to Unicode NFC for the key, so every spelling of the same text finds the
+    /// same record. Empty (the default): no natural key.
     #[serde(default)]
     pub natural_key: Vec<String>,
     /// `"reject"` (the default) or `"replay"`, as `#[tool(on_key_reuse)]`.
     #[serde(default)]
     pub on_key_reuse: Option<String>,
+    /// The settle delay before an Unknown record is verified, in seconds (default 300), as
+    /// `#[tool(verify_after_secs)]`; see [`ToolPolicy::verify_after`].
+    #[serde(default)]
+    pub verify_after_secs: Option<u64>,
 }
 
 impl ToolSpec {
@@ -719,6 +753,7 @@ impl ToolSpec {
                 ("wait_secs", self.wait_secs.is_some()),
                 ("natural_key", !self.natural_key.is_empty()),
                 ("on_key_reuse", self.on_key_reuse.is_some()),
+                ("verify_after_secs", self.verify_after_secs.is_some()),
             ];
             if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
                 return Err(invalid(format!(
@@ -738,6 +773,9 @@ impl ToolSpec {
             open_world: self.open_world,
             scopes: self.scopes,
             replay_on_key_reuse,
+            verify_after: self
+                .verify_after_secs
+                .map_or(defaults.verify_after, Duration::from_secs),
         };
         let mut builder = ToolDef::builder(self.name, class)
             .description(self.description)
@@ -803,12 +841,33 @@ fn check_pointer(pointer: &str, schema: &Value) -> Result<(), String> {
 
 /// The natural key of a [`ToolSpec`]: the values at `pointers`, as one canonical JSON array
 /// (unambiguous whatever the values hold), or none if one of them is missing or `null`.
+/// Every string in them (object keys included) is normalised to Unicode NFC first, so that
+/// "José" typed precomposed or decomposed finds the same record.
 fn natural_key_at(args: &Value, pointers: &[String]) -> Option<String> {
     let values = pointers
         .iter()
-        .map(|p| args.pointer(p).filter(|v| !v.is_null()).cloned())
+        .map(|p| args.pointer(p).filter(|v| !v.is_null()).map(nfc))
         .collect::<Option<Vec<Value>>>()?;
     Some(idem_core::canonical_json(&Value::Array(values)))
+}
+
+/// A copy of `value` with every string in Unicode Normalization Form C.
+fn nfc(value: &Value) -> Value {
+    use unicode_normalization::UnicodeNormalization;
+    let text = |s: &str| -> String {
+        // Most text is NFC already: skip the rebuild.
+        if unicode_normalization::is_nfc(s) {
+            s.to_owned()
+        } else {
+            s.nfc().collect()
+        }
+    };
+    match value {
+        Value::String(s) => Value::String(text(s)),
+        Value::Array(items) => Value::Array(items.iter().map(nfc).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (text(k), nfc(v))).collect()),
+        other => other.clone(),
+    }
 }
 
 /// A tool declared with `#[tool]`: the macro implements this for the generated unit type.

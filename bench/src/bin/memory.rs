@@ -70,6 +70,7 @@ fn main() {
         for i in 0..n {
             let material = KeyMaterial::CallId {
                 call_id: format!("call_{i:010}"),
+                run_id: None,
             };
             let logical = LogicalKey::new(
                 "bench",
@@ -80,6 +81,7 @@ fn main() {
             let request = ClaimRequest {
                 key: logical.record_key(),
                 tool: "noop_idempotent_write".to_owned(),
+                tenant: idem_bench::TENANT.to_owned(),
                 fingerprint,
                 lease: Duration::from_secs(30),
                 orphans: OrphanPolicy::TakeOver,

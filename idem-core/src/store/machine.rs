@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::class::OrphanPolicy;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, Timestamp};
-use crate::store::{Claim, ClaimRequest, StoreError};
+use crate::store::{Claim, ClaimRequest, PurgeFilter, StoreError};
 
 /// What the store must do with the key after a transition.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,11 +41,26 @@ pub fn is_live(record: &Record, now: Timestamp) -> bool {
     }
 }
 
+/// Whether [`Store::purge_expired`](crate::store::Store::purge_expired) deletes a record at
+/// `now`: a completed record past its expiry, or an Unknown record older than the retention;
+/// of the filter's tenant, if it names one.
+pub fn is_purgeable(record: &Record, filter: &PurgeFilter, now: Timestamp) -> bool {
+    if filter.tenant.as_ref().is_some_and(|t| *t != record.tenant) {
+        return false;
+    }
+    match &record.state {
+        RecordState::Completed { expires_at, .. } => *expires_at <= now,
+        RecordState::Unknown { since, .. } => since.plus(filter.unknown_retention) <= now,
+        RecordState::InProgress { .. } => false,
+    }
+}
+
 /// Claim or take over.
 pub fn claim(existing: Option<Record>, req: &ClaimRequest, now: Timestamp) -> (Write, Claim) {
     let fresh = |fence: Fence| Record {
         key: req.key.clone(),
         tool: req.tool.clone(),
+        tenant: req.tenant.clone(),
         fingerprint: req.fingerprint,
         fence,
         state: RecordState::InProgress {

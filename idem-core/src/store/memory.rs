@@ -20,7 +20,9 @@ use crate::error::ToolError;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, StateKind, Timestamp};
 use crate::store::machine::{self, Write};
-use crate::store::{Claim, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, ListFilter, Store, StoreError};
+use crate::store::{
+    Claim, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, ListFilter, PurgeFilter, Store, StoreError,
+};
 
 /// A source of time for the memory store, so tests can expire leases without sleeping.
 pub trait Clock: Send + Sync + fmt::Debug {
@@ -162,7 +164,7 @@ fn decode_digest(s: &str) -> Option<Digest> {
 #[derive(Debug, Clone, PartialEq)]
 struct Compact {
     fingerprint: Fingerprint,
-    /// Shared by every record of the tool in the shard (see [`Tools`]).
+    /// The tool and tenant, shared by every record of that pair in the shard (see [`Tools`]).
     tool: Arc<str>,
     arguments: Option<Box<str>>,
     fence: Fence,
@@ -255,9 +257,11 @@ impl Compact {
                 last_error: String::from(&**last_error),
             },
         };
+        let (tool, tenant) = split_origin(&self.tool);
         Record {
             key,
-            tool: String::from(&*self.tool),
+            tool: tool.to_owned(),
+            tenant: tenant.to_owned(),
             fingerprint: self.fingerprint,
             fence: self.fence,
             state,
@@ -276,6 +280,23 @@ impl Compact {
         }
     }
 
+    /// [`machine::is_purgeable`] without building the record.
+    fn is_purgeable(&self, filter: &PurgeFilter, now: Timestamp) -> bool {
+        if filter
+            .tenant
+            .as_ref()
+            .is_some_and(|t| split_origin(&self.tool).1 != t)
+        {
+            return false;
+        }
+        match self.state {
+            CompactState::Succeeded { expires_at, .. }
+            | CompactState::Failed { expires_at, .. } => expires_at <= now,
+            CompactState::Unknown { since, .. } => since.plus(filter.unknown_retention) <= now,
+            CompactState::InProgress { .. } => false,
+        }
+    }
+
     /// [`machine::is_live`] without building the record (a test holds the two together).
     fn is_live(&self, now: Timestamp) -> bool {
         match self.state {
@@ -290,16 +311,26 @@ impl Compact {
 ///
 /// Names never leave the shard (a [`Record`] gets a copy), so a name's count is the interner's
 /// own reference plus one per record: a record that drops the last but one takes the name out.
+///
+/// A name is a record's tool and tenant together, written by [`origin`]: one pointer per
+/// record for both (most of a shard's records share a few pairs).
 #[derive(Debug, Default)]
-struct Tools(HashSet<Arc<str>>);
+struct Tools(HashSet<Arc<str>>, String);
 
 impl Tools {
-    fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some(t) = self.0.get(name) {
-            return t.clone();
-        }
-        let t: Arc<str> = Arc::from(name);
-        self.0.insert(t.clone());
+    fn intern(&mut self, tool: &str, tenant: &str) -> Arc<str> {
+        let mut name = std::mem::take(&mut self.1);
+        name.clear();
+        origin(&mut name, tool, tenant);
+        let t = match self.0.get(name.as_str()) {
+            Some(t) => t.clone(),
+            None => {
+                let t: Arc<str> = Arc::from(name.as_str());
+                self.0.insert(t.clone());
+                t
+            }
+        };
+        self.1 = name;
         t
     }
 
@@ -309,6 +340,25 @@ impl Tools {
             self.0.remove(&**tool);
         }
     }
+}
+
+/// Write a tool and a tenant as one name: the tool's length, `:`, the tool, the tenant (the
+/// length keeps any pair of strings apart).
+fn origin(out: &mut String, tool: &str, tenant: &str) {
+    use std::fmt::Write as _;
+    let _ = write!(out, "{}:", tool.len());
+    out.push_str(tool);
+    out.push_str(tenant);
+}
+
+/// The tool and tenant of a name [`origin`] wrote.
+fn split_origin(name: &str) -> (&str, &str) {
+    name.split_once(':')
+        .and_then(|(len, rest)| {
+            let len = len.parse::<usize>().ok()?;
+            Some((rest.get(..len)?, rest.get(len..)?))
+        })
+        .unwrap_or((name, ""))
 }
 
 /// A record and its key, boxed in a table so that the table's slots are one pointer wide (a
@@ -368,17 +418,17 @@ fn fill<K>(
 ) -> Box<Entry<K>> {
     match old {
         Some(mut entry) => {
-            let tool = if *entry.record.tool == *record.tool {
+            let tool = if split_origin(&entry.record.tool) == (&record.tool, &record.tenant) {
                 entry.record.tool.clone()
             } else {
-                tools.intern(&record.tool)
+                tools.intern(&record.tool, &record.tenant)
             };
             let previous = std::mem::replace(&mut entry.record, Compact::new(record, tool));
             tools.forget(&previous.tool);
             entry
         }
         None => {
-            let tool = tools.intern(&record.tool);
+            let tool = tools.intern(&record.tool, &record.tenant);
             Box::new(Entry {
                 key: key(),
                 record: Compact::new(record, tool),
@@ -745,7 +795,10 @@ impl Store for MemoryStore {
                 let wanted = match filter.state {
                     Some(kind) => r.kind() == kind,
                     None => r.kind() != StateKind::Completed,
-                };
+                } && filter
+                    .tenant
+                    .as_ref()
+                    .is_none_or(|t| split_origin(&r.tool).1 == t);
                 if wanted && r.is_live(now) {
                     out.push(r.to_record(key.to_record_key()));
                 }
@@ -801,17 +854,17 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+    async fn purge_expired(&self, filter: &PurgeFilter) -> Result<usize, StoreError> {
         let now = self.clock.now();
+        let limit = filter.limit;
         let mut purged = 0;
         for shard in self.shards.iter() {
             if purged >= limit {
                 break;
             }
-            // Only completed records expire; `is_live` is false for no other state.
             let mut budget = limit - purged;
             purged += lock(shard).retain(|r| {
-                if budget > 0 && !r.is_live(now) {
+                if budget > 0 && r.is_purgeable(filter, now) {
                     budget -= 1;
                     false
                 } else {
@@ -869,6 +922,7 @@ mod tests {
     fn derived(call_id: &str) -> RecordKey {
         let material = KeyMaterial::CallId {
             call_id: call_id.into(),
+            run_id: None,
         };
         LogicalKey::new("ns", "tenant", "send_email", material).record_key()
     }
@@ -877,6 +931,7 @@ mod tests {
         ClaimRequest {
             key: key.clone(),
             tool: tool.into(),
+            tenant: "tenant".into(),
             fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
             lease: LEASE,
             orphans: OrphanPolicy::TakeOver,
@@ -996,7 +1051,9 @@ mod tests {
     #[test]
     fn every_state_round_trips_through_the_compact_form() {
         for r in in_every_state() {
-            let compact = Compact::new(r.clone(), Arc::from(r.tool.as_str()));
+            let mut name = String::new();
+            origin(&mut name, &r.tool, &r.tenant);
+            let compact = Compact::new(r.clone(), Arc::from(name.as_str()));
             assert_eq!(compact.to_record(r.key.clone()), r);
             assert_eq!(compact.kind(), r.state.kind());
             for now in [0, 4_999, 5_000, 8_999, 9_000, 9_001, u64::MAX] {

@@ -37,6 +37,8 @@ pub struct ClaimRequest {
     pub key: RecordKey,
     /// The tool's registered name.
     pub tool: String,
+    /// The tenant or principal the call acts for, kept in the record for operators.
+    pub tenant: String,
     /// Fingerprint of the typed arguments.
     pub fingerprint: Fingerprint,
     /// How long the holder's lease lasts before it must be renewed.
@@ -137,10 +139,23 @@ impl StoreError {
 }
 
 /// Which records an operator listing returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// ```
+/// use idem_core::{ListFilter, StateKind};
+///
+/// let filter = ListFilter {
+///     state: Some(StateKind::Unknown),
+///     tenant: Some("acme".into()),
+///     ..ListFilter::default()
+/// };
+/// assert_eq!(filter.limit, 100);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListFilter {
     /// Only records in this state (`None`: InProgress and Unknown, the ones needing attention).
     pub state: Option<StateKind>,
+    /// Only records of this tenant (`None`: every tenant's).
+    pub tenant: Option<String>,
     /// At most this many.
     pub limit: usize,
 }
@@ -149,8 +164,57 @@ impl Default for ListFilter {
     fn default() -> Self {
         ListFilter {
             state: None,
+            tenant: None,
             limit: 100,
         }
+    }
+}
+
+/// How long an Unknown record is kept before [`Store::purge_expired`] may delete it, unless
+/// [`PurgeFilter::unknown_retention`] says otherwise: 30 days. An Unknown record waits for a
+/// verify hook or an operator; a month leaves time for both (a weekend, a holiday, a
+/// provider's support ticket) while a flood of ambiguous failures cannot fill a store forever.
+pub const DEFAULT_UNKNOWN_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// Which records [`Store::purge_expired`] deletes: completed records past their expiry, and
+/// Unknown records older than the retention (counted from when they became Unknown, on the
+/// store's clock). InProgress records are never purged.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_core::PurgeFilter;
+///
+/// let purge = PurgeFilter {
+///     tenant: Some("acme".into()),
+///     unknown_retention: Duration::from_secs(7 * 86_400),
+///     ..PurgeFilter::up_to(1_000)
+/// };
+/// assert_eq!(purge.limit, 1_000);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeFilter {
+    /// Delete at most this many records.
+    pub limit: usize,
+    /// Only records of this tenant (`None`: every tenant's).
+    pub tenant: Option<String>,
+    /// Unknown records older than this are deleted too.
+    pub unknown_retention: Duration,
+}
+
+impl PurgeFilter {
+    /// Purge at most `limit` records, of every tenant, with the default Unknown retention.
+    pub fn up_to(limit: usize) -> Self {
+        PurgeFilter {
+            limit,
+            tenant: None,
+            unknown_retention: DEFAULT_UNKNOWN_RETENTION,
+        }
+    }
+}
+
+impl Default for PurgeFilter {
+    fn default() -> Self {
+        PurgeFilter::up_to(1_000)
     }
 }
 
@@ -242,8 +306,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Operator: forget an InProgress or Unknown record so the call may run again.
     async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError>;
 
-    /// Delete up to `limit` expired completed records; returns how many were deleted.
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError>;
+    /// Delete up to `filter.limit` records that [`PurgeFilter`] describes (expired completed
+    /// records, and Unknown records past the retention); returns how many were deleted.
+    async fn purge_expired(&self, filter: &PurgeFilter) -> Result<usize, StoreError>;
 
     /// The store's clock.
     async fn now(&self) -> Result<Timestamp, StoreError>;

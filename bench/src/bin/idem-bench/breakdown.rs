@@ -38,6 +38,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "noop_idempotent_write",
         KeyMaterial::CallId {
             call_id: "call_0000000000".into(),
+            run_id: None,
         },
     );
     time("parse arguments (serde_json::Value)", n, || {
