@@ -73,6 +73,11 @@
 
 #![warn(missing_docs)]
 
+// README.md's examples run as doctests, so the one-page pitch cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use idem_core::store::memory::{Clock, ManualClock, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use idem_core::store::postgres::PostgresStore;
@@ -87,7 +92,7 @@ pub use idem_core::{
     ToolClass, ToolError, UnknownClass,
 };
 pub use idem_macros::tool;
-pub use idem_registry::dispatch::DEFAULT_NAMESPACE;
+pub use idem_registry::dispatch::{DEFAULT_MAX_ARGUMENT_BYTES, DEFAULT_NAMESPACE};
 /// Provider exports (OpenAI, Anthropic, Gemini, MCP) and their portability reports.
 pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
 pub use idem_registry::tool::Location;

@@ -20,5 +20,6 @@ pub use record::{
     Fence, JournalEntry, ORPHANED, Outcome, Record, RecordState, StateKind, Timestamp,
 };
 pub use store::{
-    Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, ListFilter, PurgeFilter, Store, StoreError,
+    Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, ListFilter, MAX_OUTCOME_DEPTH, PurgeFilter,
+    Store, StoreError,
 };

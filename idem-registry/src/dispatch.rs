@@ -262,8 +262,9 @@ pub enum DispatchError {
     /// Any other store error, as the store reported it. Among them: a full store
     /// ([`StoreError::CapacityExceeded`]: nothing ran), an output larger than the store
     /// accepts ([`StoreError::TooLarge`]: the body ran, so its effect happened; the claim was
-    /// given back if running the tool again is safe, otherwise the record is Unknown), a
-    /// record that cannot be read back ([`StoreError::Corrupt`]). `StoreError` is
+    /// given back if running the tool again is safe, otherwise the record is Unknown), an
+    /// output nested deeper than a replay reads ([`StoreError::TooDeep`]: handled as
+    /// `TooLarge`), a record that cannot be read back ([`StoreError::Corrupt`]). `StoreError` is
     /// non-exhaustive: match the cases you handle and keep a wildcard arm.
     #[error("store error for `{tool}`: {error}")]
     Store {
@@ -348,7 +349,13 @@ pub struct Dispatcher {
     registry: Arc<Registry>,
     store: Arc<dyn Store>,
     namespace: String,
+    max_argument_bytes: usize,
 }
+
+/// The largest arguments a recorded call may have unless
+/// [`Dispatcher::with_max_argument_bytes`] says otherwise: 1 MiB, as the stores' default
+/// limit on an outcome.
+pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
 
 impl fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -370,7 +377,17 @@ impl Dispatcher {
             registry: Arc::new(registry),
             store,
             namespace: DEFAULT_NAMESPACE.to_owned(),
+            max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
         }
+    }
+
+    /// Refuse a call to a tool that records (every class but `read`) whose arguments, as
+    /// canonical JSON, are longer than `bytes`, with [`DispatchError::InvalidArguments`]
+    /// naming the size and the limit, before anything is recorded or run. Default
+    /// [`DEFAULT_MAX_ARGUMENT_BYTES`]. A read records nothing and is not bounded here.
+    pub fn with_max_argument_bytes(mut self, bytes: usize) -> Self {
+        self.max_argument_bytes = bytes;
+        self
     }
 
     /// Scope every key by a stable application name (not a Rust path: refactors must not
@@ -544,6 +561,18 @@ impl Dispatcher {
         }
         let (canonical, fingerprint) = if tool.class.records() || tool.class.requires_approval() {
             let canonical = canonical_json(&args);
+            if canonical.len() > self.max_argument_bytes {
+                return Err(DispatchError::InvalidArguments {
+                    tool: tool.name.to_string(),
+                    pointer: String::new(),
+                    message: format!(
+                        "the arguments are {} bytes as canonical JSON, over the limit of {} \
+                         bytes: pass large content by reference (a URL, an id) instead",
+                        canonical.len(),
+                        self.max_argument_bytes
+                    ),
+                });
+            }
             let fingerprint = Fingerprint::of_canonical(&canonical);
             (canonical, fingerprint)
         } else {
@@ -772,7 +801,8 @@ impl Dispatcher {
             let error = match result {
                 Ok(output) => {
                     let outcome = Outcome::Success(output.to_string());
-                    self.record(call, &mut guard, &outcome).await?;
+                    self.record(call, &mut guard, &outcome, Some(&output))
+                        .await?;
                     let Outcome::Success(output_json) = outcome else {
                         unreachable!("a success was recorded just above")
                     };
@@ -827,7 +857,7 @@ impl Dispatcher {
                 deduplicated: false,
             };
             if error.kind() == Terminal {
-                self.record(call, &mut guard, &Outcome::Failure(error.clone()))
+                self.record(call, &mut guard, &Outcome::Failure(error.clone()), None)
                     .await?;
                 return Err(failed(error));
             }
@@ -940,11 +970,16 @@ impl Dispatcher {
         call: &Recorded<'_>,
         guard: &mut ClaimGuard,
         outcome: &Outcome,
+        output: Option<&Value>,
     ) -> Result<(), DispatchError> {
-        let result = self
-            .store
-            .complete(&call.record_key, guard.fence, outcome, call.tool.policy.ttl)
-            .await;
+        let result = match too_deep(outcome, output) {
+            Some(e) => Err(e),
+            None => {
+                self.store
+                    .complete(&call.record_key, guard.fence, outcome, call.tool.policy.ttl)
+                    .await
+            }
+        };
         // Disarmed only now: a dispatch dropped during the write still settles the claim.
         guard.armed = false;
         match result {
@@ -973,6 +1008,19 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// The refusal of an outcome nested deeper than a replay can read back: its output, or its
+/// terminal error's details. Recorded, every replay of it would fail.
+fn too_deep(outcome: &Outcome, output: Option<&Value>) -> Option<StoreError> {
+    let limit = idem_core::store::MAX_OUTCOME_DEPTH;
+    let value = match (outcome, output) {
+        (Outcome::Success(_), Some(v)) => v,
+        (Outcome::Failure(e), _) => e.details()?,
+        (Outcome::Success(_), None) => return None,
+    };
+    let depth = idem_core::store::nesting(value, limit);
+    (depth > limit).then_some(StoreError::TooDeep { depth, limit })
 }
 
 /// How many times one dispatch asks a verify hook before giving up on an Unknown record.
@@ -1185,18 +1233,27 @@ fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Prepared<'a>, Dis
         pointer: e.pointer,
         message: e.message,
     };
-    match tool
+    let prepared = match tool
         .check_arguments(Cow::Borrowed(arguments))
         .map_err(invalid)?
     {
-        Cow::Borrowed(valid) => (tool.prepare)(valid).map_err(invalid),
+        Cow::Borrowed(valid) => (tool.prepare)(valid).map_err(invalid)?,
         Cow::Owned(valid) => (tool.prepare)(&valid)
             .map(|normal| Prepared {
                 arguments: Cow::Owned(normal.arguments.into_owned()),
                 typed: normal.typed,
             })
-            .map_err(invalid),
+            .map_err(invalid)?,
+    };
+    // The typed round trip may have changed them (a serde alias renamed a field, a default
+    // filled one in, a flattened or untagged type read them its own way): the body reads
+    // this form, so this form must fit the schema too. Arguments already normal come back
+    // borrowed and were checked above.
+    if let Cow::Owned(normal) = &prepared.arguments {
+        tool.check_arguments(Cow::Borrowed(normal))
+            .map_err(invalid)?;
     }
+    Ok(prepared)
 }
 
 /// What a body's context is made of, borrowed from the call.

@@ -30,6 +30,39 @@ pub mod conformance;
 /// The default limit on one recorded outcome (1 MiB).
 pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 1024 * 1024;
 
+/// The deepest nesting of arrays and objects an outcome may have to be recorded: what
+/// serde_json reads back (127 levels), less the two levels a record may wrap a terminal
+/// error's details in.
+pub const MAX_OUTCOME_DEPTH: usize = 125;
+
+/// How deeply `value` nests arrays and objects, counted only up to `limit + 1` (iteratively:
+/// a hostile value cannot overflow the stack here).
+///
+/// ```
+/// use idem_core::store::nesting;
+/// assert_eq!(nesting(&serde_json::json!(1), 10), 0);
+/// assert_eq!(nesting(&serde_json::json!({"a": [[1], 2]}), 10), 3);
+/// ```
+pub fn nesting(value: &serde_json::Value, limit: usize) -> usize {
+    use serde_json::Value;
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        let depth = depth + 1;
+        deepest = deepest.max(depth);
+        if deepest > limit {
+            return deepest;
+        }
+        stack.extend(children.map(|c| (c, depth)));
+    }
+    deepest
+}
+
 /// A request to claim a key.
 #[derive(Debug, Clone)]
 pub struct ClaimRequest {
@@ -104,6 +137,18 @@ pub enum StoreError {
         /// Its size.
         bytes: usize,
         /// The limit.
+        limit: usize,
+    },
+    /// An outcome nested deeper than a replay can read back (serde_json reads 128 levels;
+    /// a record wraps an outcome in up to two more). Found by the dispatcher before it
+    /// records: nothing was recorded.
+    #[error(
+        "the outcome is nested {depth} or more levels deep; a replay reads at most {limit}: return a flatter value"
+    )]
+    TooDeep {
+        /// How deep it is (at least).
+        depth: usize,
+        /// The deepest a recorded outcome may be.
         limit: usize,
     },
     /// A bounded store is full of records it may not evict.

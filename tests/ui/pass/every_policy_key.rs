@@ -18,7 +18,8 @@ fn ticket_key(args: &serde_json::Value) -> Option<String> {
     open_world,
     scopes = ["tickets:write", "tickets:read"],
     natural_key = ticket_key,
-    on_key_reuse = "replay"
+    on_key_reuse = "replay",
+    verify_after_secs = 120
 )]
 async fn open_ticket(title: String) -> Result<String, ToolError> {
     Ok(title)
@@ -47,4 +48,5 @@ fn main() {
     assert!(policy.open_world);
     assert_eq!(policy.scopes, ["tickets:write", "tickets:read"]);
     assert!(policy.replay_on_key_reuse);
+    assert_eq!(policy.verify_after, Duration::from_secs(120));
 }
