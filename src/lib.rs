@@ -53,11 +53,13 @@
 //! | `scopes` | scopes the principal must hold, e.g. `["mail:send"]` | none |
 //! | `natural_key` | a `fn(&serde_json::Value) -> Option<String>` computing the key from the normalised arguments; it takes precedence over call ids, so it must be a pure function of the arguments (no clock, no randomness) | none |
 //! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()`, whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
+//! | `verify_after_secs` | the settle delay: how long after a record became Unknown (store clock) its `verify` hook is first asked, at least one lease; until then a duplicate gets `OutcomeUnknown` with `retry_after` | 300 |
 //! | `on_key_reuse` | `"reject"` (a key with other arguments is `KeyReused`) or `"replay"` (needs a `natural_key`) | `"reject"` |
 //! | `crate` | the path of this crate if renamed, e.g. `"::my_idem"` | `"::idem"` |
 //!
-//! A `read` tool records nothing, so `ttl_secs`, `lease_secs`, `wait_secs`, `natural_key` and
-//! `on_key_reuse` on one are compile errors, as is a duration over ten years.
+//! A `read` tool records nothing, so `ttl_secs`, `lease_secs`, `wait_secs`, `natural_key`,
+//! `on_key_reuse` and `verify_after_secs` on one are compile errors, as is a duration over
+//! ten years.
 //!
 //! The function may be `async` or not, takes named parameters of types that implement
 //! `Deserialize`, `Serialize` and `JsonSchema` (`Option<T>` ones are optional), at most one
@@ -70,6 +72,44 @@
 //!
 //! `#[tool]` replaces the function by a unit type of the same name that implements
 //! [`StaticTool`]: the body can only run through a [`Dispatcher`].
+//!
+//! ## Testing with a manual clock
+//!
+//! Leases, settle delays and expiry are decided on the store's clock. In tests, give a
+//! [`MemoryStore`] a [`ManualClock`] (or any [`Clock`]) and move time instead of sleeping:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::time::Duration;
+//! use idem::prelude::*;
+//! use idem::ManualClock;
+//!
+//! static RUNS: AtomicU32 = AtomicU32::new(0);
+//!
+//! /// Rebuild a report.
+//! #[tool(class = "idempotent_write", ttl_secs = 60)]
+//! async fn rebuild_report(report: String) -> Result<String, ToolError> {
+//!     RUNS.fetch_add(1, Ordering::SeqCst);
+//!     Ok(format!("{report} rebuilt"))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let clock = Arc::new(ManualClock::new());
+//! let store = MemoryStore::new().with_clock(clock.clone());
+//! let registry = Registry::builder().tool::<rebuild_report>().build().unwrap();
+//! let dispatcher = Dispatcher::new(registry, Arc::new(store));
+//! let call = ToolCall::new("rebuild_report", serde_json::json!({"report": "q3"}))
+//!     .with_call_id("call_1");
+//! let run = RunContext::new("tenant-a");
+//! dispatcher.dispatch(&call, &run).await.unwrap();
+//! // Within its 60 s the call is replayed; past them the record has expired and it runs again.
+//! assert!(dispatcher.dispatch(&call, &run).await.unwrap().deduplicated);
+//! clock.advance(Duration::from_secs(61));
+//! assert!(!dispatcher.dispatch(&call, &run).await.unwrap().deduplicated);
+//! assert_eq!(RUNS.load(Ordering::SeqCst), 2);
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

@@ -62,7 +62,8 @@ impl KeyMaterial {
 /// Everything a key is scoped by: two scopes that differ anywhere never share a record.
 ///
 /// ```
-/// use idem_core::{KeyMaterial, LogicalKey};
+/// # use idem_core as idem;
+/// use idem::{KeyMaterial, LogicalKey};
 ///
 /// let material = KeyMaterial::CallId { call_id: "call_1".into(), run_id: None };
 /// let a = LogicalKey::new("shop", "tenant-a", "send_email", material.clone());
@@ -103,7 +104,8 @@ impl LogicalKey {
     /// without assembling it (what the dispatcher does on every call).
     ///
     /// ```
-    /// use idem_core::{KeyMaterial, LogicalKey};
+    /// # use idem_core as idem;
+    /// use idem::{KeyMaterial, LogicalKey};
     ///
     /// let material = KeyMaterial::CallId { call_id: "call_1".into(), run_id: None };
     /// let (record, downstream) = LogicalKey::derive("app", "acme", "send_email", &material);

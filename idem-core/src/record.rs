@@ -40,7 +40,8 @@ impl Timestamp {
     /// messages people read.
     ///
     /// ```
-    /// use idem_core::Timestamp;
+    /// # use idem_core as idem;
+    /// use idem::Timestamp;
     /// assert_eq!(Timestamp(0).to_rfc3339(), "1970-01-01T00:00:00.000Z");
     /// assert_eq!(Timestamp(1_796_119_899_123).to_rfc3339(), "2026-12-01T10:11:39.123Z");
     /// ```

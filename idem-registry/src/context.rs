@@ -94,8 +94,8 @@ impl ToolContext {
     /// Steps run but are not journaled.
     ///
     /// ```
-    /// use idem_registry::ToolContext;
-    /// use idem_core::ToolClass;
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{ToolClass, ToolContext};
     ///
     /// let ctx = ToolContext::detached("send_email", ToolClass::NonIdempotentWrite, "idem-test-key");
     /// assert_eq!(ctx.idempotency_key(), "idem-test-key");
@@ -174,8 +174,8 @@ impl ToolContext {
     /// holder lost the key), the error is ambiguous: the step ran but is not recorded.
     ///
     /// ```
-    /// # use idem_registry::ToolContext;
-    /// # use idem_core::{ToolClass, ToolError};
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// # use idem::{ToolContext, ToolError};
     /// # async fn demo(ctx: &ToolContext) -> Result<(), ToolError> {
     /// let reservation: u64 = ctx.step("reserve", || async { Ok(42) }).await?;
     /// let charged: bool = ctx.step("charge", || async { Ok(true) }).await?;

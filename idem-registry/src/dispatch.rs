@@ -24,13 +24,15 @@ use tracing::Instrument;
 
 use crate::approval::{Approval, ApprovalRequest};
 use crate::context::{ContextParts, ToolContext};
+use crate::heartbeat::{Heartbeat, Registration};
 use crate::registry::Registry;
 use crate::tool::{Prepared, ToolDef, Typed, Verified};
 
 /// A tool call as the model emitted it.
 ///
 /// ```
-/// use idem_registry::ToolCall;
+/// # use idem_registry as idem;
+/// use idem::ToolCall;
 /// use serde_json::json;
 ///
 /// let call = ToolCall::new("send_email", json!({"to": "a@example.com"})).with_call_id("call_abc");
@@ -85,7 +87,8 @@ impl ToolCall {
 /// The run a call belongs to: who it acts for, what they may do, what was approved.
 ///
 /// ```
-/// use idem_registry::RunContext;
+/// # use idem_registry as idem;
+/// use idem::RunContext;
 ///
 /// let run = RunContext::new("tenant-42").with_run("run-7", 3).grant("tickets:write");
 /// assert_eq!(run.tenant, "tenant-42");
@@ -322,9 +325,10 @@ impl DispatchError {
 /// Applies each tool's class policy to calls; see the module docs for the order of checks.
 ///
 /// ```
+/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
 /// use std::sync::Arc;
-/// use idem_registry::{Dispatcher, Registry, RunContext, ToolCall, ToolContext, ToolDef};
-/// use idem_core::{store::memory::MemoryStore, ToolClass, ToolError};
+/// use idem::{Dispatcher, MemoryStore, Registry, RunContext, ToolCall};
+/// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
 /// use serde_json::{json, Value};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -350,6 +354,8 @@ pub struct Dispatcher {
     store: Arc<dyn Store>,
     namespace: String,
     max_argument_bytes: usize,
+    /// Renews the leases of running bodies, shared by the dispatcher's clones.
+    heartbeat: Arc<Heartbeat>,
 }
 
 /// The largest arguments a recorded call may have unless
@@ -378,6 +384,7 @@ impl Dispatcher {
             store,
             namespace: DEFAULT_NAMESPACE.to_owned(),
             max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
+            heartbeat: Arc::default(),
         }
     }
 
@@ -794,7 +801,10 @@ impl Dispatcher {
                 ctx.clone(),
                 &call.args,
                 typed.take(),
-                Some((&self.store, &call.record_key, fence)),
+                Some(
+                    self.heartbeat
+                        .keep(&self.store, &call.record_key, fence, tool.policy.lease),
+                ),
             )
             .await;
             steps = ctx.journal();
@@ -1272,14 +1282,14 @@ fn unkeyed() -> IdempotencyKey {
     IdempotencyKey::new(format!("idem-unkeyed-{:016x}", random_u64()))
 }
 
-/// Run the body, catching panics (a panic is ambiguous: the effect may have happened) and
-/// renewing the lease while it runs.
+/// Run the body, catching panics (a panic is ambiguous: the effect may have happened) and,
+/// for a holder, keeping its lease renewed by the heartbeat while it runs.
 async fn run_body(
     tool: &ToolDef,
     ctx: ToolContext,
     args: &Value,
     typed: Option<Typed>,
-    lease: Option<(&Arc<dyn Store>, &RecordKey, Fence)>,
+    lease: Option<Registration>,
 ) -> Result<Value, ToolError> {
     let body = AssertUnwindSafe((tool.handler)(ctx, args, typed)).catch_unwind();
     let flatten = |r: std::thread::Result<Result<Value, ToolError>>| {
@@ -1292,34 +1302,17 @@ async fn run_body(
             Err(ToolError::ambiguous(format!("the tool panicked: {msg}")))
         })
     };
-    let Some((store, key, fence)) = lease else {
+    let Some(lease) = lease else {
         return flatten(body.await);
     };
-    tokio::pin!(body);
-    // A body that finishes on its first poll (any synchronous tool) has no lease to renew:
-    // poll it once before arming the renewal timer, which costs a timer registration.
-    if let std::task::Poll::Ready(r) =
-        std::future::poll_fn(|cx| std::task::Poll::Ready(body.as_mut().poll(cx))).await
-    {
-        return flatten(r);
-    }
-    let period = (tool.policy.lease / 3).max(Duration::from_millis(10));
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    loop {
-        tokio::select! {
-            r = &mut body => return flatten(r),
-            _ = ticker.tick() => match store.renew(key, fence, tool.policy.lease).await {
-                Ok(_) => {}
-                Err(StoreError::Fenced { .. }) => {
-                    // Another worker owns the call now (a take-over, an Unknown settled by a
-                    // verify hook): stop, rather than apply an effect it may also apply.
-                    tracing::warn!("lease lost while the tool ran; stopping the body");
-                    return Err(ToolError::ambiguous("this worker lost the key while the tool was running"));
-                }
-                // The store may be back before the lease ends: keep running and retry.
-                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
-            },
-        }
+    tokio::select! {
+        biased;
+        r = body => flatten(r),
+        // Another worker owns the call now (a take-over, an Unknown settled by a verify
+        // hook): stop, rather than apply an effect it may also apply.
+        () = lease.lost() => Err(ToolError::ambiguous(
+            "this worker lost the key while the tool was running",
+        )),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod dispatch;
 pub mod export;
 #[doc(hidden)]
 pub mod glue;
+mod heartbeat;
 mod located;
 pub mod registry;
 pub mod schema;

@@ -75,8 +75,8 @@ pub fn check_name(name: &str) -> Result<(), RegistryError> {
 /// Every tool the dispatcher can call, by name.
 ///
 /// ```
-/// use idem_registry::{Registry, ToolDef, ToolContext};
-/// use idem_core::{ToolClass, ToolError};
+/// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+/// use idem::{Registry, ToolClass, ToolContext, ToolDef, ToolError};
 /// use serde_json::{json, Value};
 ///
 /// let tool = ToolDef::builder("ping", ToolClass::Read)

@@ -82,7 +82,8 @@ impl Verified {
     /// The effect happened, with this output.
     ///
     /// ```
-    /// use idem_registry::Verified;
+    /// # use idem_registry as idem;
+    /// use idem::Verified;
     /// let v = Verified::applied(&serde_json::json!({"message_id": "m-1"})).unwrap();
     /// assert!(matches!(v, Verified::Applied(_)));
     /// ```
@@ -229,8 +230,8 @@ impl ToolDef {
     /// constructed without one.
     ///
     /// ```
-    /// use idem_registry::{ToolDef, ToolContext};
-    /// use idem_core::{ToolClass, ToolError};
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// let echo = ToolDef::builder("echo", ToolClass::Read)
@@ -380,8 +381,8 @@ impl ToolBuilder {
     /// fingerprint covers (defaults applied, aliases resolved). What `#[tool]` uses.
     ///
     /// ```
-    /// use idem_registry::{ToolDef, ToolContext};
-    /// use idem_core::{ToolClass, ToolError};
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// #[derive(serde::Deserialize, serde::Serialize)]
@@ -436,8 +437,8 @@ impl ToolBuilder {
     /// deserialises its typed parameters from the borrow before the future starts.
     ///
     /// ```
-    /// use idem_registry::{ToolDef, ToolContext};
-    /// use idem_core::{ToolClass, ToolError};
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// let tool = ToolDef::builder("shout", ToolClass::Read)
@@ -623,7 +624,8 @@ pub const LONGEST_POLICY_DURATION: Duration = Duration::from_secs(10 * 365 * 24 
 /// with serde; more fields may come, so it cannot be built field by field outside this crate.
 ///
 /// ```
-/// use idem_registry::ToolSpec;
+/// # use idem_registry as idem;
+/// use idem::ToolSpec;
 ///
 /// let spec: ToolSpec = serde_json::from_str(r#"{
 ///     "name": "open_ticket",
@@ -699,7 +701,8 @@ impl ToolSpec {
     /// refused with [`RegistryError::MissingClass`] naming the tool.
     ///
     /// ```
-    /// use idem_registry::{ToolSpec, RegistryError};
+    /// # use idem_registry as idem;
+    /// use idem::{RegistryError, ToolSpec};
     ///
     /// let spec: ToolSpec = serde_json::from_str(
     ///     r#"{"name": "wire_money", "description": "Wire money.", "input_schema": {"type": "object"}}"#,

@@ -43,8 +43,9 @@ impl Clock for SystemClock {
 /// A clock that moves only when told to.
 ///
 /// ```
+/// # mod idem { pub use idem_core::store::memory::{Clock, ManualClock}; }
 /// use std::time::Duration;
-/// use idem_core::store::memory::{Clock, ManualClock};
+/// use idem::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new();
 /// let t0 = clock.now();
@@ -598,7 +599,8 @@ pub const DEFAULT_CAPACITY: usize = 1_000_000;
 /// forget a record.
 ///
 /// ```
-/// use idem_core::store::memory::MemoryStore;
+/// # mod idem { pub use idem_core::store::memory::MemoryStore; }
+/// use idem::MemoryStore;
 ///
 /// let store = MemoryStore::new().with_capacity(10_000);
 /// # let _ = store;
@@ -993,6 +995,7 @@ mod tests {
         let base = Record {
             key: derived("call_1"),
             tool: "send_email".into(),
+            tenant: "tenant: with a colon".into(),
             fingerprint: Fingerprint::of(&json!({"n": 1})),
             fence: 42,
             state: RecordState::InProgress {
@@ -1101,7 +1104,9 @@ mod tests {
         }
         clock.advance(TTL);
         assert_eq!(
-            s.purge_expired(usize::MAX).await.expect("purge"),
+            s.purge_expired(&PurgeFilter::up_to(usize::MAX))
+                .await
+                .expect("purge"),
             keys.len()
         );
         assert!(s.is_empty());
@@ -1183,7 +1188,12 @@ mod tests {
         );
         assert_eq!(interned(&s), 1, "the completed record still names it");
         clock.advance(TTL);
-        assert_eq!(s.purge_expired(10).await.expect("purge"), 1);
+        assert_eq!(
+            s.purge_expired(&PurgeFilter::up_to(10))
+                .await
+                .expect("purge"),
+            1
+        );
         assert_eq!(interned(&s), 0);
 
         // Evicting an expired record to make room drops its name too.
@@ -1198,8 +1208,8 @@ mod tests {
         acquire(&s, &request(&key(1), "refund")).await;
         assert_eq!(s.len(), 1);
         let shard = lock(&s.shards[KeyRef::of(&key(0)).shard()]);
-        let names: Vec<_> = shard.tools.0.iter().map(|t| t.to_string()).collect();
-        assert_eq!(names, ["refund"]);
+        let names: Vec<_> = shard.tools.0.iter().map(|t| split_origin(t)).collect();
+        assert_eq!(names, [("refund", "tenant")]);
     }
 
     #[tokio::test]

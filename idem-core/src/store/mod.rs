@@ -39,7 +39,8 @@ pub const MAX_OUTCOME_DEPTH: usize = 125;
 /// a hostile value cannot overflow the stack here).
 ///
 /// ```
-/// use idem_core::store::nesting;
+/// # use idem_core as idem;
+/// use idem::store::nesting;
 /// assert_eq!(nesting(&serde_json::json!(1), 10), 0);
 /// assert_eq!(nesting(&serde_json::json!({"a": [[1], 2]}), 10), 3);
 /// ```
@@ -83,6 +84,9 @@ pub struct ClaimRequest {
 }
 
 /// The result of a claim.
+// `Existing` holds a whole record: a claim is answered once per dispatch and moved once or
+// twice, and boxing the record would cost an allocation on every replay instead.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
     /// The caller now holds the key.
@@ -186,7 +190,8 @@ impl StoreError {
 /// Which records an operator listing returns.
 ///
 /// ```
-/// use idem_core::{ListFilter, StateKind};
+/// # use idem_core as idem;
+/// use idem::{ListFilter, StateKind};
 ///
 /// let filter = ListFilter {
 ///     state: Some(StateKind::Unknown),
@@ -227,7 +232,8 @@ pub const DEFAULT_UNKNOWN_RETENTION: Duration = Duration::from_secs(30 * 24 * 60
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_core::PurgeFilter;
+/// # use idem_core as idem;
+/// use idem::PurgeFilter;
 ///
 /// let purge = PurgeFilter {
 ///     tenant: Some("acme".into()),
@@ -266,8 +272,9 @@ impl Default for PurgeFilter {
 /// A store of records. Every implementation runs the same conformance suite.
 ///
 /// ```
+/// # mod idem { pub use idem_core::*; pub use idem_core::store::memory::MemoryStore; }
 /// use std::sync::Arc;
-/// use idem_core::store::{memory::MemoryStore, Store};
+/// use idem::{MemoryStore, Store};
 ///
 /// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
 /// # let _ = store;

@@ -1,0 +1,290 @@
+//! The lease heartbeat: renews the leases of running bodies from a thread of its own.
+//!
+//! A body that blocks its thread (a synchronous SDK call inside an `async fn`, a starved
+//! runtime) cannot renew its own lease: renewal that shares the body's task waits for the
+//! body to yield. Nor can a task spawned for the purpose, when the body blocks the worker
+//! the task was scheduled on (tokio keeps a task spawned or woken from a worker in that
+//! worker's slot, which no other worker steals). So each dispatcher has one heartbeat
+//! thread that renews every registered lease when it falls due, on the runtime the lease
+//! was taken on, and tells a body whose key was taken from it (a renewal refused as
+//! `Fenced`).
+//!
+//! Registering costs a lock and a map insert (and wakes the thread only when the new lease
+//! falls due before anything else); the thread starts with the first registration and ends
+//! once it has had nothing to renew for a second, so a dispatcher whose bodies finish
+//! quickly rarely wakes it at all. If renewal still fails (the store is down, the runtime
+//! the lease's store needs is itself blocked), the lease lapses, the body's late `complete`
+//! is refused (`Fenced`), and the outcome is Unknown, never a second execution.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use idem_core::{Fence, RecordKey, Store, StoreError};
+use tokio::runtime::Handle;
+
+/// How often a lease is renewed: every third of it, at most every 10 ms.
+pub(crate) fn period(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(10))
+}
+
+/// How long the thread waits with nothing to renew before it ends.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// One dispatcher's heartbeat.
+#[derive(Debug, Default)]
+pub(crate) struct Heartbeat {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    leases: HashMap<u64, Lease>,
+    next_id: u64,
+    /// When the thread will next look at the leases; `None` when no thread runs.
+    wakes_at: Option<Instant>,
+}
+
+struct Lease {
+    store: Arc<dyn Store>,
+    key: RecordKey,
+    fence: Fence,
+    lease: Duration,
+    due: Instant,
+    /// The runtime the lease was taken on: the store's connections live there.
+    runtime: Handle,
+    /// The key was taken from the holder: its body must stop.
+    lost: bool,
+    waker: Option<Waker>,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("key", &self.key)
+            .field("fence", &self.fence)
+            .field("due", &self.due)
+            .field("lost", &self.lost)
+            .finish()
+    }
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    // Every critical section is a few map operations: the state is consistent after a panic.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Heartbeat {
+    /// Keep `key` held at `fence` until the returned registration is dropped. Outside a
+    /// tokio runtime nothing renews the lease (the dispatcher always runs inside one).
+    pub(crate) fn keep(
+        self: &Arc<Self>,
+        store: &Arc<dyn Store>,
+        key: &RecordKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Registration {
+        let id = match Handle::try_current() {
+            Ok(runtime) => self.insert(store, key, fence, lease, runtime),
+            Err(_) => {
+                tracing::warn!("no runtime to renew the lease on; it may lapse");
+                None
+            }
+        };
+        Registration {
+            heartbeat: self.clone(),
+            id,
+        }
+    }
+
+    fn insert(
+        self: &Arc<Self>,
+        store: &Arc<dyn Store>,
+        key: &RecordKey,
+        fence: Fence,
+        lease: Duration,
+        runtime: Handle,
+    ) -> Option<u64> {
+        let due = Instant::now() + period(lease);
+        let mut state = lock(&self.state);
+        let id = state.next_id;
+        state.next_id += 1;
+        state.leases.insert(
+            id,
+            Lease {
+                store: store.clone(),
+                key: key.clone(),
+                fence,
+                lease,
+                due,
+                runtime,
+                lost: false,
+                waker: None,
+            },
+        );
+        match state.wakes_at {
+            None => {
+                state.wakes_at = Some(due);
+                drop(state);
+                let heartbeat = Arc::downgrade(self);
+                let started = std::thread::Builder::new()
+                    .name("idem-heartbeat".into())
+                    .spawn(move || beat(heartbeat));
+                if let Err(e) = started {
+                    tracing::warn!(error = %e, "cannot start the lease heartbeat; leases may lapse");
+                    lock(&self.state).wakes_at = None;
+                }
+            }
+            // The thread sleeps past this lease's first renewal: wake it to plan again.
+            Some(at) if at > due => {
+                state.wakes_at = Some(due);
+                drop(state);
+                self.wake.notify_one();
+            }
+            Some(_) => {}
+        }
+        Some(id)
+    }
+}
+
+/// A lease the heartbeat renews; dropping it stops the renewals.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    heartbeat: Arc<Heartbeat>,
+    id: Option<u64>,
+}
+
+impl Registration {
+    /// Ready once the heartbeat found the key taken by another worker.
+    pub(crate) fn lost(&self) -> Lost<'_> {
+        Lost(self)
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            lock(&self.heartbeat.state).leases.remove(&id);
+        }
+    }
+}
+
+/// See [`Registration::lost`].
+pub(crate) struct Lost<'a>(&'a Registration);
+
+impl Future for Lost<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(id) = self.0.id else {
+            return Poll::Pending;
+        };
+        let mut state = lock(&self.0.heartbeat.state);
+        match state.leases.get_mut(&id) {
+            Some(lease) if !lease.lost => {
+                lease.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
+    }
+}
+
+/// A renewal to make: what of a lease the thread needs outside the lock.
+struct Due {
+    id: u64,
+    store: Arc<dyn Store>,
+    key: RecordKey,
+    fence: Fence,
+    lease: Duration,
+    runtime: Handle,
+}
+
+/// The heartbeat thread: renew what is due, sleep until the next is, end when idle (or
+/// when the dispatcher is gone).
+fn beat(heartbeat: Weak<Heartbeat>) {
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        let Some(hb) = heartbeat.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let due: Vec<Due> = {
+            let mut state = lock(&hb.state);
+            if state.leases.is_empty() {
+                let since = *idle_since.get_or_insert(now);
+                if now.duration_since(since) >= LINGER {
+                    state.wakes_at = None;
+                    return;
+                }
+            } else {
+                idle_since = None;
+            }
+            state
+                .leases
+                .iter_mut()
+                .filter(|(_, l)| l.due <= now && !l.lost)
+                .map(|(id, l)| {
+                    l.due = now + period(l.lease);
+                    Due {
+                        id: *id,
+                        store: l.store.clone(),
+                        key: l.key.clone(),
+                        fence: l.fence,
+                        lease: l.lease,
+                        runtime: l.runtime.clone(),
+                    }
+                })
+                .collect()
+        };
+        for d in due {
+            // Renewed on the lease's own runtime: its connections' I/O is driven there.
+            let renewed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                d.runtime.block_on(d.store.renew(&d.key, d.fence, d.lease))
+            }));
+            match renewed {
+                Ok(Ok(_)) => {}
+                Ok(Err(StoreError::Fenced { .. })) => {
+                    // Another worker owns the call now (a take-over, an Unknown settled by
+                    // a verify hook): the body must stop rather than apply an effect it may
+                    // also apply.
+                    let mut state = lock(&hb.state);
+                    if let Some(lease) = state.leases.get_mut(&d.id) {
+                        tracing::warn!(key = %d.key, "lease lost while the tool ran; stopping the body");
+                        lease.lost = true;
+                        if let Some(waker) = lease.waker.take() {
+                            waker.wake();
+                        }
+                    }
+                }
+                // The store may be back before the lease ends: the next beat tries again.
+                Ok(Err(e)) => tracing::warn!(error = %e, key = %d.key, "lease renewal failed"),
+                // The runtime is shutting down, say: the lease lapses and is fenced.
+                Err(_) => tracing::warn!(key = %d.key, "lease renewal panicked"),
+            }
+        }
+        let state = lock(&hb.state);
+        let next = state
+            .leases
+            .values()
+            .filter(|l| !l.lost)
+            .map(|l| l.due)
+            .min()
+            .unwrap_or_else(|| Instant::now() + LINGER);
+        let mut state = state;
+        state.wakes_at = Some(next);
+        let wait = next.saturating_duration_since(Instant::now());
+        let (mut state, _) = hb
+            .wake
+            .wait_timeout(state, wait)
+            .unwrap_or_else(|e| e.into_inner());
+        // Planned again by whoever woke us, or at the next beat.
+        state.wakes_at = Some(Instant::now());
+        drop(state);
+        drop(hb);
+    }
+}
