@@ -14,8 +14,8 @@ use std::time::Duration;
 use idem_core::store::conformance::{self, Subject};
 use idem_core::store::redis::RedisStore;
 use idem_core::{
-    Claim, ClaimRequest, Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, Outcome, RecordKey,
-    Store, StoreError, Timestamp,
+    Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, Fingerprint, KeyMaterial, LogicalKey,
+    OrphanPolicy, Outcome, PurgeFilter, RecordKey, StateKind, Store, StoreError, Timestamp,
 };
 use serde_json::json;
 
@@ -126,6 +126,7 @@ fn request(key: &RecordKey, lease: Duration, orphans: OrphanPolicy) -> ClaimRequ
     ClaimRequest {
         key: key.clone(),
         tool: "redis_test_tool".into(),
+        tenant: "tenant-a".into(),
         fingerprint: Fingerprint::of(&json!({"n": 1})),
         lease,
         orphans,
@@ -242,8 +243,8 @@ async fn a_records_keys_share_one_hash_tag() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completed_records_carry_a_ttl_and_unknown_ones_never_expire() {
-    let Some(url) = redis_url("completed_records_carry_a_ttl_and_unknown_ones_never_expire") else {
+async fn completed_and_unknown_records_carry_a_ttl() {
+    let Some(url) = redis_url("completed_and_unknown_records_carry_a_ttl") else {
         return;
     };
     let prefix = unique_prefix();
@@ -303,12 +304,51 @@ async fn completed_records_carry_a_ttl_and_unknown_ones_never_expire() {
             .mark_unknown(&unknown, g, "timed out")
             .await
             .expect("mark unknown");
-        assert_eq!(
-            pttl(format!("{prefix}:{{{unknown}}}:rec")).await,
-            -1,
-            "Unknown never expires"
+        // Unknown records wait for an operator for the Unknown retention, then Redis deletes
+        // them: a server that may not evict cannot fill up with them.
+        let retention = i64::try_from(DEFAULT_UNKNOWN_RETENTION.as_millis()).expect("ms");
+        let rec = pttl(format!("{prefix}:{{{unknown}}}:rec")).await;
+        assert!(
+            rec > retention - 60_000 && rec <= retention,
+            "Unknown record TTL is the retention, got {rec}"
         );
-        assert_eq!(pttl(format!("{prefix}:{{{unknown}}}:fence")).await, -1);
+        assert!(
+            pttl(format!("{prefix}:{{{unknown}}}:fence")).await > rec,
+            "the fence outlives the Unknown record"
+        );
+
+        // A store with a shorter retention sets a shorter TTL.
+        let short = RedisStore::connect(&target, &prefix)
+            .await
+            .expect("connect")
+            .with_unknown_retention(Duration::from_secs(60));
+        let brief = key("ttl-unknown-short");
+        let h = acquire(&short, &request(&brief, lease, OrphanPolicy::MarkUnknown)).await;
+        short
+            .mark_unknown(&brief, h, "timed out")
+            .await
+            .expect("mark unknown");
+        let rec = pttl(format!("{prefix}:{{{brief}}}:rec")).await;
+        assert!(rec > 50_000 && rec <= 60_000, "got {rec}");
+
+        // An orphan a claim turns Unknown gets the TTL too.
+        let orphan = key("ttl-orphan");
+        acquire(
+            &store,
+            &request(&orphan, Duration::from_millis(1), OrphanPolicy::MarkUnknown),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        match store
+            .claim(&request(&orphan, lease, OrphanPolicy::MarkUnknown))
+            .await
+            .expect("claim")
+        {
+            Claim::Existing(r) => assert_eq!(r.state.kind(), StateKind::Unknown),
+            other => panic!("expected the orphan turned Unknown, got {other:?}"),
+        }
+        let rec = pttl(format!("{prefix}:{{{orphan}}}:rec")).await;
+        assert!(rec > retention - 60_000, "got {rec}");
     })
     .await;
 }
@@ -328,7 +368,11 @@ async fn fences_never_go_back_after_release_or_eviction() {
         let k = key("fence");
         let req = request(&k, Duration::from_secs(60), OrphanPolicy::TakeOver);
         let first = acquire(&store, &req).await;
-        assert_eq!(first, 1);
+        let server_ms = store.now().await.expect("now").as_millis();
+        assert!(
+            first <= server_ms && server_ms - first < 60_000,
+            "a key's first fence is the server clock in ms ({first}, server at {server_ms})"
+        );
         assert!(store.release(&k, first).await.expect("release"));
         let second = acquire(&store, &req).await;
         assert!(second > first, "a claim after a release gets a new fence");
@@ -411,6 +455,78 @@ async fn a_damaged_record_is_reported_corrupt() {
             "server TIME in ms"
         );
         assert!(matches!(store.get(&key("absent")).await, Ok(None)));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_records_past_the_retention_are_purged_with_their_fence() {
+    let Some(url) = redis_url("unknown_records_past_the_retention_are_purged_with_their_fence")
+    else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let prefixes = Arc::new(Mutex::new(vec![prefix.clone()]));
+    let target = url.clone();
+    cleaning_up(&url, prefixes, async move {
+        let store = RedisStore::connect(&target, &prefix)
+            .await
+            .expect("connect");
+        let lease = Duration::from_secs(60);
+        let mut unknown = Vec::new();
+        for (i, tenant) in ["tenant-a", "tenant-b", "tenant-b"].into_iter().enumerate() {
+            let k = key(&format!("purge-unknown-{i}"));
+            let mut req = request(&k, lease, OrphanPolicy::MarkUnknown);
+            req.tenant = tenant.into();
+            let f = acquire(&store, &req).await;
+            store
+                .mark_unknown(&k, f, "timed out")
+                .await
+                .expect("mark unknown");
+            unknown.push(k);
+        }
+        let running = key("purge-running");
+        acquire(&store, &request(&running, lease, OrphanPolicy::MarkUnknown)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+
+        let listed = store
+            .list(idem_core::ListFilter {
+                state: Some(StateKind::Unknown),
+                tenant: Some("tenant-b".into()),
+                ..Default::default()
+            })
+            .await
+            .expect("list");
+        assert_eq!(listed.len(), 2, "tenant-b's Unknown records: {listed:?}");
+        assert!(listed.iter().all(|r| r.tenant == "tenant-b"));
+
+        let young = store
+            .purge_expired(&PurgeFilter::up_to(100))
+            .await
+            .expect("purge");
+        assert_eq!(young, 0, "Unknown records within the retention are kept");
+        let old = PurgeFilter {
+            unknown_retention: Duration::from_millis(10),
+            tenant: Some("tenant-b".into()),
+            ..PurgeFilter::up_to(100)
+        };
+        assert_eq!(store.purge_expired(&old).await.expect("purge"), 2);
+        assert!(store.get(&unknown[1]).await.expect("get").is_none());
+        assert!(
+            store.get(&unknown[0]).await.expect("get").is_some(),
+            "another tenant's record is kept"
+        );
+        assert!(
+            store.get(&running).await.expect("get").is_some(),
+            "InProgress is never purged"
+        );
+        // The purged record's fence counter does not stay forever.
+        let fence_ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{prefix}:{{{}}}:fence", unknown[1]))
+            .query_async(&mut raw(&target).await)
+            .await
+            .expect("pttl");
+        assert!(fence_ttl > 0, "the fence counter expires, PTTL {fence_ttl}");
     })
     .await;
 }
