@@ -20,6 +20,8 @@ pub(crate) struct Param<'a> {
     pub ty: &'a Type,
     /// `doc`, `serde` and `schemars` attributes: moved onto the arguments struct's field.
     pub field_attrs: Vec<&'a Attribute>,
+    /// `#[secret]`: sealed in records, cut out of errors.
+    pub secret: Option<&'a Attribute>,
     pub is_context: bool,
 }
 
@@ -66,6 +68,12 @@ pub(crate) fn is_context_path(ty: &Type) -> bool {
     }
 }
 
+/// An attribute the macro takes off a parameter (rustc would reject `#[secret]`, and the
+/// others move to the arguments struct).
+pub(crate) fn is_param_attr(a: &Attribute) -> bool {
+    is_field_attr(a) || a.path().is_ident("secret")
+}
+
 pub(crate) fn is_field_attr(a: &Attribute) -> bool {
     a.path().is_ident("doc") || a.path().is_ident("serde") || a.path().is_ident("schemars")
 }
@@ -94,6 +102,7 @@ impl<'a> ToolFn<'a> {
                         ident,
                         ty: &pt.ty,
                         field_attrs: pt.attrs.iter().filter(|a| is_field_attr(a)).collect(),
+                        secret: pt.attrs.iter().find(|a| a.path().is_ident("secret")),
                         is_context: context_type(&pt.ty),
                     });
                 }

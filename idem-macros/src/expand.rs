@@ -5,7 +5,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn};
 
-use crate::ast::{ToolFn, is_context_path, is_field_attr};
+use crate::ast::{ToolFn, is_context_path, is_param_attr};
 use crate::attr::{self, Attr};
 use crate::errors::Errors;
 use crate::valid;
@@ -41,7 +41,7 @@ pub(crate) fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 fn strip_param_attrs(mut item: ItemFn) -> ItemFn {
     for input in item.sig.inputs.iter_mut() {
         if let FnArg::Typed(pt) = input {
-            pt.attrs.retain(|a| !is_field_attr(a));
+            pt.attrs.retain(|a| !is_param_attr(a));
         }
     }
     item
@@ -219,6 +219,14 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
         quote!(.verify(|__idem_ctx: #p::ToolContext, _: #p::Value| async move { #call }))
     });
 
+    let secrets = tool
+        .args()
+        .filter(|param| param.secret.is_some())
+        .map(|param| {
+            let pointer = format!("/{}", syn::ext::IdentExt::unraw(param.ident));
+            quote!(.secret(#pointer))
+        });
+
     let policy = if policy.is_empty() {
         quote!(::core::default::Default::default())
     } else {
@@ -293,6 +301,7 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
                         )
                         #natural_key
                         #verify
+                        #(#secrets)*
                     )
                 }
             }

@@ -33,6 +33,16 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
 
     let mut context_seen = false;
     for p in &tool.params {
+        if let Some(secret) = p.secret {
+            if p.is_context {
+                errors.spanned(
+                    secret,
+                    "the context is not an argument and cannot be secret; remove `#[secret]`",
+                );
+            } else if !matches!(secret.meta, syn::Meta::Path(_)) {
+                errors.spanned(secret, "`#[secret]` takes no arguments: write `#[secret]`");
+            }
+        }
         if p.is_context {
             if context_seen {
                 errors.spanned(p.ty, "a tool takes at most one `&ToolContext` parameter; remove this one and use the first");

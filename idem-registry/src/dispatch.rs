@@ -25,6 +25,7 @@ use tracing::Instrument;
 use crate::approval::{Approval, ApprovalRequest};
 use crate::context::{ContextParts, ToolContext};
 use crate::heartbeat::{Heartbeat, Registration};
+use crate::redact::SecretKey;
 use crate::registry::Registry;
 use crate::tool::{Prepared, ToolDef, Typed, Verified};
 
@@ -185,6 +186,15 @@ pub enum DispatchError {
         /// The violated rule.
         message: String,
     },
+    /// The tool has secret arguments and the dispatcher no key to seal them with
+    /// ([`Dispatcher::with_secret_key`]); nothing was recorded or run.
+    #[error(
+        "`{tool}` has secret arguments and this dispatcher has no key to seal them with: configure one with `Dispatcher::with_secret_key`"
+    )]
+    SecretKeyMissing {
+        /// The tool.
+        tool: String,
+    },
     /// The principal lacks scopes the tool requires.
     #[error("permission denied for `{tool}`: missing scope(s) {}", missing.join(", "))]
     PermissionDenied {
@@ -309,6 +319,7 @@ impl DispatchError {
             DispatchError::UnknownTool { .. } => "unknown_tool",
             DispatchError::InvalidArguments { .. } => "invalid_arguments",
             DispatchError::PermissionDenied { .. } => "permission_denied",
+            DispatchError::SecretKeyMissing { .. } => "secret_key_missing",
             DispatchError::MissingKey { .. } => "missing_key",
             DispatchError::ApprovalRequired { .. } => "approval_required",
             DispatchError::KeyReused { .. } => "key_reused",
@@ -354,6 +365,7 @@ pub struct Dispatcher {
     store: Arc<dyn Store>,
     namespace: String,
     max_argument_bytes: usize,
+    secret_key: Option<SecretKey>,
     /// Renews the leases of running bodies, shared by the dispatcher's clones.
     heartbeat: Arc<Heartbeat>,
 }
@@ -384,8 +396,17 @@ impl Dispatcher {
             store,
             namespace: DEFAULT_NAMESPACE.to_owned(),
             max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
+            secret_key: None,
             heartbeat: Arc::default(),
         }
+    }
+
+    /// The key that seals secret arguments (see [`crate::redact`]); a tool with secret
+    /// arguments is refused ([`DispatchError::SecretKeyMissing`]) on a dispatcher without
+    /// one. Read it from a secret manager or the environment, the same on every worker.
+    pub fn with_secret_key(mut self, key: SecretKey) -> Self {
+        self.secret_key = Some(key);
+        self
     }
 
     /// Refuse a call to a tool that records (every class but `read`) whose arguments, as
@@ -543,7 +564,7 @@ impl Dispatcher {
         let Prepared {
             arguments: args,
             typed,
-        } = prepare(tool, &call.arguments)?;
+        } = prepare(tool, &call.arguments).map_err(|e| scrub_refusal(tool, &call.arguments, e))?;
 
         if !tool.policy.scopes.iter().all(|s| run.scopes.contains(s)) {
             let missing = tool
@@ -566,8 +587,19 @@ impl Dispatcher {
                 class: tool.class,
             });
         }
+        // Secret arguments are fingerprinted, stored and shown to approvers sealed.
+        let sealed = if tool.secrets.is_empty() {
+            None
+        } else {
+            let Some(key) = &self.secret_key else {
+                return Err(DispatchError::SecretKeyMissing {
+                    tool: tool.name.to_string(),
+                });
+            };
+            Some(crate::redact::seal(&args, &tool.secrets, key))
+        };
         let (canonical, fingerprint) = if tool.class.records() || tool.class.requires_approval() {
-            let canonical = canonical_json(&args);
+            let canonical = canonical_json(sealed.as_ref().unwrap_or(&args));
             if canonical.len() > self.max_argument_bytes {
                 return Err(DispatchError::InvalidArguments {
                     tool: tool.name.to_string(),
@@ -601,7 +633,7 @@ impl Dispatcher {
                     tool: tool.name.to_string(),
                     key: IdempotencyKey::new(key),
                     fingerprint,
-                    arguments: args.into_owned(),
+                    arguments: sealed.unwrap_or_else(|| args.into_owned()),
                 };
                 return Err(DispatchError::ApprovalRequired {
                     request: Box::new(request),
@@ -665,7 +697,7 @@ impl Dispatcher {
                 Err(error) => {
                     return Err(DispatchError::ToolFailed {
                         tool: tool.name.to_string(),
-                        error,
+                        error: scrub_tool_error(tool, &args, error),
                         attempts: attempt,
                         deduplicated: false,
                     });
@@ -825,7 +857,7 @@ impl Dispatcher {
                         class,
                     });
                 }
-                Err(error) => error,
+                Err(error) => scrub_tool_error(tool, &call.args, error),
             };
             use idem_core::ErrorKind::*;
             let may_retry = attempt < max
@@ -1264,6 +1296,42 @@ fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Prepared<'a>, Dis
             .map_err(invalid)?;
     }
     Ok(prepared)
+}
+
+/// A refusal of a tool's arguments with its secrets' text cut out of the message.
+fn scrub_refusal(tool: &ToolDef, arguments: &Value, e: DispatchError) -> DispatchError {
+    match e {
+        DispatchError::InvalidArguments {
+            tool: name,
+            pointer,
+            message,
+        } if !tool.secrets.is_empty() => DispatchError::InvalidArguments {
+            tool: name,
+            pointer,
+            message: crate::redact::scrub(&message, arguments, &tool.secrets),
+        },
+        other => other,
+    }
+}
+
+/// A tool's error with its secrets' text cut out of the message and details, before it is
+/// recorded or returned.
+fn scrub_tool_error(tool: &ToolDef, arguments: &Value, error: ToolError) -> ToolError {
+    if tool.secrets.is_empty() {
+        return error;
+    }
+    let scrubbed = ToolError::new(
+        error.kind(),
+        crate::redact::scrub(error.message(), arguments, &tool.secrets),
+    );
+    match error.details() {
+        Some(details) => {
+            let mut details = details.clone();
+            crate::redact::scrub_value(&mut details, arguments, &tool.secrets);
+            scrubbed.with_details(details)
+        }
+        None => scrubbed,
+    }
 }
 
 /// What a body's context is made of, borrowed from the call.

@@ -13,6 +13,7 @@ pub mod export;
 pub mod glue;
 mod heartbeat;
 mod located;
+pub mod redact;
 pub mod registry;
 pub mod schema;
 pub mod tool;
@@ -22,6 +23,7 @@ pub use approval::{Approval, ApprovalRequest};
 pub use args::ArgumentError;
 pub use context::ToolContext;
 pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
+pub use redact::{SecretKey, SecretKeyTooShort};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use tool::{
     DEFAULT_VERIFY_AFTER, LONGEST_POLICY_DURATION, StaticTool, ToolBuilder, ToolDef, ToolPolicy, ToolRegistration,

@@ -207,6 +207,8 @@ pub struct ToolDef {
     pub(crate) handler: Handler,
     pub(crate) natural_key: Option<NaturalKey>,
     pub(crate) verify: Option<Verifier>,
+    /// JSON Pointers of the secret arguments (see [`crate::redact`]).
+    pub(crate) secrets: Vec<String>,
     pub(crate) location: Option<Location>,
     /// The compiled argument validator, shared by clones; see `ToolDef::arguments_validator`.
     pub(crate) validator: crate::validate::CompiledValidator,
@@ -254,6 +256,7 @@ impl ToolDef {
             handler: None,
             natural_key: None,
             verify: None,
+            secrets: Vec::new(),
             location: None,
         }
     }
@@ -302,6 +305,11 @@ impl ToolDef {
     pub fn location(&self) -> Option<&Location> {
         self.location.as_ref()
     }
+
+    /// The JSON Pointers of its secret arguments (see [`crate::redact`]).
+    pub fn secrets(&self) -> &[String] {
+        &self.secrets
+    }
 }
 
 /// Builds a [`ToolDef`]; see [`ToolDef::builder`].
@@ -316,6 +324,7 @@ pub struct ToolBuilder {
     handler: Option<Handler>,
     natural_key: Option<NaturalKey>,
     verify: Option<Verifier>,
+    secrets: Vec<String>,
     location: Option<Location>,
 }
 
@@ -482,6 +491,16 @@ impl ToolBuilder {
         self
     }
 
+    /// Mark the argument at a JSON Pointer (`"/card_number"`) secret: it reaches the body as
+    /// given, and is sealed in records, fingerprints and approval requests and cut out of
+    /// error messages (see [`crate::redact`]). A dispatcher needs a
+    /// [`SecretKey`](crate::SecretKey) to run such a tool. A pointer that is not one, or that
+    /// names an argument the schema does not list, is refused by [`build`](Self::build).
+    pub fn secret(mut self, pointer: impl Into<String>) -> Self {
+        self.secrets.push(pointer.into());
+        self
+    }
+
     /// A verify hook: when a call's outcome is Unknown, the dispatcher asks it (with the
     /// call's context, whose key is the downstream key, and the arguments) whether the effect
     /// happened, and settles the record from its answer instead of refusing the call.
@@ -526,6 +545,19 @@ impl ToolBuilder {
                 tool: name,
                 reason: "the input schema's root must have `\"type\": \"object\"`".into(),
             });
+        }
+        for pointer in &self.secrets {
+            if pointer.is_empty() {
+                return Err(RegistryError::Invalid {
+                    tool: name,
+                    reason: "a secret pointer must name one argument, e.g. \"/card_number\"; \
+                             \"\" would seal the whole arguments"
+                        .into(),
+                });
+            }
+            if let Err(reason) = check_pointer("secret", pointer, &input_schema) {
+                return Err(RegistryError::Invalid { tool: name, reason });
+            }
         }
         let Some(handler) = self.handler else {
             return Err(RegistryError::Invalid {
@@ -605,6 +637,7 @@ impl ToolBuilder {
             handler,
             natural_key: self.natural_key,
             verify: self.verify,
+            secrets: self.secrets,
             location: self.location,
             validator: Arc::default(),
         })
@@ -694,6 +727,10 @@ pub struct ToolSpec {
     /// `#[tool(verify_after_secs)]`; see [`ToolPolicy::verify_after`].
     #[serde(default)]
     pub verify_after_secs: Option<u64>,
+    /// JSON Pointers of secret arguments, as `#[secret]` on a `#[tool]` parameter (see
+    /// [`crate::redact`]).
+    #[serde(default)]
+    pub secret: Vec<String>,
 }
 
 impl ToolSpec {
@@ -734,7 +771,7 @@ impl ToolSpec {
             }
         };
         for pointer in &self.natural_key {
-            check_pointer(pointer, &self.input_schema).map_err(&invalid)?;
+            check_pointer("natural_key", pointer, &self.input_schema).map_err(&invalid)?;
         }
         if self.max_attempts == Some(0) {
             return Err(invalid(
@@ -785,6 +822,9 @@ impl ToolSpec {
             .input_schema(self.input_schema)
             .policy(policy)
             .handler(handler);
+        for pointer in self.secret {
+            builder = builder.secret(pointer);
+        }
         if !self.natural_key.is_empty() {
             let pointers = self.natural_key;
             builder = builder.natural_key(move |args| natural_key_at(args, &pointers));
@@ -796,7 +836,7 @@ impl ToolSpec {
 /// Refuse a `natural_key` entry that is not a JSON Pointer, or that names an argument the
 /// schema does not list (when it lists them): a typo would otherwise never match, and every
 /// call would quietly be keyed by its ids instead.
-fn check_pointer(pointer: &str, schema: &Value) -> Result<(), String> {
+fn check_pointer(field: &str, pointer: &str, schema: &Value) -> Result<(), String> {
     if pointer.is_empty() {
         return Ok(());
     }
@@ -808,7 +848,7 @@ fn check_pointer(pointer: &str, schema: &Value) -> Result<(), String> {
             format!("`/{fix}`")
         };
         return Err(format!(
-            "`natural_key` entry `{pointer}` is not a JSON Pointer, which starts with `/`: \
+            "`{field}` entry `{pointer}` is not a JSON Pointer, which starts with `/`: \
              write {fix}"
         ));
     };
@@ -837,7 +877,7 @@ fn check_pointer(pointer: &str, schema: &Value) -> Result<(), String> {
         format!("it lists: {}", known.join(", "))
     };
     Err(format!(
-        "`natural_key` entry `{pointer}` names the argument `{first}`, which the input schema \
+        "`{field}` entry `{pointer}` names the argument `{first}`, which the input schema \
          does not list ({known}; `\"\"` stands for the whole arguments)"
     ))
 }
