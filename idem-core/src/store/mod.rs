@@ -17,6 +17,7 @@ use crate::record::{Fence, JournalEntry, Outcome, Record, StateKind, Timestamp};
 
 pub mod machine;
 pub mod memory;
+pub mod tenant;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
