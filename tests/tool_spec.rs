@@ -334,3 +334,17 @@ fn bad_policy_values_are_refused_naming_the_tool_and_the_fix() {
     assert!(misspelt.to_string().contains("`ttl`"), "{misspelt}");
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn a_misspelled_class_names_the_tool_and_the_nearest_class() {
+    let err = serde_json::from_value::<ToolSpec>(serde_json::json!({
+        "name": "open_ticket",
+        "class": "idempotent-write",
+        "description": "Open a ticket.",
+        "input_schema": {"type": "object"}
+    }))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("tool `open_ticket`"), "{err}");
+    assert!(err.contains("did you mean `idempotent_write`"), "{err}");
+}

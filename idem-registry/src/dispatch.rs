@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use idem_core::{
     Claim, ClaimRequest, Fence, Fingerprint, IdempotencyKey, JournalEntry, KeyMaterial, LogicalKey,
-    Outcome, RecordKey, RecordState, Store, StoreError, Timestamp, ToolClass, ToolError,
+    Outcome, Record, RecordKey, RecordState, Store, StoreError, Timestamp, ToolClass, ToolError,
     canonical_json,
 };
 use serde_json::Value;
@@ -629,6 +629,23 @@ impl Dispatcher {
                 a.fingerprint == fingerprint && a.key.as_str() == key && a.tool == tool.name
             });
             if !approved {
+                // A recorded outcome replays without an effect: a run replayed from a
+                // checkpoint without its approvals gets it. Only a completed record with
+                // these very arguments is replayed; anything that could execute needs the
+                // approval.
+                if let Some((record_key, downstream)) = &keys {
+                    // A store that cannot answer leaves the approval required.
+                    let recorded = self.store.get(record_key).await.ok().flatten();
+                    if let Some(Record {
+                        fingerprint: recorded_fingerprint,
+                        state: RecordState::Completed { outcome, .. },
+                        ..
+                    }) = recorded
+                        && recorded_fingerprint == fingerprint
+                    {
+                        return replay(tool, record_key, downstream, outcome);
+                    }
+                }
                 let request = ApprovalRequest {
                     tool: tool.name.to_string(),
                     key: IdempotencyKey::new(key),
@@ -1105,44 +1122,58 @@ impl Recorded<'_> {
     }
 
     fn store_error(&self, e: StoreError) -> DispatchError {
-        let tool = self.tool.name.to_string();
-        if e.is_unavailable() {
-            DispatchError::StoreUnavailable {
-                tool,
-                message: e.to_string(),
-            }
-        } else {
-            DispatchError::Store { tool, error: e }
-        }
+        store_error(self.tool, e)
     }
 
     fn replay(&self, outcome: Outcome) -> Result<Dispatched, DispatchError> {
-        match outcome {
-            Outcome::Success(output_json) => {
-                let output =
-                    serde_json::from_str(&output_json).map_err(|e| DispatchError::Store {
-                        tool: self.tool.name.to_string(),
-                        error: StoreError::Corrupt {
-                            key: self.record_key.clone(),
-                            reason: format!("its recorded output is not JSON: {e}"),
-                        },
-                    })?;
-                Ok(Dispatched {
-                    output,
-                    output_json,
-                    deduplicated: true,
-                    key: Some(self.downstream.clone()),
-                    attempts: 0,
-                    class: self.tool.class,
-                })
-            }
-            Outcome::Failure(error) => Err(DispatchError::ToolFailed {
-                tool: self.tool.name.to_string(),
-                error,
-                attempts: 0,
-                deduplicated: true,
-            }),
+        replay(self.tool, &self.record_key, &self.downstream, outcome)
+    }
+}
+
+/// A store's error as the dispatcher reports it.
+fn store_error(tool: &ToolDef, e: StoreError) -> DispatchError {
+    let tool = tool.name.to_string();
+    if e.is_unavailable() {
+        DispatchError::StoreUnavailable {
+            tool,
+            message: e.to_string(),
         }
+    } else {
+        DispatchError::Store { tool, error: e }
+    }
+}
+
+/// Replay a recorded outcome.
+fn replay(
+    tool: &ToolDef,
+    record_key: &RecordKey,
+    downstream: &IdempotencyKey,
+    outcome: Outcome,
+) -> Result<Dispatched, DispatchError> {
+    match outcome {
+        Outcome::Success(output_json) => {
+            let output = serde_json::from_str(&output_json).map_err(|e| DispatchError::Store {
+                tool: tool.name.to_string(),
+                error: StoreError::Corrupt {
+                    key: record_key.clone(),
+                    reason: format!("its recorded output is not JSON: {e}"),
+                },
+            })?;
+            Ok(Dispatched {
+                output,
+                output_json,
+                deduplicated: true,
+                key: Some(downstream.clone()),
+                attempts: 0,
+                class: tool.class,
+            })
+        }
+        Outcome::Failure(error) => Err(DispatchError::ToolFailed {
+            tool: tool.name.to_string(),
+            error,
+            attempts: 0,
+            deduplicated: true,
+        }),
     }
 }
 

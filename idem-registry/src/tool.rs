@@ -675,13 +675,16 @@ pub const LONGEST_POLICY_DURATION: Duration = Duration::from_secs(10 * 365 * 24 
 /// assert_eq!(def.policy().ttl.as_secs(), 7 * 24 * 3600);
 /// ```
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+// The derived deserialiser is `ToolSpec::deserialize`; the trait's (below) wraps it to name
+// the tool in every error.
+#[serde(remote = "Self", deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ToolSpec {
     /// The tool's name.
     pub name: String,
-    /// Its class: required, checked at registration.
-    #[serde(default)]
+    /// Its class: required, checked at registration. A misspelled class is refused when the
+    /// spec is read, with the nearest class.
+    #[serde(default, deserialize_with = "class_by_name")]
     pub class: Option<ToolClass>,
     /// The description.
     pub description: String,
@@ -731,6 +734,28 @@ pub struct ToolSpec {
     /// [`crate::redact`]).
     #[serde(default)]
     pub secret: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for ToolSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = Value::deserialize(deserializer)?;
+        let name = value
+            .get("name")
+            .and_then(Value::as_str)
+            .map(|n| format!("tool `{n}`: "))
+            .unwrap_or_default();
+        ToolSpec::deserialize(value).map_err(|e| D::Error::custom(format!("{name}{e}")))
+    }
+}
+
+/// A class given by name, refused with the nearest class's name when misspelled.
+fn class_by_name<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ToolClass>, D::Error> {
+    let name = Option::<String>::deserialize(deserializer)?;
+    name.map(|n| n.parse::<ToolClass>().map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 impl ToolSpec {
