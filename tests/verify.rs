@@ -162,3 +162,51 @@ async fn a_failing_verify_hook_leaves_the_outcome_unknown() {
         "never re-sent while unverified"
     );
 }
+
+/// Ask the outbox whether a message to these arguments' recipient went out.
+async fn sent_to(ctx: &ToolContext) -> Result<Verified, ToolError> {
+    let to = ctx
+        .arguments()
+        .and_then(|a| a.get("to"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::terminal("no recipient"))?
+        .to_owned();
+    Ok(if OUTBOX.lock().unwrap().contains(&to) {
+        Verified::Applied(json!({"to": to, "verified": true}))
+    } else {
+        Verified::NotApplied
+    })
+}
+
+static OUTBOX: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Send a message that times out after it went out.
+#[idem::tool(class = "non_idempotent_write", verify = sent_to, verify_after_secs = 0, lease_secs = 1)]
+async fn send_once(to: String) -> Result<String, ToolError> {
+    OUTBOX.lock().unwrap().push(to);
+    Err(ToolError::ambiguous("timed out after sending"))
+}
+
+#[tokio::test]
+async fn a_tool_attribute_hook_reads_the_arguments_from_its_context() {
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
+    let registry = Registry::builder()
+        .add(<send_once as idem::StaticTool>::definition())
+        .build()
+        .unwrap();
+    let d = Dispatcher::new(registry, store);
+    let call = ToolCall::new("send_once", json!({"to": "kim@example.com"})).with_call_id("c9");
+    let run = RunContext::new("t");
+    assert!(matches!(
+        d.dispatch(&call, &run).await,
+        Err(DispatchError::OutcomeUnknown { .. })
+    ));
+    clock.advance(Duration::from_secs(1));
+    let settled = d.dispatch(&call, &run).await.unwrap();
+    assert_eq!(
+        settled.output,
+        json!({"to": "kim@example.com", "verified": true})
+    );
+    assert_eq!(OUTBOX.lock().unwrap().len(), 1);
+}

@@ -31,6 +31,8 @@ struct Inner {
     takeover: bool,
     holder: Option<Holder>,
     steps: Mutex<Vec<JournalEntry>>,
+    /// The call's arguments, for a verify hook.
+    arguments: Option<serde_json::Value>,
 }
 
 struct Holder {
@@ -86,8 +88,29 @@ impl ToolContext {
                     fence,
                 }),
                 steps: Mutex::new(steps),
+                arguments: None,
             }),
         }
+    }
+
+    /// The context a verify hook gets: the call's, with its arguments.
+    pub(crate) fn for_verify(
+        parts: ContextParts<'_>,
+        steps: Vec<JournalEntry>,
+        arguments: serde_json::Value,
+    ) -> Self {
+        let mut ctx = ToolContext::new(parts, 0, None, false, steps);
+        if let Some(inner) = Arc::get_mut(&mut ctx.inner) {
+            inner.arguments = Some(arguments);
+        }
+        ctx
+    }
+
+    /// The call's arguments (normalised, as the body would read them) in a verify hook, so
+    /// that a `#[tool(verify = f)]` hook, which takes only the context, can look the effect
+    /// up by them. `None` in a tool's body, which has them as its parameters.
+    pub fn arguments(&self) -> Option<&serde_json::Value> {
+        self.inner.arguments.as_ref()
     }
 
     /// A context outside any dispatcher, for unit tests of code that takes a context.

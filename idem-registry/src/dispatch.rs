@@ -987,7 +987,7 @@ impl Dispatcher {
         let Some(verify) = &tool.verify else {
             return Ok(Settled::Raced);
         };
-        let ctx = ToolContext::new(call.parts(), 0, None, false, steps);
+        let ctx = ToolContext::for_verify(call.parts(), steps, Value::clone(&call.args));
         let answer = AssertUnwindSafe(verify(ctx, Value::clone(&call.args)))
             .catch_unwind()
             .await
