@@ -141,10 +141,12 @@ async fn an_orphan_waits_the_same_delay_counted_from_when_it_was_found() {
     let mailer = Arc::new(SlowMailer::default());
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
-    let mut policy = ToolPolicy::default();
-    policy.lease = Duration::from_secs(1);
-    policy.wait = Duration::ZERO;
-    policy.verify_after = Duration::from_secs(30);
+    let policy = ToolPolicy {
+        lease: Duration::from_secs(1),
+        wait: Duration::ZERO,
+        verify_after: Duration::from_secs(30),
+        ..ToolPolicy::default()
+    };
     let check = mailer.clone();
     let tool = ToolDef::builder("send_mail", ToolClass::NonIdempotentWrite)
         .description("Send a message.")
@@ -221,8 +223,10 @@ async fn without_a_hook_the_error_says_an_operator_must_settle_it() {
 
 #[test]
 fn a_settle_delay_over_ten_years_is_refused() {
-    let mut policy = ToolPolicy::default();
-    policy.verify_after = Duration::from_secs(11 * 365 * 86_400);
+    let policy = ToolPolicy {
+        verify_after: Duration::from_secs(11 * 365 * 86_400),
+        ..ToolPolicy::default()
+    };
     let err = ToolDef::builder("send_mail", ToolClass::NonIdempotentWrite)
         .description("Send a message.")
         .input_schema(json!({"type": "object"}))

@@ -92,10 +92,10 @@ impl fmt::Debug for SecretKey {
 pub(crate) fn seal(arguments: &Value, pointers: &[String], key: &SecretKey) -> Value {
     let mut sealed = arguments.clone();
     for pointer in pointers {
-        if let Some(slot) = sealed.pointer_mut(pointer) {
-            if !slot.is_null() {
-                *slot = Value::String(key.seal(pointer, slot));
-            }
+        if let Some(slot) = sealed.pointer_mut(pointer)
+            && !slot.is_null()
+        {
+            *slot = Value::String(key.seal(pointer, slot));
         }
     }
     sealed
