@@ -1,8 +1,35 @@
 //! Canonical JSON and argument fingerprints.
 //!
-//! Two argument documents that mean the same thing must fingerprint the same: object keys
-//! are sorted (by their UTF-8 bytes), insignificant whitespace is dropped, and numbers are
-//! normalised so that `1`, `1.0` and `1e0` are one value. Strings use JSON's standard escapes.
+//! Two argument documents that mean the same thing must fingerprint the same, and two that
+//! do not must not: object keys are sorted (by their UTF-8 bytes), insignificant whitespace
+//! is dropped, strings use JSON's standard escapes, and each numeric value has one text.
+//!
+//! # Numbers
+//!
+//! A number is taken as an exact decimal, `-`? 0.d₁…dₖ × 10ⁿ with d₁ and dₖ not zero, and
+//! printed by the rules of ECMAScript's `Number::toString` (which RFC 8785 also uses):
+//!
+//! - zero, `-0` included, is `0`;
+//! - if −6 < n ≤ 21, there is no exponent: for k ≤ n the digits then n − k zeros (`100`,
+//!   `18446744073709551615`), for 0 < n < k the digits with a point after the n-th (`1.5`,
+//!   `-7.25`), for n ≤ 0 `0.` then −n zeros then the digits (`0.1`, `0.000001`);
+//! - otherwise d₁, then `.` and d₂…dₖ if k > 1, then `e`, the sign of n − 1 (`+` or `-`)
+//!   and its digits (`1e+21`, `1.5e-7`, `1e+1000000000`).
+//!
+//! So `1`, `1.0`, `1e0` and `10e-1` are all `1`, `1e16` is `10000000000000000`, and the text
+//! is never much longer than the literal, whatever its exponent.
+//!
+//! Which decimal a number is depends on serde_json's `arbitrary_precision` feature, which
+//! any crate in the application can turn on:
+//!
+//! - with it, the literal as written: every digit counts, so `18446744073709551617` and
+//!   `0.1000000000000000055511151231257827` differ from `18446744073709551616` and `0.1`;
+//! - without it, what serde_json parsed: an integer in the range of `i64` or `u64` exactly,
+//!   any other literal as the nearest `f64`, and an `f64` as the decimal of the shortest
+//!   text that reads back as it, as serde_json prints it (`0.1`, not the binary fraction's
+//!   55 digits). Literals that parse to the same `f64` are then one value:
+//!   `18446744073709551617` and `18446744073709551616` are both `18446744073709552000`,
+//!   while `18446744073709551615` (a `u64`) stays itself.
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -18,6 +45,9 @@ use sha2::{Digest, Sha256};
 ///
 /// let a = idem_core::canonical_json(&json!({"b": 1.0, "a": [true, null, "x"]}));
 /// assert_eq!(a, r#"{"a":[true,null,"x"],"b":1}"#);
+///
+/// let n = idem_core::canonical_json(&json!([1e16, 0.5e1, 1e21, -0.0, 0.000_000_15]));
+/// assert_eq!(n, "[10000000000000000,5,1e+21,0,1.5e-7]");
 /// ```
 pub fn canonical_json(value: &Value) -> String {
     // Tool arguments are usually a few hundred bytes: one allocation, no regrowth.
@@ -70,31 +100,277 @@ fn write_entries<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out
     }
 }
 
-/// Largest integer magnitude a double represents exactly.
-const EXACT_F64_INT: f64 = 9_007_199_254_740_992.0;
-
 fn write_number(n: &Number, out: &mut String) {
+    // Integers, nearly every number in tool arguments, print as they are without allocating.
     if let Some(i) = n.as_i64() {
         let _ = write!(out, "{i}");
     } else if let Some(u) = n.as_u64() {
         let _ = write!(out, "{u}");
-    } else if let Some(f) = n.as_f64() {
-        if f == 0.0 {
-            // Covers -0.0 as well.
-            out.push('0');
-        } else if f.fract() == 0.0 && f.abs() < EXACT_F64_INT {
-            let _ = write!(out, "{}", f as i64);
-        } else {
-            // serde_json prints the shortest representation that round-trips.
-            out.push_str(
-                &Number::from_f64(f)
-                    .map(|n| n.to_string())
-                    .unwrap_or_else(|| "null".into()),
-            );
-        }
+    } else if let Some(i) = integral_f64(n) {
+        let _ = write!(out, "{i}");
     } else {
-        // Arbitrary-precision numbers, if a dependency enabled them: keep their text.
-        out.push_str(&n.to_string());
+        // An f64 prints its shortest round-trip text, which is its decimal value; with
+        // `arbitrary_precision` the text is the literal as written. Either way that text is
+        // read as an exact decimal, never through an f64.
+        let mut text = NumberText::default();
+        let _ = write!(text, "{n}");
+        match Decimal::parse(text.as_mut_bytes()) {
+            Some(decimal) => decimal.write(out),
+            // serde_json holds JSON number literals only (its unchecked constructor is not
+            // public API); anything else is kept as it is.
+            None => {
+                let _ = write!(out, "{n}");
+            }
+        }
+    }
+}
+
+/// An f64 that is an integer below 2^53, as that integer. Its shortest round-trip decimal
+/// (of `2.0`, `1e15`) is that integer, so it prints as one without the text, as fast as an
+/// `i64`. Never with `arbitrary_precision`, where `2.0000000000000000001` is the f64 2.
+fn integral_f64(n: &Number) -> Option<i64> {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    if literals_kept() {
+        return None;
+    }
+    let f = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < EXACT)?;
+    Some(f as i64)
+}
+
+/// Whether serde_json keeps each number's literal (its `arbitrary_precision` feature, which
+/// any crate of the application may turn on): 2^64 + 1 survives only then.
+fn literals_kept() -> bool {
+    static KEPT: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+        serde_json::from_str::<Number>("18446744073709551617")
+            .is_ok_and(|n| n.to_string() == "18446744073709551617")
+    });
+    *KEPT
+}
+
+/// The text serde_json prints for a number: on the stack for any f64 (at most 24 bytes),
+/// on the heap only for a longer literal kept by `arbitrary_precision`.
+#[derive(Default)]
+struct NumberText {
+    stack: [u8; 32],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl NumberText {
+    fn as_mut_bytes(&mut self) -> &mut [u8] {
+        if self.heap.is_empty() {
+            &mut self.stack[..self.len]
+        } else {
+            &mut self.heap
+        }
+    }
+}
+
+impl fmt::Write for NumberText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        if self.heap.is_empty() && end <= self.stack.len() {
+            self.stack[self.len..end].copy_from_slice(s.as_bytes());
+            self.len = end;
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.stack[..self.len]);
+            }
+            self.heap.extend_from_slice(s.as_bytes());
+        }
+        Ok(())
+    }
+}
+
+/// The point positions n (of 0.d × 10ⁿ) printed without an exponent, ECMAScript's: 1e20
+/// is `100000000000000000000` but 1e21 is `1e+21`, 1e-6 is `0.000001` but 1e-7 is `1e-7`.
+const PLAIN_POINT: std::ops::RangeInclusive<i128> = -5..=21;
+
+/// Exponents of more digits than this are not read into an `i128` (which holds 38) but
+/// offset digit by digit.
+const LONG_EXPONENT_DIGITS: usize = 30;
+
+/// A number as an exact decimal: `-`? 0.`digits` × 10^n, n = `exponent` + `shift`.
+struct Decimal<'a> {
+    negative: bool,
+    /// The significant digits, without a leading or trailing zero: none for zero.
+    digits: &'a str,
+    /// The literal's exponent, of any length.
+    exponent: Exponent<'a>,
+    /// What moving the literal's point in front of `digits` adds to the exponent: at most
+    /// the literal's length either way.
+    shift: i128,
+}
+
+/// A decimal exponent as written: its sign and its digits, without leading zeros.
+struct Exponent<'a> {
+    negative: bool,
+    digits: &'a [u8],
+}
+
+impl<'a> Decimal<'a> {
+    /// Read a JSON number literal, `-`? int (`.` frac)? ([eE] [+-]? exp)?, or `None`. The
+    /// fraction's digits are moved over the point, so that the significant digits are one
+    /// slice; `text` is changed only once it is known to be a number.
+    fn parse(text: &'a mut [u8]) -> Option<Self> {
+        let digits_from = |text: &[u8], at: usize| {
+            at + text[at..].iter().take_while(|b| b.is_ascii_digit()).count()
+        };
+        let negative = text.first() == Some(&b'-');
+        let int_start = usize::from(negative);
+        let int_end = digits_from(text, int_start);
+        let (frac_start, frac_end) = match text.get(int_end) {
+            Some(b'.') => (int_end + 1, digits_from(text, int_end + 1)),
+            _ => (int_end, int_end),
+        };
+        let (exp_negative, exp_start) = match text.get(frac_end) {
+            None => (false, frac_end),
+            Some(b'e' | b'E') => match text.get(frac_end + 1) {
+                Some(b'-') => (true, frac_end + 2),
+                Some(b'+') => (false, frac_end + 2),
+                _ => (false, frac_end + 1),
+            },
+            Some(_) => return None,
+        };
+        if int_end == int_start
+            || (frac_start > int_end && frac_end == frac_start)
+            || (exp_start > frac_end
+                && (exp_start == text.len() || digits_from(text, exp_start) != text.len()))
+        {
+            return None;
+        }
+        text.copy_within(frac_start..frac_end, int_end);
+        let digits_end = int_end + (frac_end - frac_start);
+
+        let text: &'a [u8] = text;
+        let written = std::str::from_utf8(&text[int_start..digits_end]).ok()?;
+        let lead = written.bytes().take_while(|&b| b == b'0').count();
+        let trail = written[lead..]
+            .bytes()
+            .rev()
+            .take_while(|&b| b == b'0')
+            .count();
+        let exp = &text[exp_start..];
+        let exp_lead = exp.iter().take_while(|&&b| b == b'0').count();
+        Some(Decimal {
+            negative,
+            digits: &written[lead..written.len() - trail],
+            exponent: Exponent {
+                negative: exp_negative,
+                digits: &exp[exp_lead..],
+            },
+            // Lengths fit an isize, so both fit an i128 and so does their difference.
+            shift: (int_end - int_start) as i128 - lead as i128,
+        })
+    }
+
+    /// Print the decimal by ECMAScript's `Number::toString` rules (see the module doc).
+    fn write(&self, out: &mut String) {
+        if self.digits.is_empty() {
+            // Zero, whatever its sign and exponent.
+            out.push('0');
+            return;
+        }
+        if self.negative {
+            out.push('-');
+        }
+        match self.exponent.value().map(|e| e + self.shift) {
+            Some(n) if PLAIN_POINT.contains(&n) => self.write_plain(n, out),
+            n => self.write_scientific(n, out),
+        }
+    }
+
+    /// The digits with the point after the `n`-th, padded with zeros on the side it is off.
+    fn write_plain(&self, n: i128, out: &mut String) {
+        // `n` is in `PLAIN_POINT`, so every count here is small and not negative.
+        let k = self.digits.len() as i128;
+        let push_zeros = |out: &mut String, count: i128| {
+            out.extend(std::iter::repeat_n('0', count as usize));
+        };
+        if k <= n {
+            out.push_str(self.digits);
+            push_zeros(out, n - k);
+        } else if n > 0 {
+            let (int, frac) = self.digits.split_at(n as usize);
+            out.push_str(int);
+            out.push('.');
+            out.push_str(frac);
+        } else {
+            out.push_str("0.");
+            push_zeros(out, -n);
+            out.push_str(self.digits);
+        }
+    }
+
+    /// d₁.d₂…dₖ, then the exponent n − 1 with its sign; `n` is `None` when the literal's
+    /// exponent has more than `LONG_EXPONENT_DIGITS` digits.
+    fn write_scientific(&self, n: Option<i128>, out: &mut String) {
+        let (first, rest) = self.digits.split_at(1);
+        out.push_str(first);
+        if !rest.is_empty() {
+            out.push('.');
+            out.push_str(rest);
+        }
+        match n {
+            Some(n) => {
+                let _ = write!(out, "e{:+}", n - 1);
+            }
+            None => {
+                // n - 1 is the exponent plus (shift - 1), and the exponent (above 10^30)
+                // dwarfs the shift (below 2^64), so the sum has the exponent's sign and its
+                // magnitude is the exponent's plus or minus (shift - 1).
+                out.push_str(if self.exponent.negative { "e-" } else { "e+" });
+                let delta = if self.exponent.negative {
+                    1 - self.shift
+                } else {
+                    self.shift - 1
+                };
+                push_offset_decimal(out, self.exponent.digits, delta);
+            }
+        }
+    }
+}
+
+impl Exponent<'_> {
+    /// The exponent, unless it has more than `LONG_EXPONENT_DIGITS` digits.
+    fn value(&self) -> Option<i128> {
+        if self.digits.len() > LONG_EXPONENT_DIGITS {
+            return None;
+        }
+        let magnitude = self
+            .digits
+            .iter()
+            .fold(0, |n, &d| n * 10 + i128::from(d - b'0'));
+        Some(if self.negative { -magnitude } else { magnitude })
+    }
+}
+
+/// Append `digits`, ASCII decimal digits (checked by `Decimal::parse`).
+fn push_ascii(out: &mut String, digits: &[u8]) {
+    out.extend(digits.iter().map(|&b| char::from(b)));
+}
+
+/// Append the decimal digits of `digits + delta`, where `digits` is a decimal of more than
+/// `LONG_EXPONENT_DIGITS` digits and `delta` is far smaller, so the sum is positive. Only
+/// exponents beyond any f64's reach come here.
+fn push_offset_decimal(out: &mut String, digits: &[u8], delta: i128) {
+    let mut sum = digits.to_vec();
+    let mut carry = delta;
+    for d in sum.iter_mut().rev() {
+        if carry == 0 {
+            break;
+        }
+        let v = i128::from(*d - b'0') + carry;
+        *d = b'0' + v.rem_euclid(10) as u8;
+        carry = v.div_euclid(10);
+    }
+    if carry > 0 {
+        let _ = write!(out, "{carry}");
+        push_ascii(out, &sum);
+    } else {
+        // A borrow may have cleared the leading digit.
+        let lead = sum.iter().take_while(|&&b| b == b'0').count();
+        push_ascii(out, &sum[lead..]);
     }
 }
 
@@ -269,6 +545,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Every finite double, zeros and subnormals included.
+    fn finite_f64() -> proptest::num::f64::Any {
+        use proptest::num::f64::{NEGATIVE, NORMAL, POSITIVE, SUBNORMAL, ZERO};
+        POSITIVE | NEGATIVE | NORMAL | SUBNORMAL | ZERO
+    }
+
     #[test]
     fn keys_sorted_and_whitespace_dropped() {
         let v: Value =
@@ -282,6 +564,232 @@ mod tests {
         assert_eq!(
             canonical_json(&json!([1.0, -0.0, 1e3, 0.5, -7, u64::MAX, 1e300])),
             format!("[1,0,1000,0.5,-7,{},1e+300]", u64::MAX)
+        );
+    }
+
+    /// Whether serde_json keeps each number's text (`arbitrary_precision`, which any crate in
+    /// the build can turn on) rather than parsing it to an `i64`, `u64` or `f64`, told by
+    /// another literal than `literals_kept` uses: 0.1 survives to 34 digits only then.
+    fn arbitrary_precision() -> bool {
+        let literal = "0.1000000000000000055511151231257827";
+        let n: Value = serde_json::from_str(literal).expect("a JSON number");
+        serde_json::to_string(&n).expect("a number serialises") == literal
+    }
+
+    #[test]
+    fn literals_kept_tells_the_mode() {
+        assert_eq!(literals_kept(), arbitrary_precision());
+    }
+
+    /// The canonical text of a JSON literal, or `None` when serde_json refuses it.
+    fn canonical_of(literal: &str) -> Option<String> {
+        serde_json::from_str::<Value>(literal)
+            .ok()
+            .map(|v| canonical_json(&v))
+    }
+
+    #[test]
+    fn equal_numbers_have_one_text() {
+        // Each row is one value, then ways to write it; in either mode all give the first.
+        let rows: &[&[&str]] = &[
+            &["1", "1.0", "1e0", "10e-1", "0.1e1", "1.000E+0"],
+            &["0", "-0", "-0.0", "0e10", "0.000", "-0E-3"],
+            &["5", "0.5e1", "5.0", "50e-1"],
+            &["100", "1E2", "1e+2", "100.00", "0.001e5"],
+            &["-7", "-7.0", "-0.7e1", "-700e-2"],
+            &["1.5", "15e-1", "0.15e1", "1.50"],
+            &["-7.25", "-725e-2", "-0.725E1"],
+            &["0.1", "1e-1", "0.10", "100e-3"],
+            &["0.000001", "1e-6", "10e-7"],
+            &["1.5e-7", "0.00000015", "15E-8"],
+            &[
+                "10000000000000000",
+                "1e16",
+                "1E16",
+                "1.0e16",
+                "100000000000000000e-1",
+                "0.00001e21",
+            ],
+            &[
+                "9007199254740991",
+                "9007199254740991.0",
+                "9.007199254740991e15",
+            ],
+            &[
+                "-9007199254740992",
+                "-9007199254740992.0",
+                "-9.007199254740992E15",
+            ],
+            &["100000000000000000000", "1e20", "10e19"],
+            &["1e+21", "1e21", "1000000000000000000000", "10e20"],
+            &["1e+300", "1e300", "1E+300", "0.1e301"],
+            &["-1.5e-300", "-15e-301", "-0.00015e-296"],
+        ];
+        let ap = arbitrary_precision();
+        let mut wrong = Vec::new();
+        for row in rows {
+            for literal in *row {
+                let got = canonical_of(literal);
+                if got.as_deref() != Some(row[0]) {
+                    wrong.push(format!("{literal} gave {got:?}, not {}", row[0]));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "arbitrary_precision: {ap}: {wrong:#?}");
+    }
+
+    #[test]
+    fn distinct_numbers_have_distinct_texts() {
+        let huge = format!("1{}", "0".repeat(400));
+        let tiny = format!("0.{}1", "0".repeat(400));
+        // A literal, its canonical text with arbitrary_precision, and without it (`None`
+        // where serde_json refuses the literal, out of f64's range).
+        let rows: &[(&str, &str, Option<&str>)] = &[
+            (
+                "18446744073709551616",
+                "18446744073709551616",
+                Some("18446744073709552000"),
+            ),
+            (
+                "18446744073709551617",
+                "18446744073709551617",
+                Some("18446744073709552000"),
+            ),
+            ("0.1", "0.1", Some("0.1")),
+            (
+                "0.1000000000000000055511151231257827",
+                "0.1000000000000000055511151231257827",
+                Some("0.1"),
+            ),
+            // Any literal with a point or an exponent is an f64 without the feature.
+            (
+                "18446744073709551615e0",
+                "18446744073709551615",
+                Some("18446744073709552000"),
+            ),
+            (
+                "18446744073709551615.5",
+                "18446744073709551615.5",
+                Some("18446744073709552000"),
+            ),
+            (
+                "123456789012345678901234567890",
+                "1.2345678901234567890123456789e+29",
+                Some("1.2345678901234568e+29"),
+            ),
+            (
+                "-0.0000001234567890123456789",
+                "-1.234567890123456789e-7",
+                Some("-1.2345678901234568e-7"),
+            ),
+            ("1e1000000000", "1e+1000000000", None),
+            ("-1.5e-1000000000", "-1.5e-1000000000", Some("0")),
+            // Exponents beyond 64 bits, exact.
+            ("1e99999999999999999999", "1e+99999999999999999999", None),
+            ("10e99999999999999999999", "1e+100000000000000000000", None),
+            (
+                "0.01e-99999999999999999999",
+                "1e-100000000000000000001",
+                Some("0"),
+            ),
+            (
+                "-123.4e-18446744073709551617",
+                "-1.234e-18446744073709551615",
+                Some("0"),
+            ),
+            (&huge, "1e+400", None),
+            (&tiny, "1e-401", Some("0")),
+        ];
+        let ap = arbitrary_precision();
+        let mut wrong = Vec::new();
+        for (literal, with, without) in rows {
+            let expected = if ap { Some(*with) } else { *without };
+            let got = canonical_of(literal);
+            if got.as_deref() != expected {
+                wrong.push(format!("{literal} gave {got:?}, not {expected:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "arbitrary_precision: {ap}: {wrong:#?}");
+        // The texts with the feature are those of distinct values, so all differ.
+        let texts: std::collections::BTreeSet<&str> = rows.iter().map(|row| row.1).collect();
+        assert_eq!(texts.len(), rows.len());
+    }
+
+    /// The canonical text of a number literal as this module reads it, which is how it
+    /// reads every literal with `arbitrary_precision`, whatever serde_json's mode here.
+    fn normalised(literal: &str) -> Option<String> {
+        let mut text = literal.as_bytes().to_vec();
+        let mut out = String::new();
+        Decimal::parse(&mut text)?.write(&mut out);
+        Some(out)
+    }
+
+    #[test]
+    fn decimals_normalised_in_either_mode() {
+        let long = |digit: &str, count: usize| digit.repeat(count);
+        let rows = [
+            ("0", "0".to_owned()),
+            (
+                "-0.000e-99999999999999999999999999999999999",
+                "0".to_owned(),
+            ),
+            ("-10e-1", "-1".to_owned()),
+            ("0012.50", "12.5".to_owned()),
+            ("123456789012345678901", "123456789012345678901".to_owned()),
+            (
+                "1234567890123456789012",
+                "1.234567890123456789012e+21".to_owned(),
+            ),
+            ("0.00000123", "0.00000123".to_owned()),
+            ("0.0000001", "1e-7".to_owned()),
+            ("12.5e-8", "1.25e-7".to_owned()),
+            (
+                "1.5e+0000000000000000000000000000000000000007",
+                "15000000".to_owned(),
+            ),
+            // Exponents too long for an i128, carried and borrowed digit by digit.
+            (
+                &format!("1e{}", long("9", 40)),
+                format!("1e+{}", long("9", 40)),
+            ),
+            (
+                &format!("10e{}", long("9", 40)),
+                format!("1e+1{}", long("0", 40)),
+            ),
+            (
+                &format!("0.1e-1{}", long("0", 40)),
+                format!("1e-1{}1", long("0", 39)),
+            ),
+            (
+                &format!("100e-1{}", long("0", 40)),
+                format!("1e-{}8", long("9", 39)),
+            ),
+            (
+                &format!("-0.05e+1{}", long("0", 40)),
+                format!("-5e+{}8", long("9", 39)),
+            ),
+        ];
+        for (literal, expected) in &rows {
+            assert_eq!(normalised(literal).as_ref(), Some(expected), "{literal}");
+        }
+        for not_a_number in [
+            "", "-", "+1", "1.", ".5", "1e", "1e+", "1x", "--1", "1.2.3", "1e5e5",
+        ] {
+            assert_eq!(normalised(not_a_number), None, "{not_a_number:?}");
+        }
+    }
+
+    #[test]
+    fn number_text_moves_to_the_heap_when_long() {
+        let mut text = NumberText::default();
+        let part = "1234567890123456789.";
+        let _ = write!(text, "{part}");
+        let _ = write!(text, "{part}");
+        assert_eq!(text.as_mut_bytes(), part.repeat(2).as_bytes());
+        let _ = write!(text, "5");
+        assert_eq!(
+            text.as_mut_bytes(),
+            format!("{}5", part.repeat(2)).as_bytes()
         );
     }
 
@@ -311,6 +819,84 @@ mod tests {
             let mut out = String::new();
             write_string(&s, &mut out);
             proptest::prop_assert_eq!(out, serde_json::to_string(&s).unwrap());
+        }
+
+        #[test]
+        fn f64_canonical_text_reads_back_as_itself(f in finite_f64()) {
+            let text = canonical_json(&Value::from(f));
+            let back: Value = serde_json::from_str(&text).expect("canonical JSON parses");
+            proptest::prop_assert_eq!(canonical_json(&back), text.as_str());
+            // And it still means `f` (0 and -0 compare equal).
+            proptest::prop_assert_eq!(text.parse::<f64>(), Ok(f));
+        }
+
+        #[test]
+        fn f64_scientific_and_plain_spellings_agree(f in finite_f64()) {
+            let text = canonical_of(&format!("{f:e}")).expect("a JSON number");
+            for literal in [format!("{f}"), format!("{f:E}")] {
+                proptest::prop_assert_eq!(canonical_of(&literal), Some(text.clone()), "{}", literal);
+            }
+            proptest::prop_assert_eq!(text.parse::<f64>(), Ok(f));
+            // Without the feature the literal is the f64 itself. With it the literal is
+            // exact, and where two shortest texts tie (1251813908295546.25 is halfway
+            // between ...546.2 and ...546.3) Rust's is not always serde_json's.
+            if !arbitrary_precision() {
+                proptest::prop_assert_eq!(canonical_json(&Value::from(f)), text);
+            }
+        }
+
+        #[test]
+        fn i64_canonical_text_is_its_decimal(i: i64) {
+            let text = canonical_json(&Value::from(i));
+            proptest::prop_assert_eq!(&text, &i.to_string());
+            proptest::prop_assert_eq!(canonical_of(&text), Some(text.clone()));
+            // Written as a float it is the same value with the feature, and without it
+            // whenever a double holds it exactly.
+            if arbitrary_precision() || i.unsigned_abs() <= 1 << 53 {
+                for literal in [format!("{i}.0"), format!("{i}e0"), format!("{i}0e-1")] {
+                    proptest::prop_assert_eq!(canonical_of(&literal), Some(text.clone()), "{}", literal);
+                }
+            }
+        }
+
+        #[test]
+        fn decimal_spellings_agree(
+            negative: bool,
+            mantissa in 1u64..,
+            exp in -40i64..40,
+            (lead, trail, exp_zeros) in (0usize..3, 0usize..3, 0usize..3),
+            point in 0usize..24,
+        ) {
+            // Read by this module as it reads every literal with the feature, in either mode.
+            let sign = if negative { "-" } else { "" };
+            let canonical = normalised(&format!("{sign}{mantissa}e{exp}")).expect("a literal");
+            proptest::prop_assert_eq!(normalised(&canonical), Some(canonical.clone()));
+            // It still means the same (as far as an f64 tells).
+            proptest::prop_assert_eq!(
+                canonical.parse::<f64>(),
+                format!("{sign}{mantissa}e{exp}").parse::<f64>()
+            );
+            // The same value with zeros before and after, the point anywhere, and the
+            // exponent padded and moved to match.
+            let digits = format!("{}{mantissa}{}", "0".repeat(lead), "0".repeat(trail));
+            let point = 1 + point % digits.len();
+            let (int, frac) = digits.split_at(point);
+            let moved = exp - trail as i64 - point as i64 + digits.len() as i64;
+            let spelled = format!(
+                "{sign}{int}{}{frac}E{}{}{}",
+                if frac.is_empty() { "" } else { "." },
+                if moved < 0 { "-" } else { "+" },
+                "0".repeat(exp_zeros),
+                moved.unsigned_abs(),
+            );
+            proptest::prop_assert_eq!(normalised(&spelled), Some(canonical), "{}", spelled);
+        }
+
+        #[test]
+        fn decimal_reading_never_panics_and_reads_its_own_text(literal in "[-+.eE0-9]{0,12}") {
+            if let Some(canonical) = normalised(&literal) {
+                proptest::prop_assert_eq!(normalised(&canonical), Some(canonical.clone()));
+            }
         }
 
         #[test]
