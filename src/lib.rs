@@ -52,7 +52,7 @@
 //! | `open_world` | MCP `openWorldHint` | false |
 //! | `scopes` | scopes the principal must hold, e.g. `["mail:send"]` | none |
 //! | `natural_key` | a `fn(&serde_json::Value) -> Option<String>` computing the key from the normalised arguments; it takes precedence over call ids, so it must be a pure function of the arguments (no clock, no randomness) | none |
-//! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()`, whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
+//! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()` (and `ctx.arguments()`, the call's arguments), whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
 //! | `verify_after_secs` | the settle delay: how long after a record became Unknown (store clock) its `verify` hook is first asked, at least one lease; until then a duplicate gets `OutcomeUnknown` with `retry_after` | 300 |
 //! | `on_key_reuse` | `"reject"` (a key with other arguments is `KeyReused`) or `"replay"` (needs a `natural_key`) | `"reject"` |
 //! | `crate` | the path of this crate if renamed, e.g. `"::my_idem"` | `"::idem"` |
@@ -122,9 +122,10 @@ pub use idem_core::store::memory::{Clock, ManualClock, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use idem_core::store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
-pub use idem_core::store::redis::RedisStore;
+pub use idem_core::store::redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sqlite")]
-pub use idem_core::store::sqlite::SqliteStore;
+pub use idem_core::store::sqlite::{SqliteStore, Synchronous};
+pub use idem_core::store::tenant::TenantStore;
 pub use idem_core::{
     ClassHints, DEFAULT_UNKNOWN_RETENTION, ErrorKind, Fence, Fingerprint, IdempotencyKey,
     JournalEntry, KeyMaterial, ListFilter, LogicalKey, ORPHANED, OrphanPolicy, Outcome,
@@ -139,7 +140,8 @@ pub use idem_registry::tool::Location;
 pub use idem_registry::{
     Approval, ApprovalRequest, ArgumentError, DEFAULT_VERIFY_AFTER, DispatchError, Dispatched,
     Dispatcher, LONGEST_POLICY_DURATION, Registry, RegistryBuilder, RegistryError, RunContext,
-    StaticTool, ToolBuilder, ToolCall, ToolContext, ToolDef, ToolPolicy, ToolSpec, Verified,
+    SecretKey, SecretKeyTooShort, StaticTool, ToolBuilder, ToolCall, ToolContext, ToolDef,
+    ToolPolicy, ToolSpec, Verified,
 };
 pub use idem_registry::{export, schema, validate};
 

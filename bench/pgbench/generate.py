@@ -45,6 +45,7 @@ for param, value in {
     "$5::boolean": "true::boolean",
     "$6::text": f"'{arguments}'::text",
     "$7::text": "'the holder''s lease expired before it recorded an outcome'::text",
+    "$8::text": "'tenant-bench'::text",
 }.items():
     claim = claim.replace(param, value)
 complete = fill(complete)

@@ -15,8 +15,8 @@ use idem_core::store::conformance::{self, Subject};
 use idem_core::store::postgres::PostgresStore;
 use idem_core::store::postgres::deadpool_postgres::tokio_postgres::{self, NoTls};
 use idem_core::{
-    Claim, ClaimRequest, Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, Outcome, RecordState,
-    Store, StoreError,
+    Claim, ClaimRequest, Fingerprint, KeyMaterial, ListFilter, LogicalKey, OrphanPolicy, Outcome,
+    RecordState, Store, StoreError,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -100,6 +100,7 @@ fn request(name: &str, lease: Duration) -> ClaimRequest {
     ClaimRequest {
         key,
         tool: "send_email".into(),
+        tenant: "tenant".into(),
         fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
         lease,
         orphans: OrphanPolicy::TakeOver,
@@ -118,11 +119,13 @@ async fn postgres_store_conforms() {
             let schema = unique_schema();
             record(&created, &schema);
             let url = connect_url.clone();
+            // Each case may connect a second time, as another worker on another host.
             async move {
-                let store = PostgresStore::connect(&url, &schema)
-                    .await
-                    .expect("connect to PostgreSQL");
-                Subject::real_time(Arc::new(store))
+                Subject::reopenable((url, schema), |(url, schema)| async move {
+                    PostgresStore::connect(&url, &schema).await
+                })
+                .await
+                .expect("connect to PostgreSQL")
             }
         })
         .await;
@@ -220,6 +223,91 @@ async fn records_survive_a_new_connection() {
         }
         let db_now = second.now().await.expect("now").as_millis();
         assert!(rec.created_at.as_millis() <= db_now);
+    })
+    .await;
+}
+
+/// A table created by the idem that had no tenants gains the column when a store connects:
+/// its records read back with no tenant, new ones with theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_from_before_tenants_gains_the_column() {
+    let Some(url) = postgres_url("a_table_from_before_tenants_gains_the_column") else {
+        return;
+    };
+    let connect_url = url.clone();
+    with_schemas(&url, move |created| async move {
+        let schema = unique_schema();
+        record(&created, &schema);
+        let (client, connection) = tokio_postgres::connect(&connect_url, NoTls)
+            .await
+            .expect("raw connection");
+        tokio::spawn(connection);
+        client
+            .batch_execute(&format!(
+                r#"
+CREATE SCHEMA "{schema}";
+CREATE TABLE "{schema}".records (
+    key text COLLATE "C" PRIMARY KEY, tool text NOT NULL, fingerprint text NOT NULL,
+    fence bigint NOT NULL CHECK (fence >= 1),
+    state text NOT NULL CHECK (state IN ('in_progress', 'completed', 'unknown')),
+    lease_until bigint, outcome text, expires_at bigint, unknown_since bigint, last_error text,
+    steps jsonb NOT NULL DEFAULT '[]'::jsonb, arguments text,
+    created_at bigint NOT NULL, updated_at bigint NOT NULL,
+    last_claim text NOT NULL DEFAULT 'inserted');
+CREATE INDEX records_expiry ON "{schema}".records (expires_at) WHERE state = 'completed';
+CREATE INDEX records_open ON "{schema}".records (created_at, key) WHERE state <> 'completed';
+"#
+            ))
+            .await
+            .expect("a table from before tenants");
+        let old = request("old", Duration::from_secs(60));
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO \"{schema}\".records (key, tool, fingerprint, fence, state, \
+                     unknown_since, last_error, created_at, updated_at) \
+                     VALUES ($1, 'send_email', $2, 7, 'unknown', 1000, 'timed out', 1000, 1000)"
+                ),
+                &[&old.key.as_str(), &old.fingerprint.to_hex()],
+            )
+            .await
+            .expect("an old record");
+        let mut new = request("new", Duration::from_secs(60));
+        new.tenant = "acme".into();
+        for _ in 0..2 {
+            // Connecting again finds the column there and changes nothing.
+            let store = PostgresStore::connect(&connect_url, &schema)
+                .await
+                .expect("connect to a table from before tenants");
+            let rec = store
+                .get(&old.key)
+                .await
+                .expect("get")
+                .expect("the old record");
+            assert_eq!(rec.tenant, "", "a record from before tenants has none");
+            assert_eq!(rec.fence, 7);
+            assert!(matches!(rec.state, RecordState::Unknown { .. }));
+            store.claim(&new).await.expect("claim");
+            let listed = store
+                .list(ListFilter {
+                    tenant: Some("acme".into()),
+                    ..ListFilter::default()
+                })
+                .await
+                .expect("list");
+            assert_eq!(listed.len(), 1, "{listed:?}");
+            assert_eq!(listed[0].tenant, "acme");
+        }
+        for index in ["records_tenant_open", "records_unknown"] {
+            let row = client
+                .query_one(
+                    "SELECT to_regclass($1::text) IS NOT NULL",
+                    &[&format!("\"{schema}\".{index}")],
+                )
+                .await
+                .expect("catalog");
+            assert!(row.get::<_, bool>(0), "the table gained the index {index}");
+        }
     })
     .await;
 }

@@ -166,9 +166,11 @@ async fn redis_store_conforms() {
                 if let Ok(mut p) = used.lock() {
                     p.push(prefix.clone());
                 }
-                Subject::real_time(Arc::new(
-                    RedisStore::connect(&url, &prefix).await.expect("connect"),
-                ))
+                Subject::reopenable((url, prefix), |(url, prefix)| async move {
+                    RedisStore::connect(&url, &prefix).await
+                })
+                .await
+                .expect("connect")
             }
         })
         .await;

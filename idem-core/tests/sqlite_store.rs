@@ -1,15 +1,15 @@
 #![cfg(all(feature = "sqlite", feature = "conformance"))]
-//! The SQLite store: the conformance suite, plus what only a file on disk can show
-//! (persistence, several connections, locks held by others, damaged files).
+//! The SQLite store: the conformance suite (its cases of two instances open the file twice,
+//! as two processes would), plus what only a file on disk can show (persistence, locks held
+//! by others, damaged files, files from an older schema).
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idem_core::store::conformance::{self, Subject};
-use idem_core::store::sqlite::SqliteStore;
-use idem_core::store::{Claim, ClaimRequest, Store, StoreError};
+use idem_core::store::sqlite::{SqliteStore, Synchronous};
+use idem_core::store::{Claim, ClaimRequest, ListFilter, Store, StoreError};
 use idem_core::{
     Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, Outcome, RecordKey, RecordState, ToolError,
 };
@@ -37,6 +37,7 @@ fn request(key: &RecordKey, lease: Duration) -> ClaimRequest {
     ClaimRequest {
         key: key.clone(),
         tool: "send_email".into(),
+        tenant: "tenant".into(),
         fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
         lease,
         orphans: OrphanPolicy::MarkUnknown,
@@ -69,7 +70,12 @@ async fn sqlite_store_conforms() {
         let path = dir
             .path()
             .join(format!("case-{}.db", cases.fetch_add(1, Ordering::Relaxed)));
-        async move { Subject::real_time(Arc::new(SqliteStore::open(path).expect("open"))) }
+        // Each case may open the file a second time: another process on the same host.
+        async move {
+            Subject::reopenable(path, |path| async move { SqliteStore::open(path) })
+                .await
+                .expect("open")
+        }
     })
     .await;
 }
@@ -157,46 +163,6 @@ async fn records_survive_closing_and_reopening() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_connections_race_and_one_claim_wins() {
-    let dir = temp_dir("race");
-    let path = dir.path().join("idem.db");
-    let stores = [
-        Arc::new(SqliteStore::open(&path).expect("open first")),
-        Arc::new(SqliteStore::open(&path).expect("open second")),
-    ];
-    let k = key("race");
-    let mut tasks = Vec::new();
-    for i in 0..32 {
-        let store = Arc::clone(&stores[i % 2]);
-        let req = request(&k, LEASE);
-        tasks.push(tokio::spawn(async move { store.claim(&req).await }));
-    }
-    let mut winners = 0;
-    for t in tasks {
-        match t
-            .await
-            .expect("task")
-            .expect("no claim fails under contention")
-        {
-            Claim::Acquired { fence, .. } => {
-                winners += 1;
-                assert!(fence >= 1);
-            }
-            Claim::Existing(r) => assert!(
-                matches!(r.state, RecordState::InProgress { .. }),
-                "losers see the winner's claim, got {:?}",
-                r.state
-            ),
-        }
-    }
-    assert_eq!(
-        winners, 1,
-        "exactly one of 32 claims over two connections wins"
-    );
-    assert_eq!(rows(&path), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_waits_for_another_connections_write_lock() {
     let dir = temp_dir("busy");
     let path = dir.path().join("idem.db");
@@ -269,6 +235,67 @@ fn a_newer_schema_is_refused() {
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
+}
+
+/// A file written by the idem that had no tenants (schema version 1) gains the column when it
+/// is opened: its records read back with no tenant, new ones with theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_from_before_tenants_gains_the_column() {
+    let dir = temp_dir("schema-v1");
+    let path = dir.path().join("idem.db");
+    let old = key("old");
+    {
+        let raw = rusqlite::Connection::open(&path).expect("raw connection");
+        raw.execute_batch(
+            "CREATE TABLE idem_records (
+                key TEXT PRIMARY KEY NOT NULL, tool TEXT NOT NULL, fingerprint TEXT NOT NULL,
+                fence INTEGER NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('in_progress', 'completed', 'unknown')),
+                lease_until INTEGER, expires_at INTEGER, since INTEGER, last_error TEXT,
+                outcome TEXT, steps TEXT NOT NULL, arguments TEXT,
+                created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+             CREATE INDEX idem_records_state_expires ON idem_records (state, expires_at);
+             PRAGMA user_version = 1;",
+        )
+        .expect("a version 1 schema");
+        raw.execute(
+            "INSERT INTO idem_records VALUES (?1, 'send_email', ?2, 7, 'unknown', NULL, NULL, \
+             1000, 'timed out', NULL, '[]', NULL, 1000, 1000)",
+            [
+                old.as_str(),
+                &Fingerprint::of(&json!({"to": "a@example.com"})).to_hex(),
+            ],
+        )
+        .expect("an old record");
+    }
+    for _ in 0..2 {
+        // Opening again finds the column there and changes nothing.
+        let store = SqliteStore::open(&path).expect("open a version 1 file");
+        let record = store.get(&old).await.expect("get").expect("the old record");
+        assert_eq!(record.tenant, "", "a record from before tenants has none");
+        assert_eq!(record.fence, 7);
+        assert!(matches!(record.state, RecordState::Unknown { .. }));
+        let new = key("new");
+        let mut req = request(&new, LEASE);
+        req.tenant = "acme".into();
+        if let Claim::Acquired { .. } = store.claim(&req).await.expect("claim") {
+            let listed = store
+                .list(ListFilter {
+                    tenant: Some("acme".into()),
+                    ..ListFilter::default()
+                })
+                .await
+                .expect("list");
+            assert_eq!(listed.len(), 1);
+            assert_eq!(listed[0].key, new);
+            assert_eq!(listed[0].tenant, "acme");
+        }
+    }
+    let raw = rusqlite::Connection::open(&path).expect("raw connection");
+    let version: i64 = raw
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("version");
+    assert_eq!(version, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,8 +386,8 @@ async fn builders_apply() {
     let path = dir.path().join("idem.db");
     let store = SqliteStore::open(&path)
         .expect("open")
-        .with_synchronous_full()
-        .expect("synchronous full")
+        .with_synchronous(Synchronous::Normal)
+        .expect("synchronous normal")
         .with_max_outcome_bytes(8);
     let k = key("limited");
     let fence = acquire(&store, &request(&k, LEASE)).await;
@@ -381,5 +408,10 @@ async fn builders_apply() {
         .complete(&k, fence, &Outcome::Success("[1,2]".into()), TTL)
         .await
         .expect("a small outcome fits");
-    assert!(format!("{store:?}").contains("FULL"));
+    assert!(format!("{store:?}").contains("synchronous: Normal"));
+    let durable = SqliteStore::open(&path).expect("open again");
+    assert!(
+        format!("{durable:?}").contains("synchronous: Full"),
+        "the default"
+    );
 }

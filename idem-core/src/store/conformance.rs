@@ -14,7 +14,14 @@
 //!
 //! Cases that need time to pass call [`Subject::pass`]: a store on a controllable clock
 //! advances it, a store on a server's clock sleeps for real (the leases used are short).
+//!
+//! Cases that need a second instance of the store on the same data (two processes racing for
+//! one key, a worker starting cold) open one through the subject: build it with
+//! [`Subject::reopenable`] to say how. A store that cannot be opened twice (the memory store)
+//! runs those cases on its one instance, and skips their cold starts.
 
+use std::collections::BTreeSet;
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,22 +34,44 @@ use crate::Fingerprint;
 use crate::class::OrphanPolicy;
 use crate::error::ToolError;
 use crate::key::{KeyMaterial, LogicalKey, RecordKey};
-use crate::record::{Outcome, RecordState, StateKind, Timestamp};
+use crate::record::{Outcome, Record, RecordState, StateKind, Timestamp};
 use crate::store::memory::ManualClock;
-use crate::store::{Claim, ClaimRequest, ListFilter, Store, StoreError};
+use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
 
-/// A store under test and how time passes for it.
-#[derive(Debug, Clone)]
+/// Opens another instance of a subject's store on the same data.
+type Reopen = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Arc<dyn Store>, StoreError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A store under test, how time passes for it, and (if it can) how to open it again.
+#[derive(Clone)]
 pub struct Subject {
     /// The store.
     pub store: Arc<dyn Store>,
     clock: Option<Arc<ManualClock>>,
+    reopen: Option<Reopen>,
+}
+
+impl fmt::Debug for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subject")
+            .field("store", &self.store)
+            .field("clock", &self.clock)
+            .field("reopenable", &self.reopen.is_some())
+            .finish()
+    }
 }
 
 impl Subject {
     /// A store whose clock is real (a server's, or the system's): time passes by sleeping.
     pub fn real_time(store: Arc<dyn Store>) -> Self {
-        Subject { store, clock: None }
+        Subject {
+            store,
+            clock: None,
+            reopen: None,
+        }
     }
 
     /// A store on a manual clock: time passes by advancing it.
@@ -50,7 +79,46 @@ impl Subject {
         Subject {
             store,
             clock: Some(clock),
+            reopen: None,
         }
+    }
+
+    /// A store on a real clock that can be opened again on the same data: `open(place)` opens
+    /// the subject's store now, and another instance whenever a case needs one (a second
+    /// process racing the first, a worker starting cold). `place` names the data: a file, a
+    /// database and schema, a server and key prefix.
+    ///
+    /// ```no_run
+    /// use idem_core::store::conformance::{self, Subject};
+    /// use idem_core::store::sqlite::SqliteStore;
+    ///
+    /// # async fn run() {
+    /// conformance::run_all("sqlite", || async {
+    ///     let path = std::env::temp_dir().join("idem-conformance.db");
+    ///     Subject::reopenable(path, |path| async move { SqliteStore::open(path) })
+    ///         .await
+    ///         .expect("open")
+    /// })
+    /// .await;
+    /// # }
+    /// ```
+    pub async fn reopenable<P, S, F, Fut>(place: P, open: F) -> Result<Self, StoreError>
+    where
+        P: Clone + Send + Sync + 'static,
+        S: Store + 'static,
+        F: Fn(P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<S, StoreError>> + Send + 'static,
+    {
+        let reopen: Reopen = Arc::new(move || {
+            let opening = open(place.clone());
+            Box::pin(async move { Ok(Arc::new(opening.await?) as Arc<dyn Store>) })
+        });
+        let store = reopen().await?;
+        Ok(Subject {
+            store,
+            clock: None,
+            reopen: Some(reopen),
+        })
     }
 
     /// Let `d` pass on the store's clock.
@@ -59,6 +127,33 @@ impl Subject {
             Some(c) => c.advance(d),
             None => tokio::time::sleep(d).await,
         }
+    }
+
+    /// Another instance of the store on the same data, or `None` if the subject cannot open
+    /// one.
+    async fn second_instance(&self) -> Option<Arc<dyn Store>> {
+        let reopen = self.reopen.as_ref()?;
+        Some(reopen().await.expect("open a second instance of the store"))
+    }
+
+    /// The subject after a cold start: this instance closed, a new one opened on the same
+    /// data. `None` if the subject cannot open another instance.
+    async fn cold_start(self) -> Option<Subject> {
+        let Subject {
+            store,
+            clock,
+            reopen,
+        } = self;
+        let reopen = reopen?;
+        drop(store);
+        let store = reopen()
+            .await
+            .expect("open the store again after a cold start");
+        Some(Subject {
+            store,
+            clock,
+            reopen: Some(reopen),
+        })
     }
 }
 
@@ -113,14 +208,41 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("orphan_with_other_arguments_is_not_taken_over", |s| {
         Box::pin(orphan_with_other_arguments_is_not_taken_over(s))
     }),
+    ("tenant_is_kept_and_read_back", |s| {
+        Box::pin(tenant_is_kept_and_read_back(s))
+    }),
+    ("list_by_tenant_returns_only_that_tenant", |s| {
+        Box::pin(list_by_tenant_returns_only_that_tenant(s))
+    }),
+    ("purge_by_tenant_leaves_other_tenants", |s| {
+        Box::pin(purge_by_tenant_leaves_other_tenants(s))
+    }),
+    ("unknown_is_purged_only_after_its_retention", |s| {
+        Box::pin(unknown_is_purged_only_after_its_retention(s))
+    }),
+    ("in_progress_is_never_purged", |s| {
+        Box::pin(in_progress_is_never_purged(s))
+    }),
+    ("a_live_claim_is_never_taken_for_an_orphan", |s| {
+        Box::pin(a_live_claim_is_never_taken_for_an_orphan(s))
+    }),
+    ("two_instances_race_and_one_claim_wins", |s| {
+        Box::pin(two_instances_race_and_one_claim_wins(s))
+    }),
+    (
+        "a_completed_record_keeps_its_fingerprint_across_a_cold_start",
+        |s| Box::pin(a_completed_record_keeps_its_fingerprint_across_a_cold_start(s)),
+    ),
 ];
 
-/// Run every case, each on a fresh subject from `make`. Panics naming the first failing case.
+/// Run every case, each on a fresh subject from `make`. Panics naming every failing case and
+/// why it failed.
 pub async fn run_all<F, Fut>(store_name: &str, make: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Subject>,
 {
+    let mut failures = Vec::new();
     for (name, case) in CASES {
         let subject = make().await;
         let handle = tokio::spawn(case(subject));
@@ -134,8 +256,16 @@ where
                         .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 })
                 .unwrap_or_else(|| "cancelled".into());
-            panic!("store `{store_name}` failed conformance case `{name}`: {why}");
+            failures.push(format!("`{name}`: {why}"));
         }
+    }
+    if !failures.is_empty() {
+        panic!(
+            "store `{store_name}` failed {} of {} conformance cases:\n{}",
+            failures.len(),
+            CASES.len(),
+            failures.join("\n")
+        );
     }
 }
 
@@ -158,10 +288,44 @@ fn fresh_key(case: &str) -> RecordKey {
     .record_key()
 }
 
+/// The tenant of the cases that do not choose one.
+const TENANT: &str = "idem-conformance";
+
+/// A tenant no other case or run uses.
+fn fresh_tenant(name: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{name}-{}-{}-{n}",
+        std::process::id(),
+        Timestamp::now().as_millis()
+    )
+}
+
+/// A claim of a new key of `tenant`, derived from it as the dispatcher derives keys.
+fn tenant_request(
+    tenant: &str,
+    name: &str,
+    lease: Duration,
+    orphans: OrphanPolicy,
+) -> ClaimRequest {
+    let key = LogicalKey::new(
+        "idem-conformance",
+        tenant,
+        "conformance_tool",
+        KeyMaterial::Explicit { key: name.into() },
+    )
+    .record_key();
+    ClaimRequest {
+        tenant: tenant.to_owned(),
+        ..request(&key, lease, orphans)
+    }
+}
+
 fn request(key: &RecordKey, lease: Duration, orphans: OrphanPolicy) -> ClaimRequest {
     ClaimRequest {
         key: key.clone(),
         tool: "conformance_tool".into(),
+        tenant: TENANT.into(),
         fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
         lease,
         orphans,
@@ -575,13 +739,23 @@ async fn purge_is_bounded(s: Subject) {
         .await
         .expect("complete");
     s.pass(PAST_SHORT).await;
-    let first = s.store.purge_expired(2).await.expect("purge");
+    let first = s
+        .store
+        .purge_expired(&PurgeFilter::up_to(2))
+        .await
+        .expect("purge");
     assert!(
         first <= 2,
         "purge deleted {first} records with a limit of 2"
     );
     let mut rounds = 0;
-    while s.store.purge_expired(2).await.expect("purge") > 0 {
+    while s
+        .store
+        .purge_expired(&PurgeFilter::up_to(2))
+        .await
+        .expect("purge")
+        > 0
+    {
         rounds += 1;
         assert!(rounds < 100, "purge never finishes");
     }
@@ -618,8 +792,8 @@ async fn operator_list_resolve_release(s: Subject) {
     let listed = s
         .store
         .list(ListFilter {
-            state: None,
             limit: 10_000,
+            ..ListFilter::default()
         })
         .await
         .expect("list");
@@ -634,6 +808,7 @@ async fn operator_list_resolve_release(s: Subject) {
         .list(ListFilter {
             state: Some(StateKind::Unknown),
             limit: 10_000,
+            ..ListFilter::default()
         })
         .await
         .expect("list");
@@ -838,6 +1013,447 @@ async fn unknown_is_settled_once(s: Subject) {
         again > f,
         "claimed again with a greater fence ({again} after {f})"
     );
+}
+
+/// The keys of some records, to compare listings without caring for their order.
+fn keys_of(records: &[Record]) -> BTreeSet<&str> {
+    records.iter().map(|r| r.key.as_str()).collect()
+}
+
+async fn listed(s: &Subject, tenant: &str, state: Option<StateKind>) -> Vec<Record> {
+    s.store
+        .list(ListFilter {
+            state,
+            tenant: Some(tenant.to_owned()),
+            limit: 10_000,
+        })
+        .await
+        .expect("list")
+}
+
+async fn purged(s: &Subject, tenant: Option<&str>, unknown_retention: Duration) -> usize {
+    s.store
+        .purge_expired(&PurgeFilter {
+            limit: 10_000,
+            tenant: tenant.map(str::to_owned),
+            unknown_retention,
+        })
+        .await
+        .expect("purge")
+}
+
+async fn tenant_is_kept_and_read_back(s: Subject) {
+    let tenant = fresh_tenant("kept");
+    let req = tenant_request(&tenant, "kept", SHORT, OrphanPolicy::TakeOver);
+    let key = req.key.clone();
+    let fence = acquire(&s, &req).await;
+    let held = s.store.get(&key).await.expect("get").expect("record");
+    assert_eq!(held.tenant, tenant, "get reads the tenant back");
+    let listed_now = listed(&s, &tenant, Some(StateKind::InProgress)).await;
+    assert_eq!(keys_of(&listed_now), BTreeSet::from([key.as_str()]));
+    assert_eq!(listed_now[0].tenant, tenant, "list reads the tenant back");
+    s.store
+        .journal(&key, fence, "reserve", "1")
+        .await
+        .expect("journal");
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Existing(r) => assert_eq!(r.tenant, tenant, "a duplicate sees the tenant"),
+        other => panic!("a live claim is not acquired again, got {other:?}"),
+    }
+
+    // A take-over keeps it, and so do completion and an Unknown outcome.
+    s.pass(PAST_SHORT).await;
+    let Claim::Acquired { fence, .. } = s.store.claim(&req).await.expect("claim") else {
+        panic!("the orphan is taken over");
+    };
+    let taken = s.store.get(&key).await.expect("get").expect("record");
+    assert_eq!(taken.tenant, tenant, "a take-over keeps the tenant");
+    s.store
+        .complete(&key, fence, &Outcome::success(&json!(1)), TTL)
+        .await
+        .expect("complete");
+    let done = s.store.get(&key).await.expect("get").expect("record");
+    assert_eq!(done.tenant, tenant, "completion keeps the tenant");
+    let completed = listed(&s, &tenant, Some(StateKind::Completed)).await;
+    assert_eq!(completed.len(), 1);
+    assert_eq!(completed[0].tenant, tenant);
+
+    let lost = tenant_request(&tenant, "lost", LONG, OrphanPolicy::MarkUnknown);
+    let f = acquire(&s, &lost).await;
+    s.store
+        .mark_unknown(&lost.key, f, "timed out after sending")
+        .await
+        .expect("mark unknown");
+    let unknown = listed(&s, &tenant, None).await;
+    assert_eq!(keys_of(&unknown), BTreeSet::from([lost.key.as_str()]));
+    assert_eq!(
+        unknown[0].tenant, tenant,
+        "an Unknown record keeps the tenant"
+    );
+    let resolved = s
+        .store
+        .resolve(&lost.key, &Outcome::success(&json!(2)), TTL)
+        .await
+        .expect("resolve");
+    assert_eq!(resolved.tenant, tenant, "resolve returns the tenant");
+}
+
+async fn list_by_tenant_returns_only_that_tenant(s: Subject) {
+    let (a, b) = (fresh_tenant("list-a"), fresh_tenant("list-b"));
+    // Each tenant: one record of each state.
+    let mut made = Vec::new();
+    for tenant in [&a, &b] {
+        let running = tenant_request(tenant, "running", LONG, OrphanPolicy::TakeOver);
+        acquire(&s, &running).await;
+        let lost = tenant_request(tenant, "lost", LONG, OrphanPolicy::MarkUnknown);
+        let f = acquire(&s, &lost).await;
+        s.store
+            .mark_unknown(&lost.key, f, "timed out after sending")
+            .await
+            .expect("mark unknown");
+        let done = tenant_request(tenant, "done", LONG, OrphanPolicy::TakeOver);
+        let f = acquire(&s, &done).await;
+        s.store
+            .complete(&done.key, f, &Outcome::success(&json!(3)), TTL)
+            .await
+            .expect("complete");
+        made.push((running.key, lost.key, done.key));
+    }
+    let (a_running, a_lost, a_done) = &made[0];
+    let (b_running, b_lost, b_done) = &made[1];
+
+    let attention = listed(&s, &a, None).await;
+    assert_eq!(
+        keys_of(&attention),
+        BTreeSet::from([a_running.as_str(), a_lost.as_str()]),
+        "the default listing of a tenant: its InProgress and Unknown records, no one else's"
+    );
+    assert!(attention.iter().all(|r| r.tenant == a));
+    let completed = listed(&s, &a, Some(StateKind::Completed)).await;
+    assert_eq!(keys_of(&completed), BTreeSet::from([a_done.as_str()]));
+    let unknown = listed(&s, &b, Some(StateKind::Unknown)).await;
+    assert_eq!(keys_of(&unknown), BTreeSet::from([b_lost.as_str()]));
+    let running = listed(&s, &b, Some(StateKind::InProgress)).await;
+    assert_eq!(keys_of(&running), BTreeSet::from([b_running.as_str()]));
+    assert!(
+        listed(&s, &fresh_tenant("nobody"), None).await.is_empty(),
+        "a tenant without records lists nothing"
+    );
+    let first = s
+        .store
+        .list(ListFilter {
+            state: None,
+            tenant: Some(a.clone()),
+            limit: 1,
+        })
+        .await
+        .expect("list");
+    assert_eq!(first.len(), 1, "the limit holds within a tenant");
+    assert_eq!(first[0].tenant, a);
+
+    let everyone = s
+        .store
+        .list(ListFilter {
+            limit: 10_000,
+            ..ListFilter::default()
+        })
+        .await
+        .expect("list");
+    let everyone = keys_of(&everyone);
+    for k in [a_running, a_lost, b_running, b_lost] {
+        assert!(everyone.contains(k.as_str()), "no tenant: every tenant's");
+    }
+    assert!(!everyone.contains(b_done.as_str()));
+}
+
+async fn purge_by_tenant_leaves_other_tenants(s: Subject) {
+    let (a, b) = (fresh_tenant("purge-a"), fresh_tenant("purge-b"));
+    for (tenant, n) in [(&a, 3), (&b, 2)] {
+        for i in 0..n {
+            let req = tenant_request(tenant, &format!("short-{i}"), LONG, OrphanPolicy::TakeOver);
+            let f = acquire(&s, &req).await;
+            s.store
+                .complete(&req.key, f, &Outcome::success(&json!(i)), SHORT)
+                .await
+                .expect("complete");
+        }
+    }
+    let kept = tenant_request(&a, "kept", LONG, OrphanPolicy::TakeOver);
+    let f = acquire(&s, &kept).await;
+    s.store
+        .complete(&kept.key, f, &Outcome::success(&json!("kept")), TTL)
+        .await
+        .expect("complete");
+    s.pass(PAST_SHORT).await;
+
+    let retention = crate::store::DEFAULT_UNKNOWN_RETENTION;
+    assert_eq!(
+        purged(&s, Some(&a), retention).await,
+        3,
+        "the tenant's three expired records"
+    );
+    assert_eq!(purged(&s, Some(&a), retention).await, 0, "and nothing more");
+    let one = s
+        .store
+        .purge_expired(&PurgeFilter {
+            tenant: Some(b.clone()),
+            ..PurgeFilter::up_to(1)
+        })
+        .await
+        .expect("purge");
+    assert_eq!(
+        one, 1,
+        "the other tenant's records were left, and the limit holds"
+    );
+    assert_eq!(purged(&s, Some(&b), retention).await, 1);
+    assert!(
+        s.store.get(&kept.key).await.expect("get").is_some(),
+        "a record that has not expired is kept"
+    );
+}
+
+async fn unknown_is_purged_only_after_its_retention(s: Subject) {
+    let tenant = fresh_tenant("retention");
+    let lost = tenant_request(&tenant, "lost", LONG, OrphanPolicy::MarkUnknown);
+    let lost_fence = acquire(&s, &lost).await;
+    s.store
+        .mark_unknown(&lost.key, lost_fence, "timed out after sending")
+        .await
+        .expect("mark unknown");
+    // Turned Unknown later, by a claim that finds it orphaned.
+    let orphan = tenant_request(&tenant, "orphan", SHORT, OrphanPolicy::MarkUnknown);
+    acquire(&s, &orphan).await;
+
+    assert_eq!(
+        purged(&s, Some(&tenant), SHORT).await,
+        0,
+        "an Unknown record younger than the retention is kept"
+    );
+    assert!(matches!(
+        state_of(&s, &lost.key).await,
+        Some(RecordState::Unknown { .. })
+    ));
+    s.pass(PAST_SHORT).await;
+    assert!(matches!(
+        s.store.claim(&orphan).await.expect("claim"),
+        Claim::Existing(Record {
+            state: RecordState::Unknown { .. },
+            ..
+        })
+    ));
+    assert_eq!(
+        purged(&s, Some(&tenant), crate::store::DEFAULT_UNKNOWN_RETENTION).await,
+        0,
+        "the default retention is far longer"
+    );
+    assert_eq!(
+        purged(&s, Some(&tenant), SHORT).await,
+        1,
+        "past the retention, counted from when it became Unknown"
+    );
+    assert_eq!(state_of(&s, &lost.key).await, None, "the old one is gone");
+    assert!(
+        matches!(
+            state_of(&s, &orphan.key).await,
+            Some(RecordState::Unknown { .. })
+        ),
+        "the one that became Unknown just now is kept"
+    );
+    // Forgotten: a retry is a new call, with a greater fence.
+    s.pass(Duration::from_millis(5)).await;
+    match s.store.claim(&lost).await.expect("claim") {
+        Claim::Acquired { fence, .. } => assert!(fence > lost_fence),
+        other => panic!("a purged key is claimed afresh, got {other:?}"),
+    }
+}
+
+async fn in_progress_is_never_purged(s: Subject) {
+    let tenant = fresh_tenant("running");
+    let live = tenant_request(&tenant, "live", LONG, OrphanPolicy::TakeOver);
+    let live_fence = acquire(&s, &live).await;
+    let orphan = tenant_request(&tenant, "orphan", SHORT, OrphanPolicy::TakeOver);
+    let orphan_fence = acquire(&s, &orphan).await;
+    s.pass(PAST_SHORT).await;
+    assert_eq!(
+        purged(&s, Some(&tenant), Duration::ZERO).await,
+        0,
+        "neither a live claim nor an orphan is purged"
+    );
+    purged(&s, None, Duration::ZERO).await;
+    for (req, fence) in [(&live, live_fence), (&orphan, orphan_fence)] {
+        let r = s.store.get(&req.key).await.expect("get").expect("kept");
+        assert_eq!(r.fence, fence);
+        assert!(
+            matches!(r.state, RecordState::InProgress { .. }),
+            "got {:?}",
+            r.state
+        );
+    }
+    s.store
+        .complete(&live.key, live_fence, &Outcome::success(&json!(1)), TTL)
+        .await
+        .expect("the live holder completes");
+    match s.store.claim(&orphan).await.expect("claim") {
+        Claim::Acquired { takeover, .. } => assert!(takeover, "the orphan is taken over"),
+        other => panic!("the orphan is still there to take over, got {other:?}"),
+    }
+}
+
+/// A claim whose lease has not ended is live, whatever the policy for orphans and whatever
+/// lease the second caller asks for: only the holder's lease decides. (Powertools for AWS
+/// Lambda, Python #8386 and TypeScript #5678: an in-progress record without a deadline of its
+/// own was treated as expired and run again while its first execution was still going.)
+async fn a_live_claim_is_never_taken_for_an_orphan(s: Subject) {
+    let mut held = Vec::new();
+    for orphans in [OrphanPolicy::TakeOver, OrphanPolicy::MarkUnknown] {
+        let key = fresh_key(&format!("live-{orphans:?}"));
+        let req = request(&key, LONG, orphans);
+        let fence = acquire(&s, &req).await;
+        let before = s.store.get(&key).await.expect("get").expect("record");
+        held.push((req, fence, before));
+    }
+    // Time passes, more than the second caller's lease, less than the holder's.
+    s.pass(PAST_SHORT).await;
+    for (req, fence, before) in &held {
+        let orphans = req.orphans;
+        let mut impatient = req.clone();
+        impatient.lease = Duration::from_millis(1);
+        for second in [req, &impatient] {
+            match s.store.claim(second).await.expect("claim") {
+                Claim::Existing(r) => {
+                    assert_eq!(r.fence, *fence, "{orphans:?}: the fence is unchanged");
+                    assert_eq!(
+                        r.state, before.state,
+                        "{orphans:?}: the holder's record is left as it was"
+                    );
+                }
+                other => panic!("{orphans:?}: a live claim was taken for an orphan: {other:?}"),
+            }
+        }
+        assert_eq!(
+            s.store.get(&req.key).await.expect("get").map(|r| r.state),
+            Some(before.state.clone()),
+            "{orphans:?}: still in progress, not Unknown"
+        );
+        s.store
+            .complete(&req.key, *fence, &Outcome::success(&json!("done")), TTL)
+            .await
+            .unwrap_or_else(|e| panic!("{orphans:?}: the holder still completes: {e}"));
+    }
+}
+
+/// Two instances of the store on the same data (two processes on one SQLite file, two
+/// connections to one database or server) race for one key: exactly one claim wins, and each
+/// instance sees what the other recorded.
+async fn two_instances_race_and_one_claim_wins(s: Subject) {
+    let other = s.second_instance().await.unwrap_or_else(|| s.store.clone());
+    let stores = [s.store.clone(), other];
+    let key = fresh_key("two-instances");
+    let req = request(&key, LONG, OrphanPolicy::TakeOver);
+    let start = Arc::new(tokio::sync::Barrier::new(32));
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let (store, req, start) = (stores[i % 2].clone(), req.clone(), start.clone());
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            (i % 2, store.claim(&req).await)
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut seen = Vec::new();
+    for t in tasks {
+        let (instance, claim) = t.await.expect("task");
+        match claim.expect("no claim fails under contention") {
+            Claim::Acquired { fence, .. } => winners.push((instance, fence)),
+            Claim::Existing(r) => {
+                assert!(
+                    matches!(r.state, RecordState::InProgress { .. }),
+                    "losers see the winner's claim, got {:?}",
+                    r.state
+                );
+                seen.push(r.fence);
+            }
+        }
+    }
+    let [(instance, fence)] = winners[..] else {
+        panic!("exactly one of 32 claims over two instances wins: {winners:?}");
+    };
+    assert!(
+        seen.iter().all(|f| *f == fence),
+        "every loser saw the winner's fence {fence}: {seen:?}"
+    );
+    let outcome = Outcome::success(&json!({"sent": true}));
+    stores[instance]
+        .complete(&key, fence, &outcome, TTL)
+        .await
+        .expect("the winner completes");
+    match stores[1 - instance].claim(&req).await.expect("claim") {
+        Claim::Existing(r) => assert_eq!(
+            r.state.kind(),
+            StateKind::Completed,
+            "the other instance replays the winner's outcome"
+        ),
+        other => panic!("the other instance must not run it again, got {other:?}"),
+    }
+}
+
+/// A retry of a completed call replays it only with the same arguments; other arguments get
+/// the record with its own fingerprint back, for the dispatcher to refuse as `KeyReused`.
+async fn replays_by_fingerprint(
+    store: &dyn Store,
+    same: &ClaimRequest,
+    fence: u64,
+    outcome: &Outcome,
+    when: &str,
+) {
+    let mut other = same.clone();
+    other.fingerprint = Fingerprint::of(&json!({"to": "b@example.com"}));
+    other.arguments = Some(r#"{"to":"b@example.com"}"#.into());
+    for (req, what) in [
+        (same, "an identical retry"),
+        (&other, "other arguments"),
+        (same, "an identical retry after them"),
+    ] {
+        match store.claim(req).await.expect("claim") {
+            Claim::Existing(r) => {
+                assert_eq!(
+                    r.fingerprint, same.fingerprint,
+                    "{when}, {what}: the record keeps the first call's fingerprint"
+                );
+                assert_eq!(r.fence, fence, "{when}, {what}: the record is unchanged");
+                assert_eq!(r.arguments, same.arguments, "{when}, {what}");
+                match r.state {
+                    RecordState::Completed { outcome: got, .. } => {
+                        assert_eq!(&got, outcome, "{when}, {what}: the outcome replays")
+                    }
+                    other => panic!("{when}, {what}: expected Completed, got {other:?}"),
+                }
+            }
+            got => panic!("{when}, {what}: a completed key was acquired again: {got:?}"),
+        }
+    }
+}
+
+async fn a_completed_record_keeps_its_fingerprint_across_a_cold_start(s: Subject) {
+    let key = fresh_key("fingerprint-cold");
+    let req = request(&key, LONG, OrphanPolicy::MarkUnknown);
+    let fence = acquire(&s, &req).await;
+    let outcome = Outcome::success(&json!({"id": 42}));
+    s.store
+        .complete(&key, fence, &outcome, TTL)
+        .await
+        .expect("complete");
+    replays_by_fingerprint(&*s.store, &req, fence, &outcome, "on the same instance").await;
+    if let Some(restarted) = s.cold_start().await {
+        replays_by_fingerprint(
+            &*restarted.store,
+            &req,
+            fence,
+            &outcome,
+            "after a cold start",
+        )
+        .await;
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,14 @@
 //! database clock. Outcomes are stored as the exact JSON text serde produced (a `text`
 //! column, not `jsonb`, which would reformat them), so they replay byte for byte.
 //!
+//! Each record keeps the tenant of the claim that created it. Operators list a tenant's
+//! records needing attention through a partial index by tenant (only InProgress and Unknown
+//! rows are in it, so completing a call does not add to it), and the purge finds Unknown
+//! records past their retention through a partial index of Unknown rows. A table created
+//! before tenants gains the column (empty for its records) and those indexes when a store
+//! first connects to it; building them holds writes to the table back until they are built,
+//! once.
+//!
 //! PostgreSQL `text` cannot hold the character U+0000: a tool name, argument text, journal
 //! entry or error message containing it is refused by the server, which this store reports
 //! as [`StoreError::Unavailable`] (nothing is written).
@@ -41,7 +49,9 @@ use crate::class::OrphanPolicy;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, StateKind, Timestamp};
 use crate::store::machine;
-use crate::store::{Claim, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, ListFilter, Store, StoreError};
+use crate::store::{
+    Claim, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, ListFilter, PurgeFilter, Store, StoreError,
+};
 
 /// How long [`PostgresStore::connect`] waits for a TCP connection and the server's greeting,
 /// unless the URL sets `connect_timeout`.
@@ -68,8 +78,8 @@ const NOW: &str = "(floor(extract(epoch FROM statement_timestamp()) * 1000))::bi
 /// The columns every record-returning statement selects, in the order [`decode`] reads them.
 const COLUMNS: &str = "t.key, t.tool, t.fingerprint, t.fence, t.state, t.lease_until, t.outcome, \
      t.expires_at, t.unknown_since, t.last_error, t.steps::text, t.arguments, t.created_at, \
-     t.updated_at";
-const COLUMN_COUNT: usize = 14;
+     t.updated_at, t.tenant";
+const COLUMN_COUNT: usize = 15;
 
 /// A [`Store`] on PostgreSQL, over a pool of connections.
 ///
@@ -279,9 +289,45 @@ impl PostgresStore {
             .await
             .map_err(db_error)?
             .try_get(0)
-            .map_err(|e| StoreError::Unavailable(format!("unexpected catalog answer: {e}")))?;
+            .map_err(catalog_error)?;
         if !exists {
             tx.batch_execute(&ddl(schema)).await.map_err(db_error)?;
+        } else {
+            // A table from before tenants. Checked first: `ADD COLUMN IF NOT EXISTS` and
+            // `CREATE INDEX IF NOT EXISTS` lock the table even when there is nothing to do,
+            // which would hold every worker's writes back whenever one starts.
+            let has_tenant: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_attribute \
+                     WHERE attrelid = to_regclass($1::text) AND attname = 'tenant' \
+                     AND NOT attisdropped)",
+                    &[&table],
+                )
+                .await
+                .map_err(db_error)?
+                .try_get(0)
+                .map_err(catalog_error)?;
+            if !has_tenant {
+                tx.batch_execute(&format!(
+                    "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tenant text NOT NULL DEFAULT ''"
+                ))
+                .await
+                .map_err(db_error)?;
+            }
+            for (name, index) in LATER_INDEXES {
+                let exists: bool = tx
+                    .query_one(
+                        "SELECT to_regclass($1::text) IS NOT NULL",
+                        &[&format!("\"{schema}\".{name}")],
+                    )
+                    .await
+                    .map_err(db_error)?
+                    .try_get(0)
+                    .map_err(catalog_error)?;
+                if !exists {
+                    tx.batch_execute(&index(schema)).await.map_err(db_error)?;
+                }
+            }
         }
         tx.commit().await.map_err(db_error)
     }
@@ -394,6 +440,7 @@ impl Store for PostgresStore {
                     &take_over,
                     &request.arguments,
                     &ORPHAN_MESSAGE,
+                    &request.tenant,
                 ],
             )
             .await?;
@@ -515,7 +562,17 @@ impl Store for PostgresStore {
     async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError> {
         let state = filter.state.map(state_name);
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
-        let rows = self.query(&self.sql.list, &[&state, &limit]).await?;
+        let rows = match (&filter.tenant, filter.state) {
+            (None, _) => self.query(&self.sql.list, &[&state, &limit]).await?,
+            (Some(tenant), Some(StateKind::Completed)) => {
+                self.query(&self.sql.list_tenant_completed, &[tenant, &limit])
+                    .await?
+            }
+            (Some(tenant), _) => {
+                self.query(&self.sql.list_tenant_open, &[tenant, &state, &limit])
+                    .await?
+            }
+        };
         let unknown_key = RecordKey::from_stored("<unreadable key>");
         rows.iter()
             .map(|row| decode(row, 0, &unknown_key))
@@ -589,12 +646,15 @@ impl Store for PostgresStore {
         Err(contended(key))
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        if limit == 0 {
+    async fn purge_expired(&self, filter: &PurgeFilter) -> Result<usize, StoreError> {
+        if filter.limit == 0 {
             return Ok(0);
         }
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let purged = self.execute(&self.sql.purge, &[&limit]).await?;
+        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let retention = millis(filter.unknown_retention);
+        let purged = self
+            .execute(&self.sql.purge, &[&limit, &retention, &filter.tenant])
+            .await?;
         Ok(usize::try_from(purged).unwrap_or(usize::MAX))
     }
 
@@ -662,6 +722,7 @@ CREATE TABLE IF NOT EXISTS "{schema}".records (
     created_at    bigint NOT NULL,
     updated_at    bigint NOT NULL,
     last_claim    text NOT NULL DEFAULT 'inserted',
+    tenant        text NOT NULL DEFAULT '',
     CHECK (state <> 'in_progress' OR lease_until IS NOT NULL),
     CHECK (state <> 'completed' OR (outcome IS NOT NULL AND expires_at IS NOT NULL)),
     CHECK (state <> 'unknown' OR (unknown_since IS NOT NULL AND last_error IS NOT NULL))
@@ -672,8 +733,40 @@ CREATE INDEX IF NOT EXISTS records_expiry ON "{schema}".records (expires_at)
     WHERE state = 'completed';
 CREATE INDEX IF NOT EXISTS records_open ON "{schema}".records (created_at, key)
     WHERE state <> 'completed';
-"#
+{later}
+"#,
+        later = LATER_INDEXES
+            .iter()
+            .map(|(_, index)| index(schema))
+            .collect::<String>()
     )
+}
+
+/// The statement that creates an index in a schema.
+type IndexDdl = fn(&str) -> String;
+
+/// Indexes added after the first schema, by name: [`ddl`] creates them with the table, and
+/// set-up adds any a table made by an older idem lacks. Both are partial, over rows few calls
+/// ever write (no claim or completion adds to them): the records needing attention, by tenant,
+/// for an operator's listing; the Unknown records, by age, for the purge of those past their
+/// retention.
+const LATER_INDEXES: [(&str, IndexDdl); 2] = [
+    ("records_tenant_open", |schema| {
+        format!(
+            "CREATE INDEX IF NOT EXISTS records_tenant_open \
+             ON \"{schema}\".records (tenant, created_at, key) WHERE state <> 'completed';\n"
+        )
+    }),
+    ("records_unknown", |schema| {
+        format!(
+            "CREATE INDEX IF NOT EXISTS records_unknown \
+             ON \"{schema}\".records (unknown_since) WHERE state = 'unknown';\n"
+        )
+    }),
+];
+
+fn catalog_error(e: tokio_postgres::Error) -> StoreError {
+    StoreError::Unavailable(format!("unexpected catalog answer: {e}"))
 }
 
 /// Every statement the store runs, with the schema filled in.
@@ -686,6 +779,8 @@ struct Statements {
     mark_unknown: String,
     get: String,
     list: String,
+    list_tenant_open: String,
+    list_tenant_completed: String,
     resolve: String,
     force_release: String,
     settle_complete: String,
@@ -708,14 +803,14 @@ impl Statements {
         let claim = format!(
             r#"
 INSERT INTO {table} AS t (key, tool, fingerprint, fence, state, lease_until, steps, arguments,
-                          created_at, updated_at, last_claim)
+                          created_at, updated_at, last_claim, tenant)
 SELECT $1::text, $2::text, $3::text, GREATEST(n.now, 1), 'in_progress', n.now + $4::bigint,
        '[]'::jsonb,
-       $6::text, n.now, n.now, 'inserted'
+       $6::text, n.now, n.now, 'inserted', $8::text
 FROM (SELECT {NOW} AS now) AS n
 ON CONFLICT (key) DO UPDATE SET
     (tool, fingerprint, fence, state, lease_until, outcome, expires_at, unknown_since,
-     last_error, steps, arguments, created_at, updated_at, last_claim) =
+     last_error, steps, arguments, created_at, updated_at, last_claim, tenant) =
     (SELECT
         CASE WHEN d.a = 'reclaimed' THEN excluded.tool ELSE t.tool END,
         CASE WHEN d.a = 'reclaimed' THEN excluded.fingerprint ELSE t.fingerprint END,
@@ -740,7 +835,8 @@ ON CONFLICT (key) DO UPDATE SET
         CASE WHEN d.a = 'reclaimed' THEN excluded.arguments ELSE t.arguments END,
         CASE WHEN d.a = 'reclaimed' THEN excluded.created_at ELSE t.created_at END,
         CASE WHEN d.a = 'existing' THEN t.updated_at ELSE excluded.created_at END,
-        d.a
+        d.a,
+        CASE WHEN d.a = 'reclaimed' THEN excluded.tenant ELSE t.tenant END
      FROM (SELECT CASE
         -- A completed record past its expiry: a new call under the same key.
         WHEN t.state = 'completed' AND t.expires_at <= excluded.created_at THEN 'reclaimed'
@@ -791,6 +887,19 @@ WHERE {held}
                          ELSE t.state = $1::text END) AND {live} \
              ORDER BY t.created_at, t.key LIMIT $2::bigint"
         );
+        // A tenant's records needing attention (optionally of one such state), through the
+        // partial index by tenant: its predicate appears as written so the planner uses it.
+        let list_tenant_open = format!(
+            "SELECT {COLUMNS} FROM {table} AS t \
+             WHERE t.tenant = $1::text AND t.state <> 'completed' \
+             AND ($2::text IS NULL OR t.state = $2::text) \
+             ORDER BY t.created_at, t.key LIMIT $3::bigint"
+        );
+        let list_tenant_completed = format!(
+            "SELECT {COLUMNS} FROM {table} AS t \
+             WHERE t.tenant = $1::text AND t.state = 'completed' AND {live} \
+             ORDER BY t.created_at, t.key LIMIT $2::bigint"
+        );
         // Operator operations: one statement that writes if the record is unsettled and
         // reports the state its snapshot saw, so a refusal names the right reason. If the
         // snapshot saw an unsettled record that the write no longer found, the record changed
@@ -820,13 +929,33 @@ SELECT seen.state, gone.key FROM (SELECT 1) AS one
 LEFT JOIN seen ON true LEFT JOIN gone ON true
 "#
         );
-        // ARRAY(...) evaluates the locked, bounded selection exactly once.
+        // `machine::is_purgeable`: completed and expired, or Unknown since `$2` ms or more
+        // (`since + retention <= now`), of tenant `$3` unless it is null; at most `$1`. Each
+        // kind is selected on its own index and locked (skipping rows another purge holds);
+        // the delete checks the rule again on what was locked.
+        let tenant_is = |t: &str| format!("($3::text IS NULL OR {t}.tenant = $3::text)");
+        let expired = |t: &str| format!("{t}.state = 'completed' AND {t}.expires_at <= {NOW}");
+        let forgotten =
+            |t: &str| format!("{t}.state = 'unknown' AND {t}.unknown_since <= {NOW} - $2::bigint");
         let purge = format!(
-            "DELETE FROM {table} AS t WHERE t.key = ANY(ARRAY(\
-                 SELECT e.key FROM {table} AS e \
-                 WHERE e.state = 'completed' AND e.expires_at <= {NOW} \
-                 ORDER BY e.expires_at LIMIT $1::bigint FOR UPDATE SKIP LOCKED)) \
-             AND t.state = 'completed' AND t.expires_at <= {NOW}"
+            "WITH done AS (\
+                 SELECT e.key FROM {table} AS e WHERE {} AND {} \
+                 ORDER BY e.expires_at LIMIT $1::bigint FOR UPDATE SKIP LOCKED), \
+             lost AS (\
+                 SELECT e.key FROM {table} AS e WHERE {} AND {} \
+                 ORDER BY e.unknown_since \
+                 LIMIT GREATEST($1::bigint - (SELECT count(*) FROM done), 0) \
+                 FOR UPDATE SKIP LOCKED) \
+             DELETE FROM {table} AS t \
+             WHERE t.key = ANY(ARRAY(SELECT key FROM done UNION ALL SELECT key FROM lost)) \
+             AND (({}) OR ({})) AND {}",
+            expired("e"),
+            tenant_is("e"),
+            forgotten("e"),
+            tenant_is("e"),
+            expired("t"),
+            forgotten("t"),
+            tenant_is("t"),
         );
         let unknown_at = "t.key = $1::text AND t.state = 'unknown' AND t.fence = $2::bigint";
         let settle_complete = format!(
@@ -844,6 +973,8 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
             mark_unknown,
             get,
             list,
+            list_tenant_open,
+            list_tenant_completed,
             resolve,
             force_release,
             settle_complete,
@@ -995,9 +1126,11 @@ fn decode(row: &Row, at: usize, fallback: &RecordKey) -> Result<Record, StoreErr
     let arguments = opt_text(11, "arguments")?;
     let created_at = millis(12, "created_at")?;
     let updated_at = millis(13, "updated_at")?;
+    let tenant = text(14, "tenant")?;
     Ok(Record {
         key,
         tool,
+        tenant,
         fingerprint,
         fence,
         state,
@@ -1070,6 +1203,8 @@ mod tests {
             &sql.mark_unknown,
             &sql.get,
             &sql.list,
+            &sql.list_tenant_open,
+            &sql.list_tenant_completed,
             &sql.resolve,
             &sql.force_release,
             &sql.purge,

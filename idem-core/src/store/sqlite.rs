@@ -8,12 +8,26 @@
 //!
 //! # Durability
 //!
-//! The database runs in WAL mode with `synchronous = NORMAL`. A committed write survives a
-//! crash of the process: it is in the WAL, in the operating system's page cache. A power
-//! loss or an operating-system crash may roll back the last transactions before it (the
-//! file is never corrupted, but a completed outcome could be forgotten and the call run
-//! again). [`SqliteStore::with_synchronous_full`] makes SQLite sync the WAL at every commit,
-//! which survives power loss at the cost of one `fsync` per state change.
+//! The database runs in WAL mode with `synchronous = FULL` ([`Synchronous::Full`], the
+//! default): every commit syncs the WAL to disk before the operation returns, so a recorded
+//! claim or outcome survives a crash of the process, of the operating system, and a power
+//! loss. That costs one `fsync` per state change (two per dispatch: the claim and the outcome).
+//!
+//! [`SqliteStore::with_synchronous`]`(`[`Synchronous::Normal`]`)` opts into SQLite's faster
+//! setting for WAL mode: commits are appended to the WAL without a sync, which happens only
+//! at checkpoints. A crash of the process loses nothing (the WAL is in the operating system's
+//! page cache), but a power loss or an operating-system crash may roll back the last
+//! transactions before it. The file is never corrupted; what is lost is records: a forgotten
+//! outcome or claim means a retry finds no record and **runs the call again**, which for a
+//! non-idempotent or irreversible tool is the duplicate effect this store exists to prevent.
+//! Choose it only where losing the last moments of records on power loss is acceptable (a
+//! disposable host, tools that are idempotent downstream anyway).
+//!
+//! The setting belongs to a connection, not to the file: it covers the one connection a
+//! [`SqliteStore`] opens, which runs every operation and every checkpoint of that store.
+//! Another process on the same file makes its own commits as durable as its own store says.
+//! (`synchronous = FULL` is as durable as the disk's flush: a disk or a virtual machine that
+//! acknowledges a flush it has not done can still lose writes.)
 //!
 //! # Several processes
 //!
@@ -25,21 +39,26 @@
 //!
 //! # Where operations run
 //!
-//! rusqlite is synchronous. By default an operation runs **inline, on the task that awaits
-//! it**, when it can start at once: this store's connection is free and SQLite grants the
-//! write lock without waiting. For that attempt SQLite's busy handler is off, so SQLite never
-//! sleeps on another connection's lock on the async thread: it reports busy at once instead.
-//! What then runs inline is one short transaction: a lookup by key, one or two row writes
-//! appended to the WAL (the operating system's page cache: at `synchronous = NORMAL` a commit
-//! does not `fsync`), and at most two expired records evicted; tens of microseconds, or as
-//! long as the kernel takes to accept a small write. Reads ([`Store::get`], [`Store::list`])
-//! run inline the same way. Handing every operation to a thread instead would cost more than
+//! rusqlite is synchronous. A write at `synchronous = FULL` (the default) waits for the disk
+//! at its commit, which does not belong on an async thread: every write runs on tokio's
+//! blocking pool, where it waits up to the busy timeout for other connections' locks. The
+//! round trip through the pool (tens of microseconds) is small beside the `fsync`.
+//!
+//! Reads ([`Store::get`], [`Store::list`]) never sync, and at [`Synchronous::Normal`] neither
+//! do writes: such an operation runs **inline, on the task that awaits it**, when it can start
+//! at once: this store's connection is free and SQLite grants the lock without waiting. For
+//! that attempt SQLite's busy handler is off, so SQLite never sleeps on another connection's
+//! lock on the async thread: it reports busy at once instead. What then runs inline is one
+//! short transaction: a lookup by key, one or two row writes appended to the WAL (the
+//! operating system's page cache: at `synchronous = NORMAL` a commit does not `fsync`), and at
+//! most two expired records evicted; tens of microseconds, or as long as the kernel takes to
+//! accept a small write. Handing such an operation to a thread instead would cost more than
 //! the operation itself: a round trip through tokio's blocking pool is itself tens of
 //! microseconds. (SQLite may still retry briefly on its own when it races another connection
 //! for the WAL's shared index; those retries are microseconds, not the busy timeout.)
 //!
-//! The operation goes to tokio's blocking pool, where it waits up to the busy timeout as
-//! described above, when:
+//! An operation that may run inline goes to the blocking pool instead, where it waits up to
+//! the busy timeout as described above, when:
 //! - another task of this process is using the connection;
 //! - another connection (another process, another store on the same file) holds the write
 //!   lock, or SQLite reports the database busy or locked for any other reason. The inline
@@ -52,9 +71,7 @@
 //!   when another process checkpointed, the restart, once per checkpoint, may fall to an
 //!   inline write of this store);
 //! - the store was built with [`SqliteStore::with_blocking_pool`] (every operation on the
-//!   pool, as before inline execution existed) or [`SqliteStore::with_synchronous_full`]
-//!   (every commit then syncs the WAL: an `fsync` per operation does not belong on an async
-//!   thread).
+//!   pool, reads included).
 //!
 //! Whichever way it runs, an operation is one transaction that finishes or rolls back; a
 //! caller dropping its future cannot cut it in half.
@@ -85,7 +102,16 @@
 //!
 //! Lease and expiry decisions use the system clock ([`Timestamp::now`]), which all processes
 //! on one host share. Each claim evicts up to two expired completed records, so the table
-//! stays bounded without a janitor; [`Store::purge_expired`] evicts in larger batches.
+//! stays bounded without a janitor; [`Store::purge_expired`] evicts in larger batches, and
+//! deletes Unknown records past the retention it is given.
+//!
+//! # Tenants
+//!
+//! Each record keeps the tenant of the claim that created it. Listing and purging by tenant
+//! filter the rows the `(state, expires_at)` index finds (the records needing attention, the
+//! expired ones): there is no index by tenant, which every claim and completion would pay
+//! for. A file written before tenants (schema version 1) gains the column, empty for its
+//! records, the first time a store opens it; an older idem then refuses the file.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -102,10 +128,13 @@ use crate::canonical::Fingerprint;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, StateKind, Timestamp};
 use crate::store::machine::{self, Write};
-use crate::store::{Claim, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, ListFilter, Store, StoreError};
+use crate::store::{
+    Claim, ClaimRequest, DEFAULT_MAX_OUTCOME_BYTES, ListFilter, PurgeFilter, Store, StoreError,
+};
 
 /// The version of the schema this code reads and writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 1;
+/// Version 2 added the `tenant` column; [`migrate`] brings a version 1 file up to date.
+const SCHEMA_VERSION: i64 = 2;
 
 /// How long a connection waits for another connection's write lock before SQLite reports
 /// `SQLITE_BUSY`: only ever on the blocking pool. An inline attempt does not wait at all.
@@ -138,16 +167,20 @@ CREATE TABLE IF NOT EXISTS idem_records (
     steps       TEXT NOT NULL,
     arguments   TEXT,
     created_at  INTEGER NOT NULL,
-    updated_at  INTEGER NOT NULL
+    updated_at  INTEGER NOT NULL,
+    tenant      TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS idem_records_state_expires ON idem_records (state, expires_at);
 ";
+
+/// What version 2 added to a version 1 table (where the column comes last, as in [`SCHEMA`]).
+const ADD_TENANT: &str = "ALTER TABLE idem_records ADD COLUMN tenant TEXT NOT NULL DEFAULT ''";
 
 /// The columns of a record, in the order [`decode`] reads them and [`put`] binds them.
 macro_rules! columns {
     () => {
         "key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, \
-         outcome, steps, arguments, created_at, updated_at"
+         outcome, steps, arguments, created_at, updated_at, tenant"
     };
 }
 
@@ -156,14 +189,14 @@ const SELECT_ONE: &str = concat!("SELECT ", columns!(), " FROM idem_records WHER
 const UPSERT: &str = concat!(
     "INSERT INTO idem_records (",
     columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
      ON CONFLICT (key) DO UPDATE SET \
      tool = excluded.tool, fingerprint = excluded.fingerprint, fence = excluded.fence, \
      state = excluded.state, lease_until = excluded.lease_until, \
      expires_at = excluded.expires_at, since = excluded.since, \
      last_error = excluded.last_error, outcome = excluded.outcome, steps = excluded.steps, \
      arguments = excluded.arguments, created_at = excluded.created_at, \
-     updated_at = excluded.updated_at"
+     updated_at = excluded.updated_at, tenant = excluded.tenant"
 );
 
 /// The journal of a record with no steps, as JSON (`serde_json` writes an empty list so).
@@ -182,24 +215,59 @@ const DELETE_ONE: &str = "DELETE FROM idem_records WHERE key = ?1";
 const EVICT_ON_CLAIM: &str = "DELETE FROM idem_records WHERE key IN (\
      SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT 2)";
 
-/// Evict up to `?2` expired completed records: [`Store::purge_expired`], run by operators in
-/// batches whose size they choose (compiled again when the size changes; it is not hot).
+/// Delete up to `?4` records [`machine::is_purgeable`] describes: completed ones expired at
+/// `?1`, Unknown ones since `?2` or earlier (the clock less the retention), of tenant `?3`
+/// unless it is null. [`Store::purge_expired`], run by operators in batches whose size they
+/// choose (compiled again when the size changes; it is not hot).
 const PURGE_EXPIRED: &str = "DELETE FROM idem_records WHERE key IN (\
-     SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT ?2)";
+     SELECT key FROM idem_records \
+     WHERE ((state = 'completed' AND expires_at <= ?1) OR (state = 'unknown' AND since <= ?2)) \
+     AND (?3 IS NULL OR tenant = ?3) LIMIT ?4)";
 
 const LIST_ATTENTION: &str = concat!(
     "SELECT ",
     columns!(),
     " FROM idem_records WHERE state IN ('in_progress', 'unknown') \
-     ORDER BY created_at, key LIMIT ?1"
+     AND (?2 IS NULL OR tenant = ?2) ORDER BY created_at, key LIMIT ?1"
 );
 
 const LIST_STATE: &str = concat!(
     "SELECT ",
     columns!(),
     " FROM idem_records WHERE state = ?1 AND (state <> 'completed' OR expires_at > ?2) \
-     ORDER BY created_at, key LIMIT ?3"
+     AND (?4 IS NULL OR tenant = ?4) ORDER BY created_at, key LIMIT ?3"
 );
+
+/// When a commit of a [`SqliteStore`] is durable: SQLite's `synchronous` setting, in WAL mode.
+///
+/// ```
+/// use idem_core::store::sqlite::Synchronous;
+///
+/// assert_eq!(Synchronous::default(), Synchronous::Full);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Synchronous {
+    /// `synchronous = FULL`, the default: every commit syncs the WAL, so a recorded claim or
+    /// outcome survives a power loss or an operating-system crash. One `fsync` per state
+    /// change; writes run on tokio's blocking pool.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: commits are not synced, only checkpoints are. A crash of the
+    /// process loses nothing, but **a power loss or an operating-system crash may lose the
+    /// last transactions**, and a call whose record was lost runs again when retried: a
+    /// non-idempotent call could apply its effect twice. Faster; writes may run inline.
+    Normal,
+}
+
+impl Synchronous {
+    /// The value of `PRAGMA synchronous`.
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
 
 /// A durable [`Store`] in one SQLite file (bundled SQLite, no system library needed).
 ///
@@ -224,6 +292,7 @@ const LIST_STATE: &str = concat!(
 /// let request = ClaimRequest {
 ///     key: key.clone(),
 ///     tool: "charge".into(),
+///     tenant: "tenant-a".into(),
 ///     fingerprint: Fingerprint::of(&json!({"amount": 10})),
 ///     lease: Duration::from_secs(30),
 ///     orphans: OrphanPolicy::MarkUnknown,
@@ -248,7 +317,7 @@ const LIST_STATE: &str = concat!(
 pub struct SqliteStore {
     db: Arc<Database>,
     max_outcome_bytes: usize,
-    synchronous: &'static str,
+    synchronous: Synchronous,
     /// Every operation on the blocking pool ([`SqliteStore::with_blocking_pool`]).
     pool_only: bool,
 }
@@ -258,7 +327,8 @@ impl fmt::Debug for SqliteStore {
         f.debug_struct("SqliteStore")
             .field("path", &self.db.path)
             .field("synchronous", &self.synchronous)
-            .field("inline", &self.inline())
+            .field("inline_reads", &self.inline_reads())
+            .field("inline_writes", &self.inline_writes())
             .field("max_outcome_bytes", &self.max_outcome_bytes)
             .finish_non_exhaustive()
     }
@@ -315,7 +385,7 @@ impl SqliteStore {
                     "SQLite refused WAL mode; writers will block readers"
                 );
             }
-            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            conn.pragma_update(None, "synchronous", Synchronous::Full.pragma())?;
             // Checkpoints run on the blocking pool instead (see the module documentation).
             conn.pragma_update(None, "wal_autocheckpoint", 0)?;
             Ok(())
@@ -329,7 +399,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             db: Arc::new(db),
             max_outcome_bytes: DEFAULT_MAX_OUTCOME_BYTES,
-            synchronous: "NORMAL",
+            synchronous: Synchronous::Full,
             pool_only: false,
         })
     }
@@ -354,45 +424,51 @@ impl SqliteStore {
         self
     }
 
-    /// Sync the WAL to disk at every commit (`synchronous = FULL`): recorded outcomes then
-    /// survive a power loss or an operating-system crash, not only a crash of the process,
-    /// at the cost of one `fsync` per state change. Since every operation then waits for the
-    /// disk, every operation runs on the blocking pool, never inline.
+    /// Choose when a commit is durable (default [`Synchronous::Full`]: at once, on disk).
+    ///
+    /// [`Synchronous::Normal`] is faster (no `fsync` per commit, and writes then run inline
+    /// on the awaiting task, see the [module documentation](self)) but **a power loss or an
+    /// operating-system crash may lose the last transactions**: a call whose claim or outcome
+    /// was lost runs again when it is retried, so a non-idempotent or irreversible tool could
+    /// apply its effect twice. A crash of the process alone loses nothing at either setting.
     ///
     /// ```
-    /// use idem_core::store::sqlite::SqliteStore;
+    /// use idem_core::store::sqlite::{SqliteStore, Synchronous};
     ///
-    /// let path = std::env::temp_dir().join(format!("idem-doc-full-{}.db", std::process::id()));
-    /// let store = SqliteStore::open(&path)?.with_synchronous_full()?;
+    /// let path = std::env::temp_dir().join(format!("idem-doc-normal-{}.db", std::process::id()));
+    /// // Records of the last moments before a power loss may be lost: see above.
+    /// let store = SqliteStore::open(&path)?.with_synchronous(Synchronous::Normal)?;
+    /// assert!(format!("{store:?}").contains("synchronous: Normal"));
     /// # drop(store);
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     /// # }
     /// # Ok::<(), idem_core::StoreError>(())
     /// ```
-    pub fn with_synchronous_full(mut self) -> Result<Self, StoreError> {
+    pub fn with_synchronous(mut self, synchronous: Synchronous) -> Result<Self, StoreError> {
+        // The store's one connection serves every operation and every checkpoint.
         self.db.read(|conn, _| {
-            conn.pragma_update(None, "synchronous", "FULL")?;
+            conn.pragma_update(None, "synchronous", synchronous.pragma())?;
             Ok(())
         })?;
-        self.synchronous = "FULL";
+        self.synchronous = synchronous;
         Ok(self)
     }
 
     /// Run every operation on tokio's blocking pool, never inline on the awaiting task.
     ///
-    /// By default an operation that can start at once runs inline (see the [module
-    /// documentation](self)): its transaction takes tens of microseconds, less than the
-    /// hand-off to another thread. Choose the pool when even that must not run on the async
-    /// thread: a runtime with strict latency budgets per poll, or a file on a disk slow
-    /// enough that writes to the page cache stall.
+    /// By default a read (and, at [`Synchronous::Normal`], a write) that can start at once
+    /// runs inline (see the [module documentation](self)): its transaction takes tens of
+    /// microseconds, less than the hand-off to another thread. Choose the pool when even that
+    /// must not run on the async thread: a runtime with strict latency budgets per poll, or a
+    /// file on a disk slow enough that reads or writes to the page cache stall.
     ///
     /// ```
     /// use idem_core::store::sqlite::SqliteStore;
     ///
     /// let path = std::env::temp_dir().join(format!("idem-doc-pool-{}.db", std::process::id()));
     /// let store = SqliteStore::open(&path)?.with_blocking_pool();
-    /// assert!(format!("{store:?}").contains("inline: false"));
+    /// assert!(format!("{store:?}").contains("inline_reads: false"));
     /// # drop(store);
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -422,9 +498,14 @@ impl SqliteStore {
         &self.db.path
     }
 
-    /// Whether operations may run inline: not at `synchronous = FULL`, whose commits `fsync`.
-    fn inline(&self) -> bool {
-        !self.pool_only && self.synchronous == "NORMAL"
+    /// Whether reads may run inline: they never sync.
+    fn inline_reads(&self) -> bool {
+        !self.pool_only
+    }
+
+    /// Whether writes may run inline: not at `synchronous = FULL`, whose commits `fsync`.
+    fn inline_writes(&self) -> bool {
+        !self.pool_only && self.synchronous == Synchronous::Normal
     }
 
     /// Run the transaction `here` inline if it can start at once, otherwise the transaction
@@ -439,7 +520,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnMut(&Connection, Timestamp) -> Result<T, Failure> + Send + 'static,
     {
-        let inline = if self.inline() {
+        let inline = if self.inline_writes() {
             self.db.try_write_here(here)
         } else {
             None
@@ -469,7 +550,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnMut(&Connection, Timestamp) -> Result<T, Failure> + Send + 'static,
     {
-        let inline = if self.inline() {
+        let inline = if self.inline_reads() {
             self.db.try_read_here(here)
         } else {
             None
@@ -498,13 +579,24 @@ impl SqliteStore {
     }
 }
 
-/// Set up the schema, or check that the file holds one this code understands.
+/// Set up the schema, bring a version 1 file up to date, or check that the file holds a
+/// schema this code understands. Runs inside `BEGIN IMMEDIATE`, so processes opening the file
+/// at once take turns and the later ones find it done.
 fn migrate(conn: &Connection, path: &Path) -> Result<(), Failure> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     match version {
         SCHEMA_VERSION => Ok(()),
-        0 => {
+        0 | 1 => {
             conn.execute_batch(SCHEMA)?;
+            // A version 1 table (or one made by hand before `user_version` was set).
+            let has_tenant: bool = conn.query_row(
+                "SELECT count(*) > 0 FROM pragma_table_info('idem_records') WHERE name = 'tenant'",
+                [],
+                |row| row.get(0),
+            )?;
+            if !has_tenant {
+                conn.execute_batch(ADD_TENANT)?;
+            }
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
             Ok(())
         }
@@ -860,12 +952,19 @@ fn evict_on_claim(conn: &Connection, now: Timestamp) -> Result<usize, Failure> {
         .execute([millis(now)])?)
 }
 
-/// Delete up to `limit` completed records that expired at or before `now`.
-fn purge(conn: &Connection, now: Timestamp, limit: usize) -> Result<usize, Failure> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    Ok(conn
-        .prepare_cached(PURGE_EXPIRED)?
-        .execute(params![millis(now), limit])?)
+/// Delete up to `filter.limit` records [`machine::is_purgeable`] describes at `now`.
+fn purge(conn: &Connection, filter: &PurgeFilter, now: Timestamp) -> Result<usize, Failure> {
+    let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+    let retention = i64::try_from(filter.unknown_retention.as_millis()).unwrap_or(i64::MAX);
+    // `since + retention <= now`, kept exact: a retention longer than the clock's reading
+    // gives a cutoff before the epoch, which no record reaches.
+    let unknown_since = millis(now).saturating_sub(retention);
+    Ok(conn.prepare_cached(PURGE_EXPIRED)?.execute(params![
+        millis(now),
+        unknown_since,
+        filter.tenant,
+        limit
+    ])?)
 }
 
 /// A timestamp as an SQLite integer. Instants past `i64::MAX` ms (only reachable through a
@@ -943,6 +1042,7 @@ fn put(conn: &Connection, r: &Record) -> Result<(), Failure> {
         r.arguments,
         millis(r.created_at),
         millis(r.updated_at),
+        r.tenant,
     ])?;
     Ok(())
 }
@@ -1003,6 +1103,7 @@ fn decode_fields(c: &Cells<'_, '_>, key: &str) -> Result<Record, String> {
     Ok(Record {
         key: RecordKey::from_stored(key),
         tool: c.str(1, "tool")?.to_owned(),
+        tenant: c.str(14, "tenant")?.to_owned(),
         fingerprint,
         fence: c.integer(3, "fence")?,
         state,
@@ -1136,11 +1237,11 @@ fn list_in(conn: &Connection, filter: &ListFilter, now: Timestamp) -> Result<Vec
     let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
     match filter.state {
         // InProgress and Unknown records never expire.
-        None => load_many(conn, LIST_ATTENTION, params![limit]),
+        None => load_many(conn, LIST_ATTENTION, params![limit, filter.tenant]),
         Some(kind) => load_many(
             conn,
             LIST_STATE,
-            params![state_name(kind), millis(now), limit],
+            params![state_name(kind), millis(now), limit, filter.tenant],
         ),
     }
 }
@@ -1288,7 +1389,10 @@ impl Store for SqliteStore {
     async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError> {
         self.read(
             |conn, now| list_in(conn, &filter, now),
-            || move |conn: &Connection, now: Timestamp| list_in(conn, &filter, now),
+            || {
+                let filter = filter.clone();
+                move |conn: &Connection, now: Timestamp| list_in(conn, &filter, now)
+            },
         )
         .await
     }
@@ -1343,10 +1447,13 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+    async fn purge_expired(&self, filter: &PurgeFilter) -> Result<usize, StoreError> {
         self.write(
-            |tx, now| purge(tx, now, limit),
-            || move |tx: &Connection, now: Timestamp| purge(tx, now, limit),
+            |tx, now| purge(tx, filter, now),
+            || {
+                let filter = filter.clone();
+                move |tx: &Connection, now: Timestamp| purge(tx, &filter, now)
+            },
         )
         .await
     }
@@ -1363,15 +1470,16 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::time::Duration;
 
+    use rusqlite::types::Value;
     use rusqlite::{Connection, StatementStatus, TransactionBehavior};
     use serde_json::json;
 
     use super::{
         CHECKPOINT_PAGES, CheckpointReservation, EVICT_ON_CLAIM, PURGE_EXPIRED, SqliteStore,
-        migrate,
+        Synchronous, migrate,
     };
     use crate::record::{Outcome, Record, RecordState, Timestamp};
-    use crate::store::{Claim, ClaimRequest, ListFilter, Store, StoreError};
+    use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
     use crate::{Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, RecordKey};
 
     /// What the store did, counted for the tests that check how an operation ran.
@@ -1410,6 +1518,7 @@ mod tests {
         ClaimRequest {
             key: key.clone(),
             tool: "send_email".into(),
+            tenant: "tenant".into(),
             fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
             lease: LEASE,
             orphans: OrphanPolicy::MarkUnknown,
@@ -1422,6 +1531,14 @@ mod tests {
             Claim::Acquired { fence, .. } => fence,
             other => panic!("expected to acquire {key}, got {other:?}"),
         }
+    }
+
+    /// A store whose writes may run inline: at `synchronous = NORMAL`.
+    fn inline_store(path: &Path) -> SqliteStore {
+        SqliteStore::open(path)
+            .expect("open")
+            .with_synchronous(Synchronous::Normal)
+            .expect("synchronous normal")
     }
 
     fn rows(path: &Path) -> i64 {
@@ -1529,7 +1646,10 @@ mod tests {
             "{:?}",
             store.resolve(&k4, &outcome, TTL).await.map(timeless)
         ));
-        log.push(format!("{:?}", store.purge_expired(10).await));
+        log.push(format!(
+            "{:?}",
+            store.purge_expired(&PurgeFilter::up_to(10)).await
+        ));
         for k in [&k1, &k2, &k3, &k4] {
             log.push(format!("{:?}", store.get(k).await.map(|r| r.map(timeless))));
         }
@@ -1539,13 +1659,24 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn inline_and_pooled_operations_leave_identical_records() {
         let dir = temp_dir("same");
-        let inline = SqliteStore::open(dir.path().join("inline.db")).expect("open");
+        let inline = SqliteStore::open(dir.path().join("inline.db"))
+            .expect("open")
+            .with_synchronous(Synchronous::Normal)
+            .expect("synchronous normal");
+        let durable = SqliteStore::open(dir.path().join("durable.db")).expect("open");
         let pooled = SqliteStore::open(dir.path().join("pooled.db"))
             .expect("open")
             .with_blocking_pool();
-        assert!(inline.inline() && !pooled.inline());
+        assert!(inline.inline_writes() && inline.inline_reads());
+        assert!(!durable.inline_writes() && durable.inline_reads());
+        assert!(!pooled.inline_writes() && !pooled.inline_reads());
         let (a, b) = (script(&inline).await, script(&pooled).await);
         assert_eq!(a, b, "the same operations give the same answers either way");
+        assert_eq!(
+            script(&durable).await,
+            a,
+            "and so do writes on the pool with reads inline"
+        );
         assert!(
             a.iter().any(|line| line.contains("fenced"))
                 && a.iter().any(|l| l.contains("NotFound")),
@@ -1592,7 +1723,7 @@ mod tests {
     async fn writes_blocked_by_another_connection_go_to_the_pool_and_lose_nothing() {
         let dir = temp_dir("churn");
         let path = dir.path().join("idem.db");
-        let store = Arc::new(SqliteStore::open(&path).expect("open"));
+        let store = Arc::new(inline_store(&path));
         let stop = Arc::new(AtomicBool::new(false));
         let watched = Arc::clone(&store);
         let (holder, first_lock) = churn_the_lock(&path, Arc::clone(&stop), move || {
@@ -1644,7 +1775,7 @@ mod tests {
     async fn the_runtime_keeps_running_while_another_connection_holds_the_lock() {
         let dir = temp_dir("runtime");
         let path = dir.path().join("idem.db");
-        let store = SqliteStore::open(&path).expect("open");
+        let store = inline_store(&path);
         let mut other = Connection::open(&path).expect("raw connection");
         let (locked_tx, locked_rx) = std::sync::mpsc::channel();
         let holder = std::thread::spawn(move || {
@@ -1735,7 +1866,7 @@ mod tests {
     async fn a_queued_checkpoint_is_not_kept_waiting_by_inline_operations() {
         let dir = temp_dir("queued-checkpoint");
         let path = dir.path().join("idem.db");
-        let store = SqliteStore::open(&path).expect("open");
+        let store = inline_store(&path);
         // A checkpoint reserved and queued on the pool, not yet running (as `write` leaves it
         // when a commit crosses the threshold). With the connection free, an inline claim
         // could take it ahead of the checkpoint, again and again.
@@ -1761,6 +1892,71 @@ mod tests {
         assert_eq!(rows(&path), 1);
     }
 
+    /// `PRAGMA synchronous` on the store's connection, the one every operation and every
+    /// checkpoint runs on: 2 is FULL, 1 is NORMAL.
+    fn synchronous_of(store: &SqliteStore) -> i64 {
+        store
+            .db
+            .lock()
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .expect("read PRAGMA synchronous")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn by_default_every_commit_survives_a_power_loss() {
+        let dir = temp_dir("durable");
+        let path = dir.path().join("idem.db");
+        let store = SqliteStore::open(&path).expect("open");
+        assert_eq!(
+            synchronous_of(&store),
+            2,
+            "synchronous = FULL: each commit syncs the WAL"
+        );
+        // Still so after writes and a checkpoint on the blocking pool.
+        for i in 0..(CHECKPOINT_PAGES / 2) {
+            acquire(&store, &key(&format!("durable-{i}"))).await;
+        }
+        while store.db.checkpoint_waiting() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(store.db.counts.checkpoints.load(Ordering::Relaxed) > 0);
+        assert_eq!(synchronous_of(&store), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn normal_is_an_opt_in_whose_writes_run_inline() {
+        let dir = temp_dir("normal");
+        let path = dir.path().join("idem.db");
+        let store = SqliteStore::open(&path)
+            .expect("open")
+            .with_synchronous(Synchronous::Normal)
+            .expect("synchronous normal");
+        assert_eq!(
+            synchronous_of(&store),
+            1,
+            "synchronous = NORMAL when asked for"
+        );
+        assert!(store.inline_writes());
+        for i in 0..(CHECKPOINT_PAGES / 2) {
+            acquire(&store, &key(&format!("normal-{i}"))).await;
+        }
+        while store.db.checkpoint_waiting() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(store.db.counts.checkpoints.load(Ordering::Relaxed) > 0);
+        assert_eq!(synchronous_of(&store), 1, "a checkpoint keeps the setting");
+        // A second store on the same file chooses for its own connection.
+        let other = SqliteStore::open(&path).expect("open again");
+        assert_eq!(synchronous_of(&other), 2);
+        assert_eq!(synchronous_of(&store), 1);
+        let back = store
+            .with_synchronous(Synchronous::Full)
+            .expect("synchronous full");
+        assert_eq!(synchronous_of(&back), 2);
+        assert!(!back.inline_writes() && back.inline_reads());
+    }
+
     #[test]
     fn an_empty_journal_is_stored_as_serde_json_writes_it() {
         let empty: Vec<crate::record::JournalEntry> = Vec::new();
@@ -1777,7 +1973,7 @@ mod tests {
         migrate(&conn, &dir.path().join("idem.db")).unwrap_or_else(|_| panic!("schema"));
         // As the store runs them: from rusqlite's statement cache, which clears the bindings
         // of a statement it takes back.
-        let recompiled = |sql: &str, params: &dyn Fn(i64) -> Vec<i64>| {
+        let recompiled = |sql: &str, params: &dyn Fn(i64) -> Vec<Value>| {
             let mut count = 0;
             for now in 1..=4 {
                 let mut stmt = conn.prepare_cached(sql).expect("prepare");
@@ -1787,9 +1983,10 @@ mod tests {
             }
             count
         };
-        assert_eq!(recompiled(EVICT_ON_CLAIM, &|now| vec![now]), 0);
+        assert_eq!(recompiled(EVICT_ON_CLAIM, &|now| vec![now.into()]), 0);
         // What the literal limit avoids: a bound limit, cleared and bound again, recompiles
         // the statement at every execution, even bound to the same value each time.
-        assert_eq!(recompiled(PURGE_EXPIRED, &|now| vec![now, 2]), 4);
+        let purge = |now: i64| vec![now.into(), now.into(), Value::Null, 2.into()];
+        assert_eq!(recompiled(PURGE_EXPIRED, &purge), 4);
     }
 }

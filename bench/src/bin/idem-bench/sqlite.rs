@@ -1,7 +1,15 @@
 //! Row 2: dispatches per second on SQLite (claim + complete), against raw rusqlite running the
 //! statements `SqliteStore` runs, in the same transactions, with the same durability settings
-//! (WAL, `synchronous = NORMAL`, busy timeout 5 s). One worker per process; `scripts/bench`
-//! starts one or two processes on the same file.
+//! (WAL, busy timeout 5 s, and the same `synchronous`). One worker per process;
+//! `scripts/bench` starts one or two processes on the same file.
+//!
+//! Both sides run at `synchronous = FULL`, the store's default (a commit survives a power
+//! loss: one `fsync` per commit), unless `BENCH_SQLITE_SYNCHRONOUS=normal` puts both at
+//! `NORMAL`, the store's opt-in (`SqliteStore::with_synchronous(Synchronous::Normal)`):
+//!
+//! ```text
+//! BENCH_SQLITE_SYNCHRONOUS=normal scripts/bench sqlite
+//! ```
 //!
 //! Checkpoints differ by design: raw rusqlite keeps SQLite's automatic checkpoint (inside the
 //! commit that takes the WAL past 1000 pages), `SqliteStore` checkpoints at the same threshold
@@ -12,7 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::SqliteStore;
-use idem_bench::{ARGUMENTS, call, dispatcher};
+use idem::store::sqlite::Synchronous;
+use idem_bench::{ARGUMENTS, TENANT, call, dispatcher};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 
 use crate::timed::{Window, report};
@@ -23,19 +32,36 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Err("usage: sqlite idem|raw <db> <worker> <start_ms|now> <seconds>".into());
     };
     let window = Window::parse(start, seconds)?;
+    let synchronous = synchronous()?;
     match contender.as_str() {
-        "idem" => idem(db, worker, window),
-        "raw" => raw(db, worker, window),
+        "idem" => idem(db, worker, window, synchronous),
+        "raw" => raw(db, worker, window, synchronous),
         other => Err(format!("unknown contender {other:?}: expected idem or raw")),
     }
 }
 
-fn idem(db: &str, worker: &str, window: Window) -> Result<(), String> {
+/// The setting both contenders run at: `BENCH_SQLITE_SYNCHRONOUS` (`full`, the default when
+/// unset or empty, or `normal`).
+fn synchronous() -> Result<Synchronous, String> {
+    match std::env::var("BENCH_SQLITE_SYNCHRONOUS") {
+        Err(std::env::VarError::NotPresent) => Ok(Synchronous::Full),
+        Ok(v) if v.is_empty() || v.eq_ignore_ascii_case("full") => Ok(Synchronous::Full),
+        Ok(v) if v.eq_ignore_ascii_case("normal") => Ok(Synchronous::Normal),
+        Ok(other) => Err(format!(
+            "BENCH_SQLITE_SYNCHRONOUS={other:?}: expected full or normal"
+        )),
+        Err(e) => Err(format!("BENCH_SQLITE_SYNCHRONOUS: {e}")),
+    }
+}
+
+fn idem(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let store = SqliteStore::open(db).map_err(|e| e.to_string())?;
+    let store = SqliteStore::open(db)
+        .and_then(|s| s.with_synchronous(synchronous))
+        .map_err(|e| e.to_string())?;
     let d = dispatcher(Arc::new(store));
     let (ops, elapsed) = rt.block_on(async {
         let end = window.wait();
@@ -43,7 +69,7 @@ fn idem(db: &str, worker: &str, window: Window) -> Result<(), String> {
         let mut ops = 0u64;
         while Instant::now() < end {
             let call = call("noop_idempotent_write", &format!("call-{worker}-{ops}"));
-            let run = idem::RunContext::new(idem_bench::TENANT);
+            let run = idem::RunContext::new(TENANT);
             let out = d.dispatch(&call, &run).await.map_err(|e| e.to_string())?;
             black_box(out);
             ops += 1;
@@ -71,12 +97,13 @@ CREATE TABLE IF NOT EXISTS idem_records (
     steps       TEXT NOT NULL,
     arguments   TEXT,
     created_at  INTEGER NOT NULL,
-    updated_at  INTEGER NOT NULL
+    updated_at  INTEGER NOT NULL,
+    tenant      TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS idem_records_state_expires ON idem_records (state, expires_at);
 ";
-const SELECT_ONE: &str = "SELECT key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, outcome, steps, arguments, created_at, updated_at FROM idem_records WHERE key = ?1";
-const UPSERT: &str = "INSERT INTO idem_records (key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, outcome, steps, arguments, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT (key) DO UPDATE SET tool = excluded.tool, fingerprint = excluded.fingerprint, fence = excluded.fence, state = excluded.state, lease_until = excluded.lease_until, expires_at = excluded.expires_at, since = excluded.since, last_error = excluded.last_error, outcome = excluded.outcome, steps = excluded.steps, arguments = excluded.arguments, created_at = excluded.created_at, updated_at = excluded.updated_at";
+const SELECT_ONE: &str = "SELECT key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, outcome, steps, arguments, created_at, updated_at, tenant FROM idem_records WHERE key = ?1";
+const UPSERT: &str = "INSERT INTO idem_records (key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, outcome, steps, arguments, created_at, updated_at, tenant) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) ON CONFLICT (key) DO UPDATE SET tool = excluded.tool, fingerprint = excluded.fingerprint, fence = excluded.fence, state = excluded.state, lease_until = excluded.lease_until, expires_at = excluded.expires_at, since = excluded.since, last_error = excluded.last_error, outcome = excluded.outcome, steps = excluded.steps, arguments = excluded.arguments, created_at = excluded.created_at, updated_at = excluded.updated_at, tenant = excluded.tenant";
 const DELETE_EXPIRED: &str = "DELETE FROM idem_records WHERE key IN (SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT 2)";
 
 /// A key shaped like the record keys idem writes: 64 hex digits that look random, so that
@@ -146,7 +173,7 @@ fn transact(
     }
 }
 
-fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
+fn raw(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Result<(), String> {
     let sql = |step: &'static str| move |e: rusqlite::Error| format!("{step}: {e}");
     let mut conn = Connection::open(db).map_err(sql("open"))?;
     conn.busy_timeout(Duration::from_secs(5))
@@ -163,7 +190,11 @@ fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
             other => break other.map_err(sql("journal mode"))?,
         }
     };
-    conn.pragma_update(None, "synchronous", "NORMAL")
+    let pragma = match synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", pragma)
         .map_err(sql("synchronous"))?;
     transact(&mut conn, |tx| tx.execute_batch(SCHEMA)).map_err(sql("schema"))?;
     // What idem stores for the same call: the canonical arguments and the outcome's JSON.
@@ -195,7 +226,8 @@ fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
                 "[]",
                 Some(canonical.as_str()),
                 now,
-                now
+                now,
+                TENANT
             ])?;
             tx.prepare_cached(DELETE_EXPIRED)?.execute([now])?;
             Ok(())
@@ -218,7 +250,8 @@ fn raw(db: &str, worker: &str, window: Window) -> Result<(), String> {
                 "[]",
                 Some(canonical.as_str()),
                 now,
-                now
+                now,
+                TENANT
             ])?;
             Ok(())
         })
