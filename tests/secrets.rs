@@ -149,6 +149,7 @@ async fn a_tool_with_secrets_needs_a_key() {
     let d = Dispatcher::new(Registry::linked().unwrap(), Arc::new(MemoryStore::new()));
     let call = ToolCall::new("charge", json!({"amount": 1, "card": CARD})).with_key("k");
     let e = d.dispatch(&call, &RunContext::new("t")).await.unwrap_err();
+    assert!(e.to_string().contains("98765"), "the caller is told: {e}");
     assert!(matches!(e, DispatchError::SecretKeyMissing { .. }), "{e:?}");
     assert!(e.to_string().contains("with_secret_key"), "{e}");
 }
@@ -201,6 +202,7 @@ async fn an_approval_request_shows_the_secret_sealed() {
     .with_secret_key(key());
     let call = ToolCall::new("unlock", json!({"door": "front", "pin": "1234"})).with_key("k");
     let e = d.dispatch(&call, &RunContext::new("t")).await.unwrap_err();
+    assert!(e.to_string().contains("98765"), "the caller is told: {e}");
     let DispatchError::ApprovalRequired { request } = e else {
         panic!("{e:?}")
     };
@@ -209,4 +211,34 @@ async fn an_approval_request_shows_the_secret_sealed() {
     // Approving what was shown runs the call.
     let run = RunContext::new("t").approve(request.approve());
     assert_eq!(d.dispatch(&call, &run).await.unwrap().output, json!("open"));
+}
+
+#[tokio::test]
+async fn a_refusal_logs_where_the_arguments_are_wrong_not_their_values() {
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let d = dispatcher(Arc::new(MemoryStore::new()));
+    // `amount` is not a secret, but a refusal's log line still carries no argument value.
+    let call = ToolCall::new("charge", json!({"amount": -98765, "card": CARD})).with_key("k");
+    let e = d.dispatch(&call, &RunContext::new("t")).await.unwrap_err();
+    assert!(e.to_string().contains("98765"), "the caller is told: {e}");
+    let logs = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("/amount"), "{logs}");
+    assert!(!logs.contains("98765"), "{logs}");
 }

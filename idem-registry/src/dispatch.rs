@@ -499,7 +499,12 @@ impl Dispatcher {
         }
         span.in_scope(|| match &result {
             Ok(_) => tracing::debug!("dispatched"),
-            Err(e) => tracing::info!(error = %e, "dispatch refused or failed"),
+            // A validator's message may quote the offending value: the log names where and
+            // which rule kind, never an argument's value.
+            Err(DispatchError::InvalidArguments { pointer, .. }) => {
+                tracing::info!(code = "invalid_arguments", %pointer, "dispatch refused")
+            }
+            Err(e) => tracing::info!(code = e.code(), error = %e, "dispatch refused or failed"),
         });
         result
     }
