@@ -128,8 +128,8 @@ pub use idem_core::store::sqlite::{SqliteStore, Synchronous};
 pub use idem_core::store::tenant::TenantStore;
 pub use idem_core::{
     ClassHints, DEFAULT_UNKNOWN_RETENTION, ErrorKind, Fence, Fingerprint, IdempotencyKey,
-    JournalEntry, KeyMaterial, ListFilter, LogicalKey, ORPHANED, OrphanPolicy, Outcome,
-    PurgeFilter, Record, RecordKey, RecordState, StateKind, Store, StoreError, Timestamp,
+    JournalEntry, KeyMaterial, ListFilter, LogicalKey, MAX_OUTCOME_DEPTH, ORPHANED, OrphanPolicy,
+    Outcome, PurgeFilter, Record, RecordKey, RecordState, StateKind, Store, StoreError, Timestamp,
     ToolClass, ToolError, UnknownClass,
 };
 pub use idem_macros::tool;

@@ -1,5 +1,5 @@
-//! A body that blocks its thread cannot starve its lease: the heartbeat renews it from a task
-//! of its own, so a concurrent retry waits for the outcome instead of finding an orphan that
+//! A body that blocks its thread cannot starve its lease: the heartbeat renews it from a
+//! thread of its own, so a concurrent retry waits for the outcome instead of finding an orphan that
 //! a verify hook would then release to run a second time.
 
 use std::sync::Arc;

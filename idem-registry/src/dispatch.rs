@@ -443,10 +443,27 @@ impl Dispatcher {
         run: &RunContext,
     ) -> Result<Option<RecordKey>, DispatchError> {
         let tool = self.lookup(&call.name)?;
-        let args = prepare(tool, &call.arguments)?.arguments;
+        let args = prepare(tool, &call.arguments)
+            .map_err(|e| scrub_refusal(tool, &call.arguments, e))?
+            .arguments;
+        let sealed = self.seal(tool, &args)?;
         Ok(self
-            .key_material(tool, call, run, &args)
+            .key_material(tool, call, run, sealed.as_ref().unwrap_or(&args))
             .map(|m| self.keys(tool, run, &m).0))
+    }
+
+    /// The arguments with their secrets sealed (see [`crate::redact`]): what is
+    /// fingerprinted, keyed, stored and shown to approvers. `None` for a tool without secrets.
+    fn seal(&self, tool: &ToolDef, args: &Value) -> Result<Option<Value>, DispatchError> {
+        if tool.secrets.is_empty() {
+            return Ok(None);
+        }
+        let Some(key) = &self.secret_key else {
+            return Err(DispatchError::SecretKeyMissing {
+                tool: tool.name.to_string(),
+            });
+        };
+        Ok(Some(crate::redact::seal(args, &tool.secrets, key)))
     }
 
     /// Dispatch one call under its class's policy.
@@ -585,24 +602,16 @@ impl Dispatcher {
             });
         }
 
-        let material = self.key_material(tool, call, run, &args);
+        let sealed = self.seal(tool, &args)?;
+        // A natural key over a secret is computed from its seal: a key derived from the
+        // secret itself could be recovered from the record key by hashing guesses.
+        let material = self.key_material(tool, call, run, sealed.as_ref().unwrap_or(&args));
         if material.is_none() && tool.class.records() {
             return Err(DispatchError::MissingKey {
                 tool: tool.name.to_string(),
                 class: tool.class,
             });
         }
-        // Secret arguments are fingerprinted, stored and shown to approvers sealed.
-        let sealed = if tool.secrets.is_empty() {
-            None
-        } else {
-            let Some(key) = &self.secret_key else {
-                return Err(DispatchError::SecretKeyMissing {
-                    tool: tool.name.to_string(),
-                });
-            };
-            Some(crate::redact::seal(&args, &tool.secrets, key))
-        };
         let (canonical, fingerprint) = if tool.class.records() || tool.class.requires_approval() {
             let canonical = canonical_json(sealed.as_ref().unwrap_or(&args));
             if canonical.len() > self.max_argument_bytes {
@@ -713,6 +722,7 @@ impl Dispatcher {
                     });
                 }
                 Err(e) if e.kind() != idem_core::ErrorKind::Terminal && attempt < max => {
+                    let e = scrub_tool_error(tool, &args, e);
                     tracing::debug!(attempt, error = %e, "retrying read");
                     tokio::time::sleep(backoff(tool.policy.backoff, attempt)).await;
                 }
@@ -997,18 +1007,33 @@ impl Dispatcher {
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Err(ToolError::ambiguous("the verify hook panicked")));
-        let unknown = |why: String| DispatchError::OutcomeUnknown {
+        let unknown = |why: String, now: Timestamp| DispatchError::OutcomeUnknown {
             tool: tool.name.to_string(),
             key: call.downstream.clone(),
             since,
             reason: format!("{last_error}; verification failed: {why}"),
-            // The hook may answer next time (its API was down, say): call again.
-            retry_after: Some(since),
+            // The hook may answer next time (its API was down, say): call again after a pause,
+            // so that agents honouring it do not hammer the provider's lookup API.
+            retry_after: Some(now.plus(FAILED_VERIFY_PAUSE)),
         };
         let outcome = match answer {
-            Ok(Verified::Applied(value)) => Some(Outcome::Success(value.to_string())),
+            Ok(Verified::Applied(value)) => {
+                let outcome = Outcome::Success(value.to_string());
+                if let Some(e) = too_deep(&outcome, Some(&value)) {
+                    let now = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
+                    return Err(unknown(
+                        format!("the hook's answer cannot be recorded: {e}"),
+                        now,
+                    ));
+                }
+                Some(outcome)
+            }
             Ok(Verified::NotApplied) => None,
-            Err(e) => return Err(unknown(e.to_string())),
+            Err(e) => {
+                let now = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
+                let why = scrub_tool_error(tool, &call.args, e).to_string();
+                return Err(unknown(why, now));
+            }
         };
         tracing::info!(
             applied = outcome.is_some(),
@@ -1087,6 +1112,10 @@ fn too_deep(outcome: &Outcome, output: Option<&Value>) -> Option<StoreError> {
     (depth > limit).then_some(StoreError::TooDeep { depth, limit })
 }
 
+/// How long after a verify hook failed `OutcomeUnknown::retry_after` points: the hook's
+/// lookup API was down or slow, and asking it again at once would only add load.
+const FAILED_VERIFY_PAUSE: Duration = Duration::from_secs(5);
+
 /// How many times one dispatch asks a verify hook before giving up on an Unknown record.
 const MAX_VERIFICATIONS: u32 = 2;
 
@@ -1114,7 +1143,8 @@ struct Recorded<'a> {
 
 impl Recorded<'_> {
     /// When the verify hook may first be asked about a record Unknown since `since`: the
-    /// settle delay later, and at least a lease later (ARCHITECTURE §5). `None` when no hook
+    /// settle delay later, and at least a lease later (a holder whose lease lapsed notices
+    /// within a third of a lease and stops). `None` when no hook
     /// can settle it: the tool has none, or journaled steps make the effect partial.
     fn verifiable_from(&self, since: Timestamp, steps: &[JournalEntry]) -> Option<Timestamp> {
         let policy = &self.tool.policy;
@@ -1341,11 +1371,14 @@ fn scrub_refusal(tool: &ToolDef, arguments: &Value, e: DispatchError) -> Dispatc
             tool: name,
             pointer,
             message,
-        } if !tool.secrets.is_empty() => DispatchError::InvalidArguments {
-            tool: name,
-            pointer,
-            message: crate::redact::scrub(&message, arguments, &tool.secrets),
-        },
+        } if !tool.secrets.is_empty() => {
+            let message = crate::redact::refusal(&pointer, &message, arguments, &tool.secrets);
+            DispatchError::InvalidArguments {
+                tool: name,
+                pointer,
+                message,
+            }
+        }
         other => other,
     }
 }

@@ -12,9 +12,15 @@
 //! Registering costs a lock and a map insert (and wakes the thread only when the new lease
 //! falls due before anything else); the thread starts with the first registration and ends
 //! once it has had nothing to renew for a second, so a dispatcher whose bodies finish
-//! quickly rarely wakes it at all. If renewal still fails (the store is down, the runtime
-//! the lease's store needs is itself blocked), the lease lapses, the body's late `complete`
-//! is refused (`Fenced`), and the outcome is Unknown, never a second execution.
+//! quickly rarely wakes it at all.
+//!
+//! What it cannot do: a network store (Redis, PostgreSQL) answers through its connection's
+//! I/O, which the lease's runtime drives; on a current-thread runtime whose one thread a body
+//! blocks, or a multi-thread runtime whose every worker is blocked, that renewal waits for a
+//! worker to come free. The lease may then lapse: the body's late `complete` is refused
+//! (`Fenced`) and the outcome is Unknown, and a verify hook is asked only after the settle
+//! delay (at least a lease, five minutes by default). Keep blocking work off the runtime's
+//! workers (`tokio::task::spawn_blocking`) for bodies that block longer than that.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -57,7 +63,8 @@ struct Lease {
     due: Instant,
     /// The runtime the lease was taken on: the store's connections live there.
     runtime: Handle,
-    /// The key was taken from the holder: its body must stop.
+    /// A renewal was refused: the lease lapsed or another worker took the key. The body must
+    /// stop.
     lost: bool,
     waker: Option<Waker>,
 }
@@ -194,6 +201,21 @@ impl Future for Lost<'_> {
     }
 }
 
+/// Marks the heartbeat stopped if its thread panics, so that the next registration starts
+/// another instead of trusting a thread that is gone. (A thread that ends normally marks it
+/// under the lock itself, where a new registration cannot slip in between.)
+struct Unwinding(Weak<Heartbeat>);
+
+impl Drop for Unwinding {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(hb) = self.0.upgrade()
+        {
+            lock(&hb.state).wakes_at = None;
+        }
+    }
+}
+
 /// A renewal to make: what of a lease the thread needs outside the lock.
 struct Due {
     id: u64,
@@ -207,6 +229,7 @@ struct Due {
 /// The heartbeat thread: renew what is due, sleep until the next is, end when idle (or
 /// when the dispatcher is gone).
 fn beat(heartbeat: Weak<Heartbeat>) {
+    let _unwinding = Unwinding(heartbeat.clone());
     let mut idle_since: Option<Instant> = None;
     loop {
         let Some(hb) = heartbeat.upgrade() else {
@@ -241,30 +264,44 @@ fn beat(heartbeat: Weak<Heartbeat>) {
                 })
                 .collect()
         };
-        for d in due {
-            // Renewed on the lease's own runtime: its connections' I/O is driven there.
+        // Renewed together, on the runtime the first was taken on (wakers work across
+        // runtimes, and a dispatcher's leases nearly always share one): a slow store costs a
+        // beat one round trip, not one per lease.
+        if let Some(runtime) = due.first().map(|d| d.runtime.clone()) {
+            let renewals = due
+                .iter()
+                .map(|d| async move { (d, d.store.renew(&d.key, d.fence, d.lease).await) });
             let renewed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                d.runtime.block_on(d.store.renew(&d.key, d.fence, d.lease))
+                runtime.block_on(futures_util::future::join_all(renewals))
             }));
             match renewed {
-                Ok(Ok(_)) => {}
-                Ok(Err(StoreError::Fenced { .. })) => {
-                    // Another worker owns the call now (a take-over, an Unknown settled by
-                    // a verify hook): the body must stop rather than apply an effect it may
-                    // also apply.
-                    let mut state = lock(&hb.state);
-                    if let Some(lease) = state.leases.get_mut(&d.id) {
-                        tracing::warn!(key = %d.key, "lease lost while the tool ran; stopping the body");
-                        lease.lost = true;
-                        if let Some(waker) = lease.waker.take() {
-                            waker.wake();
+                Ok(results) => {
+                    for (d, result) in results {
+                        match result {
+                            Ok(_) => {}
+                            Err(StoreError::Fenced { .. }) => {
+                                // The lease lapsed or another worker owns the call now (a
+                                // take-over, an Unknown settled by a verify hook): the body
+                                // must stop rather than apply an effect it may also apply.
+                                let mut state = lock(&hb.state);
+                                if let Some(lease) = state.leases.get_mut(&d.id) {
+                                    tracing::warn!(key = %d.key, "lease lost while the tool ran; stopping the body");
+                                    lease.lost = true;
+                                    if let Some(waker) = lease.waker.take() {
+                                        waker.wake();
+                                    }
+                                }
+                            }
+                            // The store may be back before the lease ends: the next beat
+                            // tries again.
+                            Err(e) => {
+                                tracing::warn!(error = %e, key = %d.key, "lease renewal failed")
+                            }
                         }
                     }
                 }
-                // The store may be back before the lease ends: the next beat tries again.
-                Ok(Err(e)) => tracing::warn!(error = %e, key = %d.key, "lease renewal failed"),
-                // The runtime is shutting down, say: the lease lapses and is fenced.
-                Err(_) => tracing::warn!(key = %d.key, "lease renewal panicked"),
+                // The runtime is shutting down, say: the leases lapse and are fenced.
+                Err(_) => tracing::warn!("lease renewal panicked"),
             }
         }
         let state = lock(&hb.state);

@@ -117,10 +117,52 @@ pub(crate) fn scrub(message: &str, arguments: &Value, pointers: &[String]) -> St
     out
 }
 
-/// [`scrub`] applied to every string inside `value` (a terminal error's details).
+/// The message of a refusal at `pointer`: none of the validator's words when the offending
+/// value is a secret, lies inside one or holds one (a validator quotes values, cut to a
+/// length that [`scrub`] could no longer recognise), only which argument and that it is
+/// secret; otherwise the message with any secret's text cut out.
+pub(crate) fn refusal(
+    pointer: &str,
+    message: &str,
+    arguments: &Value,
+    pointers: &[String],
+) -> String {
+    let overlaps =
+        |secret: &String| within(pointer, secret) || within(secret, pointer) || pointer.is_empty();
+    if pointers.iter().any(overlaps) {
+        format!(
+            "the value at `{pointer}` does not fit the schema (it is or holds a secret argument, \
+             so the value and the rule's details are not shown): check it against the tool's \
+             published schema"
+        )
+    } else {
+        scrub(message, arguments, pointers)
+    }
+}
+
+/// Whether the JSON Pointer `inner` is `outer` or lies inside it.
+fn within(inner: &str, outer: &str) -> bool {
+    inner == outer
+        || inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// [`scrub`] applied to every string inside `value` (a terminal error's details); a number
+/// equal to a secret number becomes the text `[redacted]`.
 pub(crate) fn scrub_value(value: &mut Value, arguments: &Value, pointers: &[String]) {
     match value {
         Value::String(s) => *s = scrub(s, arguments, pointers),
+        Value::Number(n) => {
+            let text = n.to_string();
+            let secret = pointers
+                .iter()
+                .filter_map(|p| arguments.pointer(p))
+                .any(|v| secret_texts(v).contains(&text));
+            if secret {
+                *value = Value::String(REDACTED.to_owned());
+            }
+        }
         Value::Array(items) => items
             .iter_mut()
             .for_each(|v| scrub_value(v, arguments, pointers)),
