@@ -23,15 +23,26 @@ def summed(row, contender, concurrency, rep):
         sys.exit(f"{row} {contender} rep {rep}: {len(lines)} of {concurrency} workers reported")
     ops = sum(l["ops"] for l in lines)
     secs = max(l["secs"] for l in lines)
-    print(json.dumps({"row": row, "contender": contender, "concurrency": int(concurrency),
-                      "rep": int(rep), "ops": ops, "secs": secs, "per_sec": ops / secs}))
+    out = {"row": row, "contender": contender, "concurrency": int(concurrency),
+           "rep": int(rep), "ops": ops, "secs": secs, "per_sec": ops / secs}
+    # SQLite workers say which `synchronous` they ran at (checked on their connection): every
+    # worker must have run at the one BENCH_SQLITE_SYNCHRONOUS asks for (FULL when unset).
+    settings = {l["synchronous"] for l in lines if "synchronous" in l}
+    if settings:
+        wanted = (os.environ.get("BENCH_SQLITE_SYNCHRONOUS") or "full").lower()
+        if settings != {wanted}:
+            sys.exit(f"{row} {contender} rep {rep}: workers ran at synchronous {sorted(settings)}, "
+                     f"not {wanted}")
+        out["synchronous"] = wanted
+    print(json.dumps(out))
 
 
 def spread(values):
     return f"{statistics.median(values):,.0f} [{min(values):,.0f}–{max(values):,.0f}]"
 
 
-def ratio_line(runs, row, contender, baseline, concurrency, target, higher_is_better=True):
+def ratio_line(runs, row, contender, baseline, concurrency, target, higher_is_better=True,
+               label=None):
     def per_rep(name):
         return {r["rep"]: r["per_sec"] for r in runs
                 if r["row"] == row and r["contender"] == name and r["concurrency"] == concurrency}
@@ -46,7 +57,7 @@ def ratio_line(runs, row, contender, baseline, concurrency, target, higher_is_be
     else:
         goal = f"≥ {target}×"
         met = "yes" if (ratio >= target if higher_is_better else ratio <= target) else "no"
-    return (f"| {row} c={concurrency}: {contender} | {baseline} | "
+    return (f"| {label or row} c={concurrency}: {contender} | {baseline} | "
             f"{spread([mine[r] for r in reps])} /s | {spread([base[r] for r in reps])} /s | "
             f"**{ratio:.2f}×** [{min(ratios):.2f}–{max(ratios):.2f}] | {goal} | {met} |")
 
@@ -108,8 +119,13 @@ def main(results):
         lines += ["", f"{paired[0]['rounds']} rounds of {paired[0]['calls']} calls per contender.", ""]
     table = ["| row | baseline | idem, median [min–max] | baseline, median [min–max] | ratio, median of paired runs [min–max] | target | met? |",
              "|---|---|---|---|---|---|---|"]
-    for procs in (1, 2):
-        table.append(ratio_line(runs, "sqlite", "idem", "raw", procs, 0.8))
+    # SQLite at each `synchronous` the run measured (both sides at the same one); lines written
+    # before the setting was recorded ran at NORMAL.
+    for sync in ("full", "normal"):
+        at = [r for r in runs if r["row"] == "sqlite" and r.get("synchronous", "normal") == sync]
+        for procs in (1, 2):
+            table.append(ratio_line(at, "sqlite", "idem", "raw", procs, 0.8,
+                                    label=f"sqlite ({sync.upper()})"))
     for c in (1, 16, 64):
         table.append(ratio_line(runs, "redis", "idem", "raw", c, 0.8))
         table.append(ratio_line(runs, "redis", "idem", "powertools", c, 3.0))

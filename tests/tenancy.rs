@@ -18,7 +18,10 @@ async fn two_unknown_calls() -> (Dispatcher, Arc<MemoryStore>) {
         })
         .build()
         .unwrap();
-    let d = Dispatcher::new(Registry::builder().add(tool).build().unwrap(), store.clone());
+    let d = Dispatcher::new(
+        Registry::builder().add(tool).build().unwrap(),
+        store.clone(),
+    );
     for tenant in ["acme", "globex"] {
         let call = ToolCall::new("refund", json!({})).with_call_id("call-1");
         assert!(d.dispatch(&call, &RunContext::new(tenant)).await.is_err());
@@ -30,8 +33,14 @@ async fn two_unknown_calls() -> (Dispatcher, Arc<MemoryStore>) {
 async fn an_operator_of_one_tenant_sees_and_settles_only_its_records() {
     let (d, store) = two_unknown_calls().await;
     let call = ToolCall::new("refund", json!({})).with_call_id("call-1");
-    let acme_key = d.record_key(&call, &RunContext::new("acme")).unwrap().unwrap();
-    let globex_key = d.record_key(&call, &RunContext::new("globex")).unwrap().unwrap();
+    let acme_key = d
+        .record_key(&call, &RunContext::new("acme"))
+        .unwrap()
+        .unwrap();
+    let globex_key = d
+        .record_key(&call, &RunContext::new("globex"))
+        .unwrap()
+        .unwrap();
 
     let all = store.list(ListFilter::default()).await.unwrap();
     let mut tenants: Vec<_> = all.iter().map(|r| r.tenant.as_str()).collect();

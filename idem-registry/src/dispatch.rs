@@ -264,7 +264,11 @@ pub enum DispatchError {
         /// The key.
         key: IdempotencyKey,
     },
-    /// The store could not be reached: nothing was executed (writes fail closed).
+    /// The store could not be reached (or, with Redis's `wait_for_replicas`, a write was not
+    /// confirmed by the replicas). Before the claim this means nothing was executed (writes
+    /// fail closed); while recording an outcome the body had already run, so treat it as
+    /// ambiguous: the record is Unknown or its claim given back as the class says, or its
+    /// lease will lapse.
     #[error("store unavailable for `{tool}`: {message}")]
     StoreUnavailable {
         /// The tool.

@@ -26,6 +26,6 @@ pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
 pub use redact::{SecretKey, SecretKeyTooShort};
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use tool::{
-    DEFAULT_VERIFY_AFTER, LONGEST_POLICY_DURATION, StaticTool, ToolBuilder, ToolDef, ToolPolicy, ToolRegistration,
-    ToolSpec, Verified,
+    DEFAULT_VERIFY_AFTER, LONGEST_POLICY_DURATION, StaticTool, ToolBuilder, ToolDef, ToolPolicy,
+    ToolRegistration, ToolSpec, Verified,
 };

@@ -59,5 +59,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
     time("downstream key (SHA-256 + hex)", n, || {
         logical.downstream_key()
     });
+    // What the dispatcher runs: both keys at once, from borrowed parts.
+    time("both keys together (LogicalKey::derive, as dispatched)", n, || {
+        LogicalKey::derive(
+            "bench",
+            idem_bench::TENANT,
+            "noop_idempotent_write",
+            &logical.material,
+        )
+    });
     Ok(())
 }

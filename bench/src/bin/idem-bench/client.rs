@@ -3,8 +3,14 @@
 //! tokio runtime, one task per concurrent caller), without idem. It runs what
 //! `redis-benchmark` runs (two `EVALSHA` of the claim script per dispatch, new keys), so the
 //! gap between idem and `redis-benchmark` splits into the client's share and idem's own.
+//! The arguments are the ones `RedisStore::claim` sends (tenant and retentions included), so
+//! a reply is a claim, not an error; an error reply stops the run.
 
 use std::sync::Arc;
+
+use idem_bench::TENANT;
+use idem_core::DEFAULT_UNKNOWN_RETENTION;
+use idem_core::store::redis::DEFAULT_FENCE_RETENTION;
 
 use crate::timed::{Window, drive};
 
@@ -34,6 +40,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
         let pid = std::process::id();
+        // The claim script's last ARGV, as RedisStore sends them by default (ms).
+        let unknown_retention = DEFAULT_UNKNOWN_RETENTION.as_millis() as u64;
+        let fence_retention = DEFAULT_FENCE_RETENTION.as_millis() as u64;
         drive(
             "redis",
             "redis-rs",
@@ -58,6 +67,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
                             .arg("take_over")
                             .arg(1)
                             .arg(&*arguments)
+                            .arg(TENANT)
+                            .arg(unknown_retention)
+                            .arg(fence_retention)
                             .query_async(&mut conn)
                             .await
                             .map_err(|e| e.to_string())?;

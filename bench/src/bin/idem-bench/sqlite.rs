@@ -24,7 +24,7 @@ use idem::store::sqlite::Synchronous;
 use idem_bench::{ARGUMENTS, TENANT, call, dispatcher};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 
-use crate::timed::{Window, report};
+use crate::timed::Window;
 
 /// `sqlite idem|raw <db> <worker> <start_ms|now> <seconds>`
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -38,6 +38,28 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "raw" => raw(db, worker, window, synchronous),
         other => Err(format!("unknown contender {other:?}: expected idem or raw")),
     }
+}
+
+/// `PRAGMA synchronous`'s value for a setting (SQLite reads back FULL as 2, NORMAL as 1).
+fn level(synchronous: Synchronous) -> i64 {
+    match synchronous {
+        Synchronous::Full => 2,
+        Synchronous::Normal => 1,
+    }
+}
+
+/// One worker's line, as `timed::report` writes it, with the setting it ran at (checked on
+/// the connection), which `scripts/bench` and `report.py` keep apart.
+fn report(synchronous: Synchronous, contender: &str, ops: u64, elapsed: Duration) {
+    let setting = match synchronous {
+        Synchronous::Full => "full",
+        Synchronous::Normal => "normal",
+    };
+    println!(
+        "{{\"row\":\"sqlite\",\"contender\":\"{contender}\",\"concurrency\":1,\"synchronous\":\"{setting}\",\"ops\":{ops},\"secs\":{:.6},\"per_sec\":{:.1}}}",
+        elapsed.as_secs_f64(),
+        ops as f64 / elapsed.as_secs_f64()
+    );
 }
 
 /// The setting both contenders run at: `BENCH_SQLITE_SYNCHRONOUS` (`full`, the default when
@@ -62,6 +84,12 @@ fn idem(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Res
     let store = SqliteStore::open(db)
         .and_then(|s| s.with_synchronous(synchronous))
         .map_err(|e| e.to_string())?;
+    // The store's Debug names the setting its connection runs at (its unit tests read the
+    // connection's PRAGMA back): refuse to measure at any other.
+    let wanted = format!("synchronous: {synchronous:?}");
+    if !format!("{store:?}").contains(&wanted) {
+        return Err(format!("the store does not report {wanted}: {store:?}"));
+    }
     let d = dispatcher(Arc::new(store));
     let (ops, elapsed) = rt.block_on(async {
         let end = window.wait();
@@ -76,7 +104,7 @@ fn idem(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Res
         }
         Ok::<_, String>((ops, begin.elapsed()))
     })?;
-    report("sqlite", "idem", 1, ops, elapsed);
+    report(synchronous, "idem", ops, elapsed);
     Ok(())
 }
 
@@ -196,6 +224,12 @@ fn raw(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Resu
     };
     conn.pragma_update(None, "synchronous", pragma)
         .map_err(sql("synchronous"))?;
+    let set: i64 = conn
+        .query_row("PRAGMA synchronous", [], |row| row.get(0))
+        .map_err(sql("synchronous"))?;
+    if set != level(synchronous) {
+        return Err(format!("raw: PRAGMA synchronous is {set}, not {pragma}"));
+    }
     transact(&mut conn, |tx| tx.execute_batch(SCHEMA)).map_err(sql("schema"))?;
     // What idem stores for the same call: the canonical arguments and the outcome's JSON.
     let arguments: serde_json::Value =
@@ -258,6 +292,6 @@ fn raw(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Resu
         .map_err(sql("complete"))?;
         ops += 1;
     }
-    report("sqlite", "raw", 1, ops, begin.elapsed());
+    report(synchronous, "raw", ops, begin.elapsed());
     Ok(())
 }
