@@ -370,7 +370,7 @@ pub struct Dispatcher {
     namespace: String,
     max_argument_bytes: usize,
     secret_key: Option<SecretKey>,
-    /// Renews the leases of running bodies, shared by the dispatcher's clones.
+    /// Renews the leases of running bodies: one for the process.
     heartbeat: Arc<Heartbeat>,
 }
 
@@ -401,7 +401,7 @@ impl Dispatcher {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
             secret_key: None,
-            heartbeat: Arc::default(),
+            heartbeat: Heartbeat::shared(),
         }
     }
 

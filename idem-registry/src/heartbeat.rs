@@ -4,10 +4,11 @@
 //! runtime) cannot renew its own lease: renewal that shares the body's task waits for the
 //! body to yield. Nor can a task spawned for the purpose, when the body blocks the worker
 //! the task was scheduled on (tokio keeps a task spawned or woken from a worker in that
-//! worker's slot, which no other worker steals). So each dispatcher has one heartbeat
-//! thread that renews every registered lease when it falls due, on the runtime the lease
-//! was taken on, and tells a body whose key was taken from it (a renewal refused as
-//! `Fenced`).
+//! worker's slot, which no other worker steals). So one heartbeat thread per process renews
+//! every registered lease when it falls due, on the runtime the lease was taken on, and
+//! tells a body whose lease was refused (`Fenced`: it lapsed, or another worker took the
+//! key) to stop. One per process, not per dispatcher: an application that builds a
+//! dispatcher per request must not start a thread per request.
 //!
 //! Registering costs a lock and a map insert (and wakes the thread only when the new lease
 //! falls due before anything else); the thread starts with the first registration and ends
@@ -22,7 +23,6 @@
 //! delay (at least a lease, five minutes by default). Keep blocking work off the runtime's
 //! workers (`tokio::task::spawn_blocking`) for bodies that block longer than that.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -40,7 +40,7 @@ pub(crate) fn period(lease: Duration) -> Duration {
 /// How long the thread waits with nothing to renew before it ends.
 const LINGER: Duration = Duration::from_secs(1);
 
-/// One dispatcher's heartbeat.
+/// The heartbeat: the leases it renews and the thread's schedule.
 #[derive(Debug, Default)]
 pub(crate) struct Heartbeat {
     state: Mutex<State>,
@@ -49,13 +49,85 @@ pub(crate) struct Heartbeat {
 
 #[derive(Debug, Default)]
 struct State {
-    leases: HashMap<u64, Lease>,
+    leases: Slots,
     next_id: u64,
     /// When the thread will next look at the leases; `None` when no thread runs.
     wakes_at: Option<Instant>,
 }
 
+/// The registered leases, each in a slot found by index (a registration costs no hashing),
+/// and told apart from a later lease in the same slot by its id, which is never reused: a
+/// renewal answered after its lease was dropped must not touch the next one.
+#[derive(Debug, Default)]
+struct Slots {
+    slots: Vec<Option<Lease>>,
+    free: Vec<usize>,
+    len: usize,
+}
+
+/// Where a lease is: its slot and its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ticket {
+    slot: usize,
+    id: u64,
+}
+
+impl Slots {
+    fn insert(&mut self, lease: Lease) -> Ticket {
+        let id = lease.id;
+        self.len += 1;
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(lease);
+                slot
+            }
+            None => {
+                self.slots.push(Some(lease));
+                self.slots.len() - 1
+            }
+        };
+        Ticket { slot, id }
+    }
+
+    fn get_mut(&mut self, t: Ticket) -> Option<&mut Lease> {
+        self.slots
+            .get_mut(t.slot)?
+            .as_mut()
+            .filter(|lease| lease.id == t.id)
+    }
+
+    fn remove(&mut self, t: Ticket) {
+        if let Some(place) = self.slots.get_mut(t.slot)
+            && place.as_ref().is_some_and(|lease| lease.id == t.id)
+        {
+            *place = None;
+            self.len -= 1;
+            self.free.push(t.slot);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (Ticket, &mut Lease)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(slot, place)| {
+                place
+                    .as_mut()
+                    .map(|lease| (Ticket { slot, id: lease.id }, lease))
+            })
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Lease> {
+        self.slots.iter().flatten()
+    }
+}
+
 struct Lease {
+    id: u64,
     store: Arc<dyn Store>,
     key: RecordKey,
     fence: Fence,
@@ -86,6 +158,12 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl Heartbeat {
+    /// The process's heartbeat.
+    pub(crate) fn shared() -> Arc<Heartbeat> {
+        static SHARED: std::sync::OnceLock<Arc<Heartbeat>> = std::sync::OnceLock::new();
+        SHARED.get_or_init(Arc::default).clone()
+    }
+
     /// Keep `key` held at `fence` until the returned registration is dropped. Outside a
     /// tokio runtime nothing renews the lease (the dispatcher always runs inside one).
     pub(crate) fn keep(
@@ -115,24 +193,22 @@ impl Heartbeat {
         fence: Fence,
         lease: Duration,
         runtime: Handle,
-    ) -> Option<u64> {
+    ) -> Option<Ticket> {
         let due = Instant::now() + period(lease);
         let mut state = lock(&self.state);
         let id = state.next_id;
         state.next_id += 1;
-        state.leases.insert(
+        let ticket = state.leases.insert(Lease {
             id,
-            Lease {
-                store: store.clone(),
-                key: key.clone(),
-                fence,
-                lease,
-                due,
-                runtime,
-                lost: false,
-                waker: None,
-            },
-        );
+            store: store.clone(),
+            key: key.clone(),
+            fence,
+            lease,
+            due,
+            runtime,
+            lost: false,
+            waker: None,
+        });
         match state.wakes_at {
             None => {
                 state.wakes_at = Some(due);
@@ -154,7 +230,7 @@ impl Heartbeat {
             }
             Some(_) => {}
         }
-        Some(id)
+        Some(ticket)
     }
 }
 
@@ -162,7 +238,7 @@ impl Heartbeat {
 #[derive(Debug)]
 pub(crate) struct Registration {
     heartbeat: Arc<Heartbeat>,
-    id: Option<u64>,
+    id: Option<Ticket>,
 }
 
 impl Registration {
@@ -175,7 +251,7 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         if let Some(id) = self.id {
-            lock(&self.heartbeat.state).leases.remove(&id);
+            lock(&self.heartbeat.state).leases.remove(id);
         }
     }
 }
@@ -191,7 +267,7 @@ impl Future for Lost<'_> {
             return Poll::Pending;
         };
         let mut state = lock(&self.0.heartbeat.state);
-        match state.leases.get_mut(&id) {
+        match state.leases.get_mut(id) {
             Some(lease) if !lease.lost => {
                 lease.waker = Some(cx.waker().clone());
                 Poll::Pending
@@ -218,7 +294,7 @@ impl Drop for Unwinding {
 
 /// A renewal to make: what of a lease the thread needs outside the lock.
 struct Due {
-    id: u64,
+    id: Ticket,
     store: Arc<dyn Store>,
     key: RecordKey,
     fence: Fence,
@@ -226,8 +302,7 @@ struct Due {
     runtime: Handle,
 }
 
-/// The heartbeat thread: renew what is due, sleep until the next is, end when idle (or
-/// when the dispatcher is gone).
+/// The heartbeat thread: renew what is due, sleep until the next is, end when idle.
 fn beat(heartbeat: Weak<Heartbeat>) {
     let _unwinding = Unwinding(heartbeat.clone());
     let mut idle_since: Option<Instant> = None;
@@ -254,7 +329,7 @@ fn beat(heartbeat: Weak<Heartbeat>) {
                 .map(|(id, l)| {
                     l.due = now + period(l.lease);
                     Due {
-                        id: *id,
+                        id,
                         store: l.store.clone(),
                         key: l.key.clone(),
                         fence: l.fence,
@@ -284,7 +359,7 @@ fn beat(heartbeat: Weak<Heartbeat>) {
                                 // take-over, an Unknown settled by a verify hook): the body
                                 // must stop rather than apply an effect it may also apply.
                                 let mut state = lock(&hb.state);
-                                if let Some(lease) = state.leases.get_mut(&d.id) {
+                                if let Some(lease) = state.leases.get_mut(d.id) {
                                     tracing::warn!(key = %d.key, "lease lost while the tool ran; stopping the body");
                                     lease.lost = true;
                                     if let Some(waker) = lease.waker.take() {
