@@ -241,7 +241,17 @@ async fn primary_and_replica() -> (RedisServer, RedisServer) {
             .await
             .expect("INFO");
         if info.contains("connected_slaves:1") && info.contains("state=online") {
-            return (primary, replica);
+            // Online is not yet acknowledging: on a loaded machine the first WAIT can time
+            // out. Wait until the replica has acknowledged a write once.
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(2000)
+                .query_async(&mut conn)
+                .await
+                .expect("WAIT");
+            if acked == 1 {
+                return (primary, replica);
+            }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -272,7 +282,8 @@ async fn writes_wait_for_the_replicas() {
         return;
     }
     let (primary, replica) = primary_and_replica().await;
-    let store = replicated_store(&primary.url(), 1, Duration::from_millis(300)).await;
+    // Long enough for a loaded machine's replica to answer; a frozen one then costs 2 s.
+    let store = replicated_store(&primary.url(), 1, Duration::from_secs(2)).await;
 
     // The server forgets the scripts (as after a restart or a failover): the pipeline with
     // WAIT loads them again.
@@ -347,11 +358,12 @@ async fn more_replicas_than_exist_is_an_error() {
         return;
     }
     let (primary, _replica) = primary_and_replica().await;
-    let store = replicated_store(&primary.url(), 2, Duration::from_millis(200)).await;
+    let store = replicated_store(&primary.url(), 2, Duration::from_secs(1)).await;
     let k = key("too-many");
     match store.claim(&request(&k)).await {
         Err(StoreError::Unavailable(why)) => {
-            assert!(why.contains("1 of 2 replicas"), "{why:?}")
+            // One replica exists; on a loaded machine it may not even answer in time.
+            assert!(why.contains(" of 2 replicas"), "{why:?}")
         }
         other => panic!("expected the claim to fail, got {other:?}"),
     }
