@@ -339,3 +339,20 @@ async fn a_verify_hook_error_does_not_echo_a_secret() {
     assert!(format!("{e}").contains("verification failed"), "{e}");
     assert!(!format!("{e} {e:?}").contains("98127"), "{e:?}");
 }
+
+/// Verify a card.
+#[tool(class = "read")]
+async fn check_card(
+    #[serde(default, rename = "cardNumber")]
+    #[secret]
+    card: String,
+) -> Result<bool, ToolError> {
+    Ok(!card.is_empty())
+}
+
+#[test]
+fn a_renamed_secret_parameter_is_sealed_under_its_json_name() {
+    let registry = Registry::linked().unwrap();
+    let def = registry.get("check_card").expect("registered");
+    assert_eq!(def.secrets(), ["/cardNumber"]);
+}

@@ -223,7 +223,9 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
         .args()
         .filter(|param| param.secret.is_some())
         .map(|param| {
-            let pointer = format!("/{}", syn::ext::IdentExt::unraw(param.ident));
+            // The argument's JSON name, escaped as RFC 6901 says.
+            let name = json_name(param).replace('~', "~0").replace('/', "~1");
+            let pointer = format!("/{name}");
             quote!(.secret(#pointer))
         });
 
@@ -311,6 +313,38 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
             }
         };
     }
+}
+
+/// A parameter's name in the arguments: its `#[serde(rename = "...")]` if it has one, else
+/// its identifier.
+fn json_name(param: &crate::ast::Param<'_>) -> String {
+    let mut name = syn::ext::IdentExt::unraw(param.ident).to_string();
+    for attr in param
+        .field_attrs
+        .iter()
+        .filter(|a| a.path().is_ident("serde"))
+    {
+        // Keys other than `rename` are skipped with their values; a form this does not read
+        // (`rename(deserialize = "...")`) leaves the identifier, which registration then
+        // checks against the schema.
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("rename") && meta.input.peek(syn::Token![=]) {
+                let lit: syn::LitStr = meta.value()?.parse()?;
+                name = lit.value();
+            } else if meta.input.peek(syn::Token![=]) {
+                let _: syn::Expr = meta.value()?.parse()?;
+            } else if meta.input.peek(syn::token::Paren) {
+                meta.parse_nested_meta(|inner| {
+                    if inner.input.peek(syn::Token![=]) {
+                        let _: syn::Expr = inner.value()?.parse()?;
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        });
+    }
+    name
 }
 
 fn is_context_param(ty: &syn::Type) -> bool {
