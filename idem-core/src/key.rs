@@ -192,7 +192,7 @@ fn digest(namespace: &str, tenant: &str, tool: &str, material: &KeyMaterial) -> 
 }
 
 /// A number's decimal digits, written into `buf` (as `to_string` would, without allocating).
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut at = buf.len();
     loop {
         at -= 1;

@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use crate::approval::{Approval, ApprovalRequest};
 use crate::context::{ContextParts, ToolContext};
-use crate::heartbeat::{Heartbeat, Registration};
+use crate::heartbeat::{self, Registration};
 use crate::redact::SecretKey;
 use crate::registry::Registry;
 use crate::tool::{Prepared, ToolDef, Typed, Verified};
@@ -370,8 +370,6 @@ pub struct Dispatcher {
     namespace: String,
     max_argument_bytes: usize,
     secret_key: Option<SecretKey>,
-    /// Renews the leases of running bodies: one for the process.
-    heartbeat: Arc<Heartbeat>,
 }
 
 /// The largest arguments a recorded call may have unless
@@ -401,7 +399,6 @@ impl Dispatcher {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
             secret_key: None,
-            heartbeat: Heartbeat::shared(),
         }
     }
 
@@ -869,10 +866,12 @@ impl Dispatcher {
                 ctx.clone(),
                 &call.args,
                 typed.take(),
-                Some(
-                    self.heartbeat
-                        .keep(&self.store, &call.record_key, fence, tool.policy.lease),
-                ),
+                Some(heartbeat::keep(
+                    &self.store,
+                    &call.record_key,
+                    fence,
+                    tool.policy.lease,
+                )),
             )
             .await;
             steps = ctx.journal();

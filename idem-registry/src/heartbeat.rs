@@ -25,7 +25,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -40,14 +40,27 @@ pub(crate) fn period(lease: Duration) -> Duration {
 /// How long the thread waits with nothing to renew before it ends.
 const LINGER: Duration = Duration::from_secs(1);
 
-/// The heartbeat: the leases it renews and the thread's schedule.
-#[derive(Debug, Default)]
-pub(crate) struct Heartbeat {
+/// The process's heartbeat: the leases it renews and the thread's schedule.
+static HEARTBEAT: Heartbeat = Heartbeat {
+    state: Mutex::new(State {
+        leases: Slots {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        },
+        next_id: 0,
+        wakes_at: None,
+    }),
+    wake: Condvar::new(),
+};
+
+#[derive(Debug)]
+struct Heartbeat {
     state: Mutex<State>,
     wake: Condvar,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     leases: Slots,
     next_id: u64,
@@ -58,7 +71,7 @@ struct State {
 /// The registered leases, each in a slot found by index (a registration costs no hashing),
 /// and told apart from a later lease in the same slot by its id, which is never reused: a
 /// renewal answered after its lease was dropped must not touch the next one.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slots {
     slots: Vec<Option<Lease>>,
     free: Vec<usize>,
@@ -157,37 +170,27 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Heartbeat {
-    /// The process's heartbeat.
-    pub(crate) fn shared() -> Arc<Heartbeat> {
-        static SHARED: std::sync::OnceLock<Arc<Heartbeat>> = std::sync::OnceLock::new();
-        SHARED.get_or_init(Arc::default).clone()
-    }
-
-    /// Keep `key` held at `fence` until the returned registration is dropped. Outside a
-    /// tokio runtime nothing renews the lease (the dispatcher always runs inside one).
-    pub(crate) fn keep(
-        self: &Arc<Self>,
-        store: &Arc<dyn Store>,
-        key: &RecordKey,
-        fence: Fence,
-        lease: Duration,
-    ) -> Registration {
-        let id = match Handle::try_current() {
-            Ok(runtime) => self.insert(store, key, fence, lease, runtime),
-            Err(_) => {
-                tracing::warn!("no runtime to renew the lease on; it may lapse");
-                None
-            }
-        };
-        Registration {
-            heartbeat: self.clone(),
-            id,
+/// Keep `key` held at `fence` until the returned registration is dropped. Outside a tokio
+/// runtime nothing renews the lease (the dispatcher always runs inside one).
+pub(crate) fn keep(
+    store: &Arc<dyn Store>,
+    key: &RecordKey,
+    fence: Fence,
+    lease: Duration,
+) -> Registration {
+    let id = match Handle::try_current() {
+        Ok(runtime) => HEARTBEAT.insert(store, key, fence, lease, runtime),
+        Err(_) => {
+            tracing::warn!("no runtime to renew the lease on; it may lapse");
+            None
         }
-    }
+    };
+    Registration { id }
+}
 
+impl Heartbeat {
     fn insert(
-        self: &Arc<Self>,
+        &'static self,
         store: &Arc<dyn Store>,
         key: &RecordKey,
         fence: Fence,
@@ -213,10 +216,9 @@ impl Heartbeat {
             None => {
                 state.wakes_at = Some(due);
                 drop(state);
-                let heartbeat = Arc::downgrade(self);
                 let started = std::thread::Builder::new()
                     .name("idem-heartbeat".into())
-                    .spawn(move || beat(heartbeat));
+                    .spawn(move || self.beat());
                 if let Err(e) = started {
                     tracing::warn!(error = %e, "cannot start the lease heartbeat; leases may lapse");
                     lock(&self.state).wakes_at = None;
@@ -237,7 +239,6 @@ impl Heartbeat {
 /// A lease the heartbeat renews; dropping it stops the renewals.
 #[derive(Debug)]
 pub(crate) struct Registration {
-    heartbeat: Arc<Heartbeat>,
     id: Option<Ticket>,
 }
 
@@ -251,7 +252,7 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         if let Some(id) = self.id {
-            lock(&self.heartbeat.state).leases.remove(id);
+            lock(&HEARTBEAT.state).leases.remove(id);
         }
     }
 }
@@ -266,7 +267,7 @@ impl Future for Lost<'_> {
         let Some(id) = self.0.id else {
             return Poll::Pending;
         };
-        let mut state = lock(&self.0.heartbeat.state);
+        let mut state = lock(&HEARTBEAT.state);
         match state.leases.get_mut(id) {
             Some(lease) if !lease.lost => {
                 lease.waker = Some(cx.waker().clone());
@@ -280,14 +281,12 @@ impl Future for Lost<'_> {
 /// Marks the heartbeat stopped if its thread panics, so that the next registration starts
 /// another instead of trusting a thread that is gone. (A thread that ends normally marks it
 /// under the lock itself, where a new registration cannot slip in between.)
-struct Unwinding(Weak<Heartbeat>);
+struct Unwinding(&'static Heartbeat);
 
 impl Drop for Unwinding {
     fn drop(&mut self) {
-        if std::thread::panicking()
-            && let Some(hb) = self.0.upgrade()
-        {
-            lock(&hb.state).wakes_at = None;
+        if std::thread::panicking() {
+            lock(&self.0.state).wakes_at = None;
         }
     }
 }
@@ -302,101 +301,98 @@ struct Due {
     runtime: Handle,
 }
 
-/// The heartbeat thread: renew what is due, sleep until the next is, end when idle.
-fn beat(heartbeat: Weak<Heartbeat>) {
-    let _unwinding = Unwinding(heartbeat.clone());
-    let mut idle_since: Option<Instant> = None;
-    loop {
-        let Some(hb) = heartbeat.upgrade() else {
-            return;
-        };
-        let now = Instant::now();
-        let due: Vec<Due> = {
-            let mut state = lock(&hb.state);
-            if state.leases.is_empty() {
-                let since = *idle_since.get_or_insert(now);
-                if now.duration_since(since) >= LINGER {
-                    state.wakes_at = None;
-                    return;
-                }
-            } else {
-                idle_since = None;
-            }
-            state
-                .leases
-                .iter_mut()
-                .filter(|(_, l)| l.due <= now && !l.lost)
-                .map(|(id, l)| {
-                    l.due = now + period(l.lease);
-                    Due {
-                        id,
-                        store: l.store.clone(),
-                        key: l.key.clone(),
-                        fence: l.fence,
-                        lease: l.lease,
-                        runtime: l.runtime.clone(),
+impl Heartbeat {
+    /// The heartbeat thread: renew what is due, sleep until the next is, end when idle.
+    fn beat(&'static self) {
+        let _unwinding = Unwinding(self);
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            let due: Vec<Due> = {
+                let mut state = lock(&self.state);
+                if state.leases.is_empty() {
+                    let since = *idle_since.get_or_insert(now);
+                    if now.duration_since(since) >= LINGER {
+                        state.wakes_at = None;
+                        return;
                     }
-                })
-                .collect()
-        };
-        // Renewed together, on the runtime the first was taken on (wakers work across
-        // runtimes, and a dispatcher's leases nearly always share one): a slow store costs a
-        // beat one round trip, not one per lease.
-        if let Some(runtime) = due.first().map(|d| d.runtime.clone()) {
-            let renewals = due
-                .iter()
-                .map(|d| async move { (d, d.store.renew(&d.key, d.fence, d.lease).await) });
-            let renewed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                runtime.block_on(futures_util::future::join_all(renewals))
-            }));
-            match renewed {
-                Ok(results) => {
-                    for (d, result) in results {
-                        match result {
-                            Ok(_) => {}
-                            Err(StoreError::Fenced { .. }) => {
-                                // The lease lapsed or another worker owns the call now (a
-                                // take-over, an Unknown settled by a verify hook): the body
-                                // must stop rather than apply an effect it may also apply.
-                                let mut state = lock(&hb.state);
-                                if let Some(lease) = state.leases.get_mut(d.id) {
-                                    tracing::warn!(key = %d.key, "lease lost while the tool ran; stopping the body");
-                                    lease.lost = true;
-                                    if let Some(waker) = lease.waker.take() {
-                                        waker.wake();
+                } else {
+                    idle_since = None;
+                }
+                state
+                    .leases
+                    .iter_mut()
+                    .filter(|(_, l)| l.due <= now && !l.lost)
+                    .map(|(id, l)| {
+                        l.due = now + period(l.lease);
+                        Due {
+                            id,
+                            store: l.store.clone(),
+                            key: l.key.clone(),
+                            fence: l.fence,
+                            lease: l.lease,
+                            runtime: l.runtime.clone(),
+                        }
+                    })
+                    .collect()
+            };
+            // Renewed together, on the runtime the first was taken on (wakers work across
+            // runtimes, and a dispatcher's leases nearly always share one): a slow store costs a
+            // beat one round trip, not one per lease.
+            if let Some(runtime) = due.first().map(|d| d.runtime.clone()) {
+                let renewals = due
+                    .iter()
+                    .map(|d| async move { (d, d.store.renew(&d.key, d.fence, d.lease).await) });
+                let renewed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(futures_util::future::join_all(renewals))
+                }));
+                match renewed {
+                    Ok(results) => {
+                        for (d, result) in results {
+                            match result {
+                                Ok(_) => {}
+                                Err(StoreError::Fenced { .. }) => {
+                                    // The lease lapsed or another worker owns the call now (a
+                                    // take-over, an Unknown settled by a verify hook): the body
+                                    // must stop rather than apply an effect it may also apply.
+                                    let mut state = lock(&self.state);
+                                    if let Some(lease) = state.leases.get_mut(d.id) {
+                                        tracing::warn!(key = %d.key, "lease lost while the tool ran; stopping the body");
+                                        lease.lost = true;
+                                        if let Some(waker) = lease.waker.take() {
+                                            waker.wake();
+                                        }
                                     }
                                 }
-                            }
-                            // The store may be back before the lease ends: the next beat
-                            // tries again.
-                            Err(e) => {
-                                tracing::warn!(error = %e, key = %d.key, "lease renewal failed")
+                                // The store may be back before the lease ends: the next beat
+                                // tries again.
+                                Err(e) => {
+                                    tracing::warn!(error = %e, key = %d.key, "lease renewal failed")
+                                }
                             }
                         }
                     }
+                    // The runtime is shutting down, say: the leases lapse and are fenced.
+                    Err(_) => tracing::warn!("lease renewal panicked"),
                 }
-                // The runtime is shutting down, say: the leases lapse and are fenced.
-                Err(_) => tracing::warn!("lease renewal panicked"),
             }
+            let state = lock(&self.state);
+            let next = state
+                .leases
+                .values()
+                .filter(|l| !l.lost)
+                .map(|l| l.due)
+                .min()
+                .unwrap_or_else(|| Instant::now() + LINGER);
+            let mut state = state;
+            state.wakes_at = Some(next);
+            let wait = next.saturating_duration_since(Instant::now());
+            let (mut state, _) = self
+                .wake
+                .wait_timeout(state, wait)
+                .unwrap_or_else(|e| e.into_inner());
+            // Planned again by whoever woke us, or at the next beat.
+            state.wakes_at = Some(Instant::now());
         }
-        let state = lock(&hb.state);
-        let next = state
-            .leases
-            .values()
-            .filter(|l| !l.lost)
-            .map(|l| l.due)
-            .min()
-            .unwrap_or_else(|| Instant::now() + LINGER);
-        let mut state = state;
-        state.wakes_at = Some(next);
-        let wait = next.saturating_duration_since(Instant::now());
-        let (mut state, _) = hb
-            .wake
-            .wait_timeout(state, wait)
-            .unwrap_or_else(|e| e.into_inner());
-        // Planned again by whoever woke us, or at the next beat.
-        state.wakes_at = Some(Instant::now());
-        drop(state);
-        drop(hb);
     }
 }

@@ -347,20 +347,9 @@ impl Tools {
 /// length keeps any pair of strings apart).
 fn origin(out: &mut String, tool: &str, tenant: &str) {
     // The length's digits without the formatting machinery: this runs on every claim.
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = tool.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
+    let mut digits = [0; 20];
+    let digits = crate::key::decimal(tool.len() as u64, &mut digits);
+    out.extend(digits.iter().map(|&d| char::from(d)));
     out.push(':');
     out.push_str(tool);
     out.push_str(tenant);
