@@ -12,6 +12,9 @@ use idem::{
 };
 use serde_json::{Value, json};
 
+mod support;
+use support::one_tool::{dispatcher, timing_out};
+
 fn tool(class: ToolClass, runs: Arc<AtomicUsize>, output: fn() -> Value) -> ToolDef {
     ToolDef::builder("make", class)
         .description("Make something.")
@@ -39,11 +42,8 @@ fn nested(depth: usize) -> Value {
 async fn arguments_over_the_bound_are_refused_before_anything_is_recorded() {
     let runs = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(MemoryStore::new());
-    let d = Dispatcher::new(
-        Registry::builder()
-            .add(tool(ToolClass::IdempotentWrite, runs.clone(), || json!(1)))
-            .build()
-            .unwrap(),
+    let d = dispatcher(
+        tool(ToolClass::IdempotentWrite, runs.clone(), || json!(1)),
         store.clone(),
     );
     let big = "x".repeat(2 * 1024 * 1024);
@@ -70,13 +70,8 @@ async fn arguments_over_the_bound_are_refused_before_anything_is_recorded() {
 async fn an_output_too_deep_to_replay_gives_an_idempotent_claim_back() {
     let runs = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(MemoryStore::new());
-    let d = Dispatcher::new(
-        Registry::builder()
-            .add(tool(ToolClass::IdempotentWrite, runs.clone(), || {
-                nested(200)
-            }))
-            .build()
-            .unwrap(),
+    let d = dispatcher(
+        tool(ToolClass::IdempotentWrite, runs.clone(), || nested(200)),
         store.clone(),
     );
     let call = ToolCall::new("make", json!({})).with_call_id("c1");
@@ -105,13 +100,8 @@ async fn an_output_too_deep_to_replay_gives_an_idempotent_claim_back() {
 async fn an_output_too_deep_to_replay_leaves_a_non_idempotent_call_unknown() {
     let runs = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(MemoryStore::new());
-    let d = Dispatcher::new(
-        Registry::builder()
-            .add(tool(ToolClass::NonIdempotentWrite, runs.clone(), || {
-                nested(200)
-            }))
-            .build()
-            .unwrap(),
+    let d = dispatcher(
+        tool(ToolClass::NonIdempotentWrite, runs.clone(), || nested(200)),
         store.clone(),
     );
     let call = ToolCall::new("make", json!({})).with_call_id("c1");
@@ -142,18 +132,7 @@ async fn an_output_too_deep_to_replay_leaves_a_non_idempotent_call_unknown() {
 async fn unknown_records_are_purged_after_their_retention() {
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
-    let failing = ToolDef::builder("make", ToolClass::NonIdempotentWrite)
-        .description("Make something.")
-        .input_schema(json!({"type": "object"}))
-        .handler(|_ctx: ToolContext, _args: Value| async move {
-            Err::<Value, _>(ToolError::ambiguous("timed out after sending"))
-        })
-        .build()
-        .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(failing).build().unwrap(),
-        store.clone(),
-    );
+    let d = dispatcher(timing_out("make"), store.clone());
     for (tenant, id) in [("a", "c1"), ("b", "c2")] {
         let call = ToolCall::new("make", json!({})).with_call_id(id);
         assert!(d.dispatch(&call, &RunContext::new(tenant)).await.is_err());

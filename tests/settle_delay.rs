@@ -11,6 +11,9 @@ use idem::store::{Claim, ClaimRequest};
 use idem::{ManualClock, MemoryStore, Timestamp, ToolDef, ToolPolicy, Verified};
 use serde_json::{Value, json};
 
+mod support;
+use support::one_tool;
+
 /// A mail provider that accepts a message, times out, and shows it in its sent log only
 /// once `commit` is called (as a provider's queue commits seconds after the timeout).
 #[derive(Default)]
@@ -69,10 +72,7 @@ fn dispatcher(mailer: Arc<SlowMailer>, clock: Arc<ManualClock>, delay: Option<u6
         })
         .build()
         .unwrap();
-    Dispatcher::new(
-        Registry::builder().add(tool).build().unwrap(),
-        Arc::new(MemoryStore::new().with_clock(clock)),
-    )
+    one_tool::dispatcher(tool, Arc::new(MemoryStore::new().with_clock(clock)))
 }
 
 fn call() -> ToolCall {
@@ -161,10 +161,7 @@ async fn an_orphan_waits_the_same_delay_counted_from_when_it_was_found() {
         })
         .build()
         .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(tool).build().unwrap(),
-        store.clone(),
-    );
+    let d = one_tool::dispatcher(tool, store.clone());
     let run = RunContext::new("t");
     let key = d.record_key(&call(), &run).unwrap().unwrap();
     // A holder that claimed and died.
@@ -196,16 +193,8 @@ async fn an_orphan_waits_the_same_delay_counted_from_when_it_was_found() {
 #[tokio::test]
 async fn without_a_hook_the_error_says_an_operator_must_settle_it() {
     let clock = Arc::new(ManualClock::new());
-    let tool = ToolDef::builder("send_mail", ToolClass::NonIdempotentWrite)
-        .description("Send a message.")
-        .input_schema(json!({"type": "object"}))
-        .handler(|_ctx: ToolContext, _args: Value| async move {
-            Err::<Value, _>(ToolError::ambiguous("timed out after sending"))
-        })
-        .build()
-        .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(tool).build().unwrap(),
+    let d = one_tool::dispatcher(
+        one_tool::timing_out("send_mail"),
         Arc::new(MemoryStore::new().with_clock(clock)),
     );
     let e = d

@@ -5,23 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{ListFilter, MemoryStore, Outcome, RecordState, StoreError, TenantStore, ToolDef};
-use serde_json::{Value, json};
+use idem::{ListFilter, MemoryStore, Outcome, RecordState, StoreError, TenantStore};
+use serde_json::json;
+
+mod support;
+use support::one_tool::{dispatcher, timing_out};
 
 async fn two_unknown_calls() -> (Dispatcher, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::new());
-    let tool = ToolDef::builder("refund", ToolClass::NonIdempotentWrite)
-        .description("Refund an order.")
-        .input_schema(json!({"type": "object"}))
-        .handler(|_ctx: ToolContext, _args: Value| async move {
-            Err::<Value, _>(ToolError::ambiguous("timed out after sending"))
-        })
-        .build()
-        .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(tool).build().unwrap(),
-        store.clone(),
-    );
+    let d = dispatcher(timing_out("refund"), store.clone());
     for tenant in ["acme", "globex"] {
         let call = ToolCall::new("refund", json!({})).with_call_id("call-1");
         assert!(d.dispatch(&call, &RunContext::new(tenant)).await.is_err());

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use idem::Store;
 
+pub mod one_tool;
+
 /// The service URL in `var`; `None` (saying why `test` skips) when it is unset, unless
 /// `IDEM_REQUIRE_SERVICES=1` makes that a failure.
 #[cfg(any(feature = "redis", feature = "postgres"))]
