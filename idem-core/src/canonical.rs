@@ -506,11 +506,26 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// Append the lower-case hex digits of `bytes` to `s`.
 pub(crate) fn push_hex(s: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 0xf) as usize] as char);
+        let [hi, lo] = hex_pair(*b);
+        s.push(hi as char);
+        s.push(lo as char);
     }
+}
+
+/// The lower-case hex digits of `bytes`, written into `out` (twice as long), as ASCII text.
+pub(crate) fn write_hex<'a>(bytes: &[u8], out: &'a mut [u8]) -> &'a str {
+    debug_assert_eq!(out.len(), 2 * bytes.len());
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair.copy_from_slice(&hex_pair(*b));
+    }
+    // Every byte written is an ASCII hex digit; a prefix the caller wrote before is theirs.
+    std::str::from_utf8(out).unwrap_or_default()
+}
+
+fn hex_pair(b: u8) -> [u8; 2] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    [DIGITS[(b >> 4) as usize], DIGITS[(b & 0xf) as usize]]
 }
 
 impl fmt::Debug for Fingerprint {

@@ -1,11 +1,12 @@
 //! Keys: where they come from, how they are scoped, and what the tool hands downstream.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::canonical::{hex, push_hex};
+use crate::canonical::write_hex;
 
 /// The material a call's key is derived from, in the order the dispatcher looks for it.
 ///
@@ -204,26 +205,31 @@ pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     }
 }
 
+// Both keys are written on the stack and allocated once, as the shared text they are kept in.
 fn record_key_of(digest: &[u8; 32]) -> RecordKey {
-    RecordKey(hex(digest))
+    RecordKey(write_hex(digest, &mut [0; 64]).into())
 }
 
 fn downstream_key_of(digest: &[u8; 32]) -> IdempotencyKey {
-    let mut key = String::with_capacity(5 + 40);
-    key.push_str("idem-");
-    push_hex(&mut key, &digest[..20]);
-    IdempotencyKey(key)
+    const PREFIX: &str = "idem-";
+    let mut key = [0; PREFIX.len() + 40];
+    key[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
+    write_hex(&digest[..20], &mut key[PREFIX.len()..]);
+    IdempotencyKey(std::str::from_utf8(&key).unwrap_or_default().into())
 }
 
 /// The key a record is stored under: 64 lower-case hex digits.
+///
+/// Shared text: a dispatch hands its key to the claim, the holder, the heartbeat and the
+/// tool's context, and a clone is a reference count, not a copy.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct RecordKey(String);
+pub struct RecordKey(Arc<str>);
 
 impl RecordKey {
     /// Wrap a stored key read back from a store.
     pub fn from_stored(s: impl Into<String>) -> Self {
-        RecordKey(s.into())
+        RecordKey(s.into().into())
     }
 
     /// The key as text.
@@ -245,14 +251,16 @@ impl fmt::Display for RecordKey {
 }
 
 /// The stable key a tool passes downstream (as an `Idempotency-Key` header, a Message-ID, ...).
+///
+/// Shared text, as [`RecordKey`]: the key travels into the context, the outcome and errors.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey(Arc<str>);
 
 impl IdempotencyKey {
     /// Wrap a key (for a read tool without key material, or a stored value).
     pub fn new(s: impl Into<String>) -> Self {
-        IdempotencyKey(s.into())
+        IdempotencyKey(s.into().into())
     }
 
     /// The key as text.
@@ -285,6 +293,26 @@ mod tests {
 
     fn key(ns: &str, tenant: &str, tool: &str, m: KeyMaterial) -> LogicalKey {
         LogicalKey::new(ns, tenant, tool, m)
+    }
+
+    /// Stored keys are a format: records written by one version are found by the next. The
+    /// expected values were computed outside Rust (Python's hashlib over the length-prefixed
+    /// fields), so a change to the encoding or to the hex writer fails here.
+    #[test]
+    fn keys_v2_are_pinned() {
+        let material = KeyMaterial::CallId {
+            call_id: "call_1".into(),
+            run_id: Some("run-7".into()),
+        };
+        let (record, downstream) = LogicalKey::derive("app", "acme", "send_email", &material);
+        assert_eq!(
+            record.as_str(),
+            "c91d70bea0a0ca17d88c22e62c916ea4cded81668e95c64dffdb18d7aebb2015"
+        );
+        assert_eq!(
+            downstream.as_str(),
+            "idem-58b62c8834c7597ad58886f738865f29ebcd6cbc"
+        );
     }
 
     #[test]
