@@ -66,9 +66,13 @@
 //! `&ToolContext`, and returns `Result<T, E>` with `T: Serialize + JsonSchema` and
 //! `E: Into<ToolError>`. Doc comments on parameters become their descriptions.
 //!
-//! A synchronous body runs on the dispatching task and its lease is not renewed while it
-//! runs: keep it shorter than `lease_secs`, or write an `async` tool that moves blocking
-//! work to `tokio::task::spawn_blocking`.
+//! A synchronous body runs on the dispatching task. Its lease is renewed meanwhile by the
+//! process's heartbeat thread, whatever the body does with its own thread; but a network
+//! store (Redis, PostgreSQL) answers that renewal through the runtime's I/O, so a body that
+//! blocks the runtime's only free worker for longer than `lease_secs` can still lose its
+//! lease. Its late result is then refused (fenced) and the outcome is Unknown, never a
+//! second execution. Write such a tool `async` and move the blocking work to
+//! `tokio::task::spawn_blocking`.
 //!
 //! `#[tool]` replaces the function by a unit type of the same name that implements
 //! [`StaticTool`]: the body can only run through a [`Dispatcher`].
