@@ -147,7 +147,7 @@ pub use idem_registry::{
     SecretKey, SecretKeyTooShort, StaticTool, ToolBuilder, ToolCall, ToolContext, ToolDef,
     ToolPolicy, ToolSpec, Verified,
 };
-pub use idem_registry::{export, schema, validate};
+pub use idem_registry::{dispatch, export, schema, validate};
 
 /// Stores, their contract, and the operator operations.
 pub mod store {

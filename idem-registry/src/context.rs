@@ -29,16 +29,19 @@ struct Inner {
     step: Option<u64>,
     attempt: u32,
     takeover: bool,
-    holder: Option<Holder>,
+    holder: Option<HeldKey>,
     steps: Mutex<Vec<JournalEntry>>,
     /// The call's arguments, for a verify hook.
     arguments: Option<serde_json::Value>,
 }
 
-struct Holder {
-    store: Arc<dyn Store>,
-    record: RecordKey,
-    fence: Fence,
+/// A record key held at a fence, in the store that holds it: what a holder writes with
+/// (journal, renewal, outcome, give-back), so that every such write is fenced.
+#[derive(Clone)]
+pub(crate) struct HeldKey {
+    pub store: Arc<dyn Store>,
+    pub key: RecordKey,
+    pub fence: Fence,
 }
 
 impl fmt::Debug for ToolContext {
@@ -68,7 +71,7 @@ impl ToolContext {
     pub(crate) fn new(
         parts: ContextParts<'_>,
         attempt: u32,
-        holder: Option<(Arc<dyn Store>, RecordKey, Fence)>,
+        holder: Option<HeldKey>,
         takeover: bool,
         steps: Vec<JournalEntry>,
     ) -> Self {
@@ -82,11 +85,7 @@ impl ToolContext {
                 step: parts.step,
                 attempt,
                 takeover,
-                holder: holder.map(|(store, record, fence)| Holder {
-                    store,
-                    record,
-                    fence,
-                }),
+                holder,
                 steps: Mutex::new(steps),
                 arguments: None,
             }),
@@ -230,7 +229,7 @@ impl ToolContext {
         })?;
         if let Some(h) = &self.inner.holder {
             h.store
-                .journal(&h.record, h.fence, name, &text)
+                .journal(&h.key, h.fence, name, &text)
                 .await
                 .map_err(|e| {
                     ToolError::ambiguous(format!(

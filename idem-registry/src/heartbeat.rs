@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 use idem_core::{Fence, RecordKey, Store, StoreError};
 use tokio::runtime::Handle;
 
+use crate::context::HeldKey;
+
 /// How often a lease is renewed: every third of it, at most every 10 ms.
 pub(crate) fn period(lease: Duration) -> Duration {
     (lease / 3).max(Duration::from_millis(10))
@@ -172,14 +174,9 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 
 /// Keep `key` held at `fence` until the returned registration is dropped. Outside a tokio
 /// runtime nothing renews the lease (the dispatcher always runs inside one).
-pub(crate) fn keep(
-    store: &Arc<dyn Store>,
-    key: &RecordKey,
-    fence: Fence,
-    lease: Duration,
-) -> Registration {
+pub(crate) fn keep(held: &HeldKey, lease: Duration) -> Registration {
     let id = match Handle::try_current() {
-        Ok(runtime) => HEARTBEAT.insert(store, key, fence, lease, runtime),
+        Ok(runtime) => HEARTBEAT.insert(&held.store, &held.key, held.fence, lease, runtime),
         Err(_) => {
             tracing::warn!("no runtime to renew the lease on; it may lapse");
             None

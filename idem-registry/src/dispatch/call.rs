@@ -1,0 +1,144 @@
+//! The call vocabulary: a call as the model emitted it, the run it belongs to, and what a
+//! dispatch gives back.
+
+use std::collections::BTreeSet;
+
+use idem_core::{IdempotencyKey, ToolClass};
+use serde_json::Value;
+
+use crate::approval::Approval;
+
+/// A tool call as the model emitted it.
+///
+/// ```
+/// # use idem_registry as idem;
+/// use idem::ToolCall;
+/// use serde_json::json;
+///
+/// let call = ToolCall::new("send_email", json!({"to": "a@example.com"})).with_call_id("call_abc");
+/// assert_eq!(call.name, "send_email");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, as JSON.
+    pub arguments: Value,
+    /// The provider's tool call id, if any.
+    pub call_id: Option<String>,
+    /// A key the caller supplies explicitly; it wins over everything else.
+    pub key: Option<String>,
+    /// The call's position among the calls the model made in one step (parallel tool
+    /// calls). Part of the run/step key, so two calls of one step never share a record.
+    pub index: u32,
+}
+
+impl ToolCall {
+    /// A call without a call id or explicit key.
+    pub fn new(name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall {
+            name: name.into(),
+            arguments,
+            call_id: None,
+            index: 0,
+            key: None,
+        }
+    }
+
+    /// Attach the provider's call id.
+    pub fn with_call_id(mut self, id: impl Into<String>) -> Self {
+        self.call_id = Some(id.into());
+        self
+    }
+
+    /// Set the call's position among the parallel calls of its step.
+    pub fn with_index(mut self, index: u32) -> Self {
+        self.index = index;
+        self
+    }
+
+    /// Attach an explicit key.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+}
+
+/// The run a call belongs to: who it acts for, what they may do, what was approved.
+///
+/// ```
+/// # use idem_registry as idem;
+/// use idem::RunContext;
+///
+/// let run = RunContext::new("tenant-42").with_run("run-7", 3).grant("tickets:write");
+/// assert_eq!(run.tenant, "tenant-42");
+/// ```
+// No `Default`: a forgotten tenant would silently put every caller's records in one scope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunContext {
+    /// The run id.
+    pub run_id: Option<String>,
+    /// The step within the run.
+    pub step: Option<u64>,
+    /// The tenant or principal. Two tenants never share a record.
+    pub tenant: String,
+    /// Scopes granted to the principal.
+    pub scopes: BTreeSet<String>,
+    /// Approvals for irreversible calls.
+    pub approvals: Vec<Approval>,
+}
+
+impl RunContext {
+    /// A context for a tenant.
+    pub fn new(tenant: impl Into<String>) -> Self {
+        RunContext {
+            run_id: None,
+            step: None,
+            tenant: tenant.into(),
+            scopes: BTreeSet::new(),
+            approvals: Vec::new(),
+        }
+    }
+
+    /// Set the run id and step.
+    pub fn with_run(mut self, run_id: impl Into<String>, step: u64) -> Self {
+        self.run_id = Some(run_id.into());
+        self.step = Some(step);
+        self
+    }
+
+    /// Move to another step of the same run.
+    pub fn at_step(mut self, step: u64) -> Self {
+        self.step = Some(step);
+        self
+    }
+
+    /// Grant a scope.
+    pub fn grant(mut self, scope: impl Into<String>) -> Self {
+        self.scopes.insert(scope.into());
+        self
+    }
+
+    /// Add an approval.
+    pub fn approve(mut self, approval: Approval) -> Self {
+        self.approvals.push(approval);
+        self
+    }
+}
+
+/// A dispatched call's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatched {
+    /// The tool's output.
+    pub output: Value,
+    /// The output as the JSON text recorded (identical on every replay).
+    pub output_json: String,
+    /// Whether this is a replay of a recorded outcome rather than a new execution.
+    pub deduplicated: bool,
+    /// The key handed downstream (`None` for a read without key material).
+    pub key: Option<IdempotencyKey>,
+    /// Executions of the body in this dispatch (0 for a replay).
+    pub attempts: u32,
+    /// The tool's class.
+    pub class: ToolClass,
+}

@@ -1,0 +1,215 @@
+//! The claim stage: take the key, or find what is recorded under it. A completed record
+//! replays; a record of other arguments is a reused key; a live holder is waited for
+//! (bounded); an Unknown record is verified once its settle delay passed, else reported.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use idem_core::{Claim, ClaimRequest, JournalEntry, RecordState, StoreError};
+
+use super::call::Dispatched;
+use super::decide::{self, GiveBack, Reuse};
+use super::error::DispatchError;
+use super::hold::{Hold, give_back};
+use super::observe::EventKind;
+use super::verify::Settled;
+use super::{Dispatcher, RecordedCall, Watch};
+use crate::context::HeldKey;
+
+/// What the claim stage ends with, when it does not end the dispatch with an error.
+pub(crate) enum Claimed {
+    /// This dispatch holds the key: run the body.
+    Held(Held),
+    /// Settled without running: a replay, or the verify hook's answer.
+    Settled(Dispatched),
+}
+
+/// A claim this dispatch won.
+pub(crate) struct Held {
+    pub hold: Hold,
+    /// Steps an earlier holder journaled.
+    pub steps: Vec<JournalEntry>,
+    /// Whether an earlier holder's lease expired.
+    pub takeover: bool,
+}
+
+impl Dispatcher {
+    pub(super) async fn claim(
+        &self,
+        call: &RecordedCall<'_>,
+        watch: &Watch<'_>,
+    ) -> Result<Claimed, DispatchError> {
+        let tool = call.tool;
+        let mut request = ClaimRequest {
+            key: call.record_key.clone(),
+            tool: tool.name.to_string(),
+            tenant: call.run.tenant.clone(),
+            fingerprint: call.fingerprint,
+            lease: tool.policy.lease,
+            orphans: tool.class.orphan_policy(),
+            arguments: Some(call.canonical.clone()),
+        };
+        let deadline = tokio::time::Instant::now() + tool.policy.wait;
+        let mut poll = decide::FIRST_POLL;
+        let mut verifications = 0;
+        loop {
+            let claim;
+            (claim, request) = self
+                .claim_cancel_safe(request)
+                .await
+                .map_err(|e| call.store_error(e))?;
+            let record = match claim {
+                Claim::Acquired {
+                    fence,
+                    steps,
+                    takeover,
+                } => {
+                    watch.saw(call, EventKind::Claimed { takeover });
+                    let held = HeldKey {
+                        store: self.store.clone(),
+                        key: request.key,
+                        fence,
+                    };
+                    return Ok(Claimed::Held(Held {
+                        hold: Hold::new(held, tool.class),
+                        steps,
+                        takeover,
+                    }));
+                }
+                Claim::Existing(record) => record,
+            };
+            match decide::reuse(
+                record.fingerprint,
+                call.fingerprint,
+                request.fingerprint,
+                tool.policy.replay_on_key_reuse,
+                call.natural,
+            ) {
+                Reuse::Same | Reuse::Adopted => {}
+                Reuse::Refuse => {
+                    return Err(DispatchError::KeyReused {
+                        tool: tool.name.to_string(),
+                        key: call.downstream.clone(),
+                    });
+                }
+                Reuse::ClaimAs(recorded) => {
+                    request.fingerprint = recorded;
+                    continue;
+                }
+            }
+            match record.state {
+                RecordState::Completed { outcome, .. } => {
+                    return call.replay(outcome).map(Claimed::Settled);
+                }
+                RecordState::Unknown { since, last_error } => {
+                    // Downstream may commit after the timeout that made the record Unknown,
+                    // and an orphan's holder may still be running: a hook asked before the
+                    // settle delay could answer "not applied" about an effect on its way.
+                    let retry_after = call.verifiable_from(since, &record.steps);
+                    let now = match retry_after {
+                        Some(_) => self.store.now().await.ok(),
+                        None => None,
+                    };
+                    if decide::may_verify(retry_after, now, verifications) {
+                        verifications += 1;
+                        match self
+                            .verify(call, record.fence, record.steps, since, &last_error, watch)
+                            .await?
+                        {
+                            Settled::Applied(outcome) => {
+                                return call.replay(outcome).map(Claimed::Settled);
+                            }
+                            // Released, or settled by another worker: claim again.
+                            Settled::Released | Settled::Raced => continue,
+                        }
+                    }
+                    return Err(DispatchError::OutcomeUnknown {
+                        tool: tool.name.to_string(),
+                        key: call.downstream.clone(),
+                        since,
+                        reason: last_error,
+                        retry_after,
+                    });
+                }
+                RecordState::InProgress { .. } => {
+                    // A concurrent duplicate: wait (bounded) for the holder, claiming again so
+                    // that an orphan is taken over or settled as soon as its lease ends.
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(DispatchError::InProgress {
+                            tool: tool.name.to_string(),
+                            key: call.downstream.clone(),
+                        });
+                    }
+                    tokio::time::sleep(poll).await;
+                    poll = decide::next_poll(poll);
+                }
+            }
+        }
+    }
+
+    /// Claim, so that a dispatch dropped while the claim is in flight leaves no claim that
+    /// nobody will use: the claim is polled here, in the caller's task (no extra hop to
+    /// another task on the common path), and only if the caller goes away before the answer
+    /// does the unfinished claim move to a task of its own, which gives the key back.
+    ///
+    /// The request comes back with the claim, to be claimed again with if need be.
+    async fn claim_cancel_safe(
+        &self,
+        request: ClaimRequest,
+    ) -> Result<(Claim, ClaimRequest), StoreError> {
+        let store = self.store.clone();
+        let mut pending = PendingClaim {
+            claim: Some(Box::pin(async move {
+                let claim = store.claim(&request).await?;
+                Ok((claim, request))
+            })),
+            store: self.store.clone(),
+        };
+        std::future::poll_fn(|cx| {
+            let Some(claim) = pending.claim.as_mut() else {
+                // Polled again after it answered: nothing is left to claim with.
+                return std::task::Poll::Pending;
+            };
+            let answer = std::task::ready!(claim.as_mut().poll(cx));
+            pending.claim = None;
+            std::task::Poll::Ready(answer)
+        })
+        .await
+    }
+}
+
+type ClaimFuture = Pin<Box<dyn Future<Output = Result<(Claim, ClaimRequest), StoreError>> + Send>>;
+
+/// A claim in flight. If the dispatch is dropped before the answer, the claim finishes in a
+/// task of its own and is given back ([`GiveBack::abandoned`]). The key is the one in the
+/// request the claim hands back.
+struct PendingClaim {
+    claim: Option<ClaimFuture>,
+    store: std::sync::Arc<dyn idem_core::Store>,
+}
+
+impl Drop for PendingClaim {
+    fn drop(&mut self) {
+        let Some(claim) = self.claim.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("a claim was abandoned outside a runtime; its lease will expire");
+            return;
+        };
+        let store = self.store.clone();
+        runtime.spawn(async move {
+            if let Ok((Claim::Acquired { fence, takeover, steps }, request)) = claim.await {
+                let how = GiveBack::abandoned(takeover, !steps.is_empty());
+                let held = HeldKey {
+                    store,
+                    key: request.key,
+                    fence,
+                };
+                if let Err(e) = give_back(&held, &how).await {
+                    tracing::warn!(error = %e, key = %held.key, "could not give back an abandoned claim; its lease will expire");
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,396 @@
+//! Every policy decision of a dispatch, as plain functions of plain values: no store, no
+//! clock, no sleeping. The stages ask these and carry out the answer, the way the stores
+//! carry out `idem_core::store::machine`'s transitions. Tested below as tables.
+
+use std::time::Duration;
+
+use idem_core::{ErrorKind, Fingerprint, Timestamp, ToolClass};
+
+/// Whether a failed attempt runs again under the same key: never after a terminal error or
+/// the last allowed attempt; `read` and `idempotent_write` on any other error;
+/// `non_idempotent_write` only when the tool says nothing was applied; `irreversible` never.
+pub(crate) fn may_retry(class: ToolClass, kind: ErrorKind, attempt: u32, max: u32) -> bool {
+    attempt < max
+        && match (class, kind) {
+            (_, ErrorKind::Terminal) => false,
+            (ToolClass::Read | ToolClass::IdempotentWrite, _) => true,
+            (ToolClass::NonIdempotentWrite, ErrorKind::NotApplied) => true,
+            _ => false,
+        }
+}
+
+/// How a holder gives its claim back when it will not record an outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum GiveBack {
+    /// Delete the claim: nothing happened that a later call must know about.
+    Release,
+    /// End the lease but keep the record, so the next claim takes it over and inherits the
+    /// journaled steps (re-running is safe, and finished steps must not run again).
+    Expire,
+    /// The effect may have happened: the record becomes Unknown, for this reason.
+    Unknown(String),
+}
+
+impl GiveBack {
+    /// After the body failed with `kind` (or was cancelled: `Ambiguous`), with or without
+    /// journaled steps.
+    pub(crate) fn after(class: ToolClass, kind: ErrorKind, has_steps: bool, why: &str) -> Self {
+        let certain = matches!(kind, ErrorKind::Retryable | ErrorKind::NotApplied);
+        match (class.reexecution_is_safe(), has_steps) {
+            (_, false) if certain => GiveBack::Release,
+            (true, false) => GiveBack::Release,
+            (true, true) => GiveBack::Expire,
+            // A journaled step happened even if the last one did not: partly applied.
+            (false, true) if certain => GiveBack::Unknown(format!(
+                "{why} (after journaled steps: the effect is partly applied)"
+            )),
+            (false, _) => GiveBack::Unknown(why.to_owned()),
+        }
+    }
+
+    /// After the body ran but its outcome could not be recorded: the effect happened, so
+    /// only a class whose re-execution is safe may give the key back.
+    pub(crate) fn unrecorded(class: ToolClass, why: String) -> Self {
+        if class.reexecution_is_safe() {
+            GiveBack::Release
+        } else {
+            GiveBack::Unknown(why)
+        }
+    }
+
+    /// For a claim acquired by a dispatch that went away before it saw the answer: the body
+    /// never ran, so releasing is safe; a take-over (or a claim with an inherited journal)
+    /// is only expired again, keeping the journal for the next holder.
+    pub(crate) fn abandoned(takeover: bool, has_steps: bool) -> Self {
+        if takeover || has_steps {
+            GiveBack::Expire
+        } else {
+            GiveBack::Release
+        }
+    }
+}
+
+/// What a claim that found a record under another fingerprint means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reuse {
+    /// Same arguments: the record is this call's.
+    Same,
+    /// Another call's record under a natural key the tool lets stand for it: claim again
+    /// under the recorded fingerprint, so an orphan is taken over as for identical calls.
+    ClaimAs(Fingerprint),
+    /// Already claiming under the recorded fingerprint: treat the record as this call's.
+    Adopted,
+    /// A reused key: the caller's mistake.
+    Refuse,
+}
+
+/// Compare a found record's fingerprint with the call's (`call`) and with the one the claim
+/// was made under (`claimed`). Only a natural key may stand for calls whose other arguments
+/// differ, and only if the tool opted in.
+pub(crate) fn reuse(
+    recorded: Fingerprint,
+    call: Fingerprint,
+    claimed: Fingerprint,
+    replay_on_key_reuse: bool,
+    natural: bool,
+) -> Reuse {
+    if recorded == call {
+        Reuse::Same
+    } else if !(replay_on_key_reuse && natural) {
+        Reuse::Refuse
+    } else if claimed != recorded {
+        Reuse::ClaimAs(recorded)
+    } else {
+        Reuse::Adopted
+    }
+}
+
+/// When a verify hook may first be asked about a record Unknown since `since`: the settle
+/// delay later, and at least a lease later (a holder whose lease lapsed notices within a
+/// third of a lease and stops). `None` when no hook can settle it: the tool has none, or
+/// journaled steps make the effect partial. ARCHITECTURE.md, "Unknown outcomes".
+pub(crate) fn verifiable_from(
+    since: Timestamp,
+    has_hook: bool,
+    has_steps: bool,
+    verify_after: Duration,
+    lease: Duration,
+) -> Option<Timestamp> {
+    (has_hook && !has_steps).then(|| since.plus(verify_after.max(lease)))
+}
+
+/// How many times one dispatch asks a verify hook before giving up on an Unknown record.
+pub(crate) const MAX_VERIFICATIONS: u32 = 2;
+
+/// Whether this dispatch asks the hook now: the settle delay has passed on the store's clock
+/// (`now`; `None` when the clock could not be read), and it has not asked too often.
+pub(crate) fn may_verify(
+    retry_after: Option<Timestamp>,
+    now: Option<Timestamp>,
+    verifications: u32,
+) -> bool {
+    verifications < MAX_VERIFICATIONS
+        && matches!((retry_after, now), (Some(at), Some(now)) if at <= now)
+}
+
+/// How long after a verify hook failed `OutcomeUnknown::retry_after` points: the hook's
+/// lookup API was down or slow, and asking it again at once would only add load.
+pub(crate) const FAILED_VERIFY_PAUSE: Duration = Duration::from_secs(5);
+
+/// The first pause of a duplicate waiting for a holder, and the longest.
+pub(crate) const FIRST_POLL: Duration = Duration::from_millis(2);
+const LAST_POLL: Duration = Duration::from_millis(50);
+
+/// The next pause of a duplicate waiting for a holder: doubling, at most 50 ms.
+pub(crate) fn next_poll(poll: Duration) -> Duration {
+    (poll * 2).min(LAST_POLL)
+}
+
+/// The longest pause between attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Exponential backoff with jitter: between half and all of `base * 2^(attempt-1)`, at most
+/// 5 s; `random` picks the point in that range.
+pub(crate) fn backoff(base: Duration, attempt: u32, random: u64) -> Duration {
+    let exp = base
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(MAX_BACKOFF);
+    let half = exp / 2;
+    let jitter = if half.is_zero() {
+        0
+    } else {
+        random % (half.as_micros() as u64 + 1)
+    };
+    half + Duration::from_micros(jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ErrorKind::*;
+    use ToolClass::*;
+
+    const CLASSES: [ToolClass; 4] = [Read, IdempotentWrite, NonIdempotentWrite, Irreversible];
+    const KINDS: [ErrorKind; 4] = [Retryable, NotApplied, Ambiguous, Terminal];
+
+    #[test]
+    fn the_retry_table() {
+        // Rows: class; columns: Retryable, NotApplied, Ambiguous, Terminal.
+        let table = [
+            (Read, [true, true, true, false]),
+            (IdempotentWrite, [true, true, true, false]),
+            (NonIdempotentWrite, [false, true, false, false]),
+            (Irreversible, [false, false, false, false]),
+        ];
+        for (class, row) in table {
+            for (kind, expected) in KINDS.into_iter().zip(row) {
+                assert_eq!(may_retry(class, kind, 1, 3), expected, "{class} {kind}");
+                // The last allowed attempt is never retried.
+                assert!(
+                    !may_retry(class, kind, 3, 3),
+                    "{class} {kind} at the last attempt"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_give_back_table() {
+        let unknown = |s: &str| GiveBack::Unknown(s.to_owned());
+        let partly = || unknown("why (after journaled steps: the effect is partly applied)");
+        // Rows: class, steps; columns: Retryable, NotApplied, Ambiguous, Terminal.
+        let table: [(ToolClass, bool, [GiveBack; 4]); 8] = [
+            (
+                Read,
+                false,
+                [
+                    GiveBack::Release,
+                    GiveBack::Release,
+                    GiveBack::Release,
+                    GiveBack::Release,
+                ],
+            ),
+            (
+                Read,
+                true,
+                [
+                    GiveBack::Expire,
+                    GiveBack::Expire,
+                    GiveBack::Expire,
+                    GiveBack::Expire,
+                ],
+            ),
+            (
+                IdempotentWrite,
+                false,
+                [
+                    GiveBack::Release,
+                    GiveBack::Release,
+                    GiveBack::Release,
+                    GiveBack::Release,
+                ],
+            ),
+            (
+                IdempotentWrite,
+                true,
+                [
+                    GiveBack::Expire,
+                    GiveBack::Expire,
+                    GiveBack::Expire,
+                    GiveBack::Expire,
+                ],
+            ),
+            (
+                NonIdempotentWrite,
+                false,
+                [
+                    GiveBack::Release,
+                    GiveBack::Release,
+                    unknown("why"),
+                    unknown("why"),
+                ],
+            ),
+            (
+                NonIdempotentWrite,
+                true,
+                [partly(), partly(), unknown("why"), unknown("why")],
+            ),
+            (
+                Irreversible,
+                false,
+                [
+                    GiveBack::Release,
+                    GiveBack::Release,
+                    unknown("why"),
+                    unknown("why"),
+                ],
+            ),
+            (
+                Irreversible,
+                true,
+                [partly(), partly(), unknown("why"), unknown("why")],
+            ),
+        ];
+        for (class, steps, row) in table {
+            for (kind, expected) in KINDS.into_iter().zip(row) {
+                assert_eq!(
+                    GiveBack::after(class, kind, steps, "why"),
+                    expected,
+                    "{class} {kind} steps={steps}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_unrecorded_effect_is_given_back_only_when_it_may_run_again() {
+        for class in CLASSES {
+            let expected = if class.reexecution_is_safe() {
+                GiveBack::Release
+            } else {
+                GiveBack::Unknown("lost".into())
+            };
+            assert_eq!(
+                GiveBack::unrecorded(class, "lost".into()),
+                expected,
+                "{class}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_abandoned_claim_keeps_a_journal() {
+        let table = [
+            (false, false, GiveBack::Release),
+            (true, false, GiveBack::Expire),
+            (false, true, GiveBack::Expire),
+            (true, true, GiveBack::Expire),
+        ];
+        for (takeover, steps, expected) in table {
+            assert_eq!(GiveBack::abandoned(takeover, steps), expected);
+        }
+    }
+
+    #[test]
+    fn the_key_reuse_table() {
+        let a = Fingerprint::from_bytes([1; 32]);
+        let b = Fingerprint::from_bytes([2; 32]);
+        // (recorded, call, claimed, opted in, natural) -> decision
+        let table = [
+            (a, a, a, false, false, Reuse::Same),
+            (a, a, b, true, true, Reuse::Same),
+            (a, b, b, false, true, Reuse::Refuse),
+            (a, b, b, true, false, Reuse::Refuse),
+            (a, b, b, true, true, Reuse::ClaimAs(a)),
+            (a, b, a, true, true, Reuse::Adopted),
+        ];
+        for (recorded, call, claimed, opted, natural, expected) in table {
+            assert_eq!(reuse(recorded, call, claimed, opted, natural), expected);
+        }
+    }
+
+    #[test]
+    fn the_settle_delay_is_at_least_a_lease() {
+        let since = Timestamp(1_000);
+        let s = Duration::from_secs;
+        // (hook, steps, verify_after, lease) -> verifiable from
+        let table = [
+            (true, false, s(300), s(30), Some(since.plus(s(300)))),
+            (true, false, s(0), s(30), Some(since.plus(s(30)))),
+            (true, false, s(10), s(60), Some(since.plus(s(60)))),
+            (false, false, s(300), s(30), None),
+            (true, true, s(300), s(30), None),
+        ];
+        for (hook, steps, after, lease, expected) in table {
+            assert_eq!(verifiable_from(since, hook, steps, after, lease), expected);
+        }
+    }
+
+    #[test]
+    fn the_hook_is_asked_only_after_the_delay_and_not_too_often() {
+        let at = Timestamp(5_000);
+        let before = Timestamp(4_999);
+        let table = [
+            (Some(at), Some(at), 0, true),
+            (Some(at), Some(before), 0, false),
+            (Some(at), None, 0, false),
+            (None, Some(at), 0, false),
+            (Some(at), Some(at), MAX_VERIFICATIONS - 1, true),
+            (Some(at), Some(at), MAX_VERIFICATIONS, false),
+        ];
+        for (retry_after, now, asked, expected) in table {
+            assert_eq!(may_verify(retry_after, now, asked), expected);
+        }
+    }
+
+    #[test]
+    fn polling_doubles_up_to_a_bound() {
+        let mut poll = FIRST_POLL;
+        let mut seen = vec![poll];
+        for _ in 0..6 {
+            poll = next_poll(poll);
+            seen.push(poll);
+        }
+        let ms: Vec<u64> = seen.iter().map(|d| d.as_millis() as u64).collect();
+        assert_eq!(ms, [2, 4, 8, 16, 32, 50, 50]);
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let base = Duration::from_millis(100);
+        for attempt in 1..20 {
+            let full = base
+                .saturating_mul(1 << (attempt - 1).min(16))
+                .min(MAX_BACKOFF);
+            for random in [0, 1, 12_345, u64::MAX] {
+                let d = backoff(base, attempt, random);
+                assert!(
+                    d >= full / 2 && d <= full,
+                    "attempt {attempt}: {d:?} outside [{:?}, {full:?}]",
+                    full / 2
+                );
+            }
+        }
+        assert_eq!(backoff(Duration::ZERO, 3, 7), Duration::ZERO);
+    }
+}

@@ -1,0 +1,192 @@
+//! Why a dispatch was refused or did not succeed.
+
+use idem_core::{IdempotencyKey, StoreError, Timestamp, ToolClass, ToolError};
+
+use crate::approval::ApprovalRequest;
+use crate::tool::ToolDef;
+
+/// Why a call was refused or did not succeed. Every variant names the tool.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DispatchError {
+    /// No tool by that name.
+    #[error("unknown tool `{name}`{}", suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
+    UnknownTool {
+        /// The name called.
+        name: String,
+        /// The nearest registered name.
+        suggestion: Option<String>,
+    },
+    /// The arguments do not fit the schema; nothing was recorded or executed.
+    #[error("invalid arguments for `{tool}` at `{pointer}`: {message}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// JSON pointer to the offending value.
+        pointer: String,
+        /// The violated rule.
+        message: String,
+    },
+    /// The tool has secret arguments and the dispatcher no key to seal them with
+    /// ([`Dispatcher::with_secret_key`](super::Dispatcher::with_secret_key)); nothing was recorded or run.
+    #[error(
+        "`{tool}` has secret arguments and this dispatcher has no key to seal them with: configure one with `Dispatcher::with_secret_key`"
+    )]
+    SecretKeyMissing {
+        /// The tool.
+        tool: String,
+    },
+    /// The principal lacks scopes the tool requires.
+    #[error("permission denied for `{tool}`: missing scope(s) {}", missing.join(", "))]
+    PermissionDenied {
+        /// The tool.
+        tool: String,
+        /// The scopes not granted.
+        missing: Vec<String>,
+    },
+    /// A write call came with no key material (no explicit key, call id, run/step or
+    /// natural key); it was not executed.
+    #[error(
+        "`{tool}` is a {class} tool and the call has no key: pass the provider's call id, an explicit key, or a run id and step"
+    )]
+    MissingKey {
+        /// The tool.
+        tool: String,
+        /// Its class.
+        class: ToolClass,
+    },
+    /// An irreversible call without an approval for this key and these arguments.
+    #[error("`{}` is irreversible and needs approval for key {} with these exact arguments", request.tool, request.key)]
+    ApprovalRequired {
+        /// What to approve.
+        request: Box<ApprovalRequest>,
+    },
+    /// The key was used before with other arguments.
+    #[error(
+        "key {key} of `{tool}` was already used with other arguments; use a new key for a new call"
+    )]
+    KeyReused {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: IdempotencyKey,
+    },
+    /// Another worker holds the key and did not finish within the wait bound.
+    #[error("`{tool}` with key {key} is still running elsewhere; try again later")]
+    InProgress {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: IdempotencyKey,
+    },
+    /// The effect may or may not have happened; it will not be re-executed automatically.
+    /// With a verify hook, a call under this key after `retry_after` asks downstream and
+    /// settles it; without one, an operator must.
+    #[error("outcome of `{tool}` with key {key} is unknown since {}: {reason}; {}", since.to_rfc3339(), next_for_unknown(*retry_after))]
+    OutcomeUnknown {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: IdempotencyKey,
+        /// When it became unknown (store clock).
+        since: Timestamp,
+        /// Why.
+        reason: String,
+        /// When a call under this key will ask the tool's verify hook (store clock): wait
+        /// until then and call again. `None` when no hook can settle it (the tool has none,
+        /// or journaled steps make the effect partial): an operator must.
+        retry_after: Option<Timestamp>,
+    },
+    /// This worker lost the key (its lease expired and another took over) before recording.
+    #[error("`{tool}` with key {key}: this worker lost the key before recording its outcome")]
+    Fenced {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: IdempotencyKey,
+    },
+    /// The store could not be reached (or, with Redis's `wait_for_replicas`, a write was not
+    /// confirmed by the replicas). Before the claim this means nothing was executed (writes
+    /// fail closed); while recording an outcome the body had already run, so treat it as
+    /// ambiguous: the record is Unknown or its claim given back as the class says, or its
+    /// lease will lapse.
+    #[error("store unavailable for `{tool}`: {message}")]
+    StoreUnavailable {
+        /// The tool.
+        tool: String,
+        /// The store's message.
+        message: String,
+    },
+    /// Any other store error, as the store reported it. Among them: a full store
+    /// ([`StoreError::CapacityExceeded`]: nothing ran), an output larger than the store
+    /// accepts ([`StoreError::TooLarge`]: the body ran, so its effect happened; the claim was
+    /// given back if running the tool again is safe, otherwise the record is Unknown), an
+    /// output nested deeper than a replay reads ([`StoreError::TooDeep`]: handled as
+    /// `TooLarge`), a record that cannot be read back ([`StoreError::Corrupt`]). `StoreError` is
+    /// non-exhaustive: match the cases you handle and keep a wildcard arm.
+    #[error("store error for `{tool}`: {error}")]
+    Store {
+        /// The tool.
+        tool: String,
+        /// What the store reported.
+        error: StoreError,
+    },
+    /// The tool returned an error. Terminal errors are recorded and replayed
+    /// (`deduplicated: true` on a replay).
+    #[error("`{tool}` failed ({}): {}", error.kind(), error.message())]
+    ToolFailed {
+        /// The tool.
+        tool: String,
+        /// The tool's error.
+        error: ToolError,
+        /// Executions in this dispatch.
+        attempts: u32,
+        /// Whether this is a replay of a recorded terminal error.
+        deduplicated: bool,
+    },
+}
+
+/// What a person reading an `OutcomeUnknown` should do next.
+fn next_for_unknown(retry_after: Option<Timestamp>) -> String {
+    match retry_after {
+        Some(at) => format!(
+            "its verify hook will be asked from {} on: call again then",
+            at.to_rfc3339()
+        ),
+        None => "no verify hook can settle it: an operator must verify and resolve it".into(),
+    }
+}
+
+impl DispatchError {
+    /// A short, stable name of the variant, for logs and tables.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DispatchError::UnknownTool { .. } => "unknown_tool",
+            DispatchError::InvalidArguments { .. } => "invalid_arguments",
+            DispatchError::PermissionDenied { .. } => "permission_denied",
+            DispatchError::SecretKeyMissing { .. } => "secret_key_missing",
+            DispatchError::MissingKey { .. } => "missing_key",
+            DispatchError::ApprovalRequired { .. } => "approval_required",
+            DispatchError::KeyReused { .. } => "key_reused",
+            DispatchError::InProgress { .. } => "in_progress",
+            DispatchError::OutcomeUnknown { .. } => "outcome_unknown",
+            DispatchError::Fenced { .. } => "fenced",
+            DispatchError::StoreUnavailable { .. } => "store_unavailable",
+            DispatchError::Store { .. } => "store_error",
+            DispatchError::ToolFailed { .. } => "tool_failed",
+        }
+    }
+}
+
+/// A store's error as the dispatcher reports it: unreachable, or what the store said.
+pub(crate) fn store_error(tool: &ToolDef, e: StoreError) -> DispatchError {
+    let tool = tool.name.to_string();
+    if e.is_unavailable() {
+        DispatchError::StoreUnavailable {
+            tool,
+            message: e.to_string(),
+        }
+    } else {
+        DispatchError::Store { tool, error: e }
+    }
+}

@@ -1,0 +1,227 @@
+//! The execute stage: run the body under the class's retry policy, then record the outcome
+//! as the holder, or give the key back as `decide` says.
+
+use std::borrow::Cow;
+
+use idem_core::{ErrorKind, IdempotencyKey, Outcome, StoreError, Timestamp, ToolError};
+use serde_json::Value;
+
+use super::body::{self, scrub_tool_error};
+use super::call::{Dispatched, RunContext};
+use super::claim::Held;
+use super::decide::{self, GiveBack};
+use super::error::DispatchError;
+use super::hold::Hold;
+use super::key::{random_u64, unkeyed};
+use super::observe::EventKind;
+use super::{Dispatcher, RecordedCall, Watch, context_parts};
+use crate::context::ToolContext;
+use crate::tool::{ToolDef, Typed};
+
+impl Dispatcher {
+    /// A `read`: no record; retried on any error that is not terminal.
+    pub(super) async fn execute_unrecorded(
+        &self,
+        tool: &ToolDef,
+        run: &RunContext,
+        args: Cow<'_, Value>,
+        mut typed: Option<Typed>,
+        downstream: Option<IdempotencyKey>,
+    ) -> Result<Dispatched, DispatchError> {
+        let keyed = downstream.is_some();
+        let key = downstream.unwrap_or_else(unkeyed);
+        let max = tool.policy.attempts_for(tool.class);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let parts = context_parts(tool, run, &key);
+            let ctx = ToolContext::new(parts, attempt, None, false, Vec::new());
+            let result = body::run(tool, self.execution(), ctx, &args, typed.take(), None).await;
+            let error = match result {
+                Ok(output) => {
+                    let output_json = output.to_string();
+                    return Ok(Dispatched {
+                        output,
+                        output_json,
+                        deduplicated: false,
+                        key: keyed.then_some(key),
+                        attempts: attempt,
+                        class: tool.class,
+                    });
+                }
+                Err(e) => scrub_tool_error(tool, &args, e),
+            };
+            if !decide::may_retry(tool.class, error.kind(), attempt, max) {
+                return Err(DispatchError::ToolFailed {
+                    tool: tool.name.to_string(),
+                    error,
+                    attempts: attempt,
+                    deduplicated: false,
+                });
+            }
+            tracing::debug!(attempt, error = %error, "retrying read");
+            tokio::time::sleep(decide::backoff(tool.policy.backoff, attempt, random_u64())).await;
+        }
+    }
+
+    /// A recorded call this dispatch holds: attempts under the class's policy, then the
+    /// outcome recorded or the key given back.
+    pub(super) async fn execute_held(
+        &self,
+        call: &RecordedCall<'_>,
+        held: Held,
+        mut typed: Option<Typed>,
+        watch: &Watch<'_>,
+    ) -> Result<Dispatched, DispatchError> {
+        let Held {
+            mut hold,
+            mut steps,
+            takeover,
+        } = held;
+        let tool = call.tool;
+        let class = tool.class;
+        let max = tool.policy.attempts_for(class);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let ctx = ToolContext::new(
+                call.parts(),
+                attempt,
+                Some(hold.held().clone()),
+                takeover,
+                steps,
+            );
+            hold.running(&ctx);
+            let lease = hold.keep_alive(tool.policy.lease);
+            let result = body::run(
+                tool,
+                self.execution(),
+                ctx.clone(),
+                &call.args,
+                typed.take(),
+                Some(lease),
+            )
+            .await;
+            steps = ctx.journal();
+            let error = match result {
+                Ok(output) => {
+                    let outcome = Outcome::Success(output.to_string());
+                    self.record(call, hold, &outcome, Some(&output)).await?;
+                    let Outcome::Success(output_json) = outcome else {
+                        unreachable!("a success was recorded just above")
+                    };
+                    return Ok(Dispatched {
+                        output,
+                        output_json,
+                        deduplicated: false,
+                        key: Some(call.downstream.clone()),
+                        attempts: attempt,
+                        class,
+                    });
+                }
+                Err(error) => scrub_tool_error(tool, &call.args, error),
+            };
+            if decide::may_retry(class, error.kind(), attempt, max) {
+                watch.saw(
+                    call,
+                    EventKind::Retried {
+                        attempt,
+                        error: error.kind(),
+                    },
+                );
+                tokio::time::sleep(decide::backoff(tool.policy.backoff, attempt, random_u64()))
+                    .await;
+                match hold.renew(tool.policy.lease).await {
+                    Ok(_) => continue,
+                    Err(StoreError::Fenced { .. }) => {
+                        hold.abandon();
+                        return Err(DispatchError::Fenced {
+                            tool: tool.name.to_string(),
+                            key: call.downstream.clone(),
+                        });
+                    }
+                    Err(e) => {
+                        // Unknown whether the key is still held: leave it to the lease.
+                        hold.abandon();
+                        return Err(call.store_error(e));
+                    }
+                }
+            }
+            let failed = |error: ToolError| DispatchError::ToolFailed {
+                tool: tool.name.to_string(),
+                error,
+                attempts: attempt,
+                deduplicated: false,
+            };
+            if error.kind() == ErrorKind::Terminal {
+                self.record(call, hold, &Outcome::Failure(error.clone()), None)
+                    .await?;
+                return Err(failed(error));
+            }
+            let how = GiveBack::after(class, error.kind(), !steps.is_empty(), error.message());
+            let since = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
+            hold.give_back(&how)
+                .await
+                .map_err(|e| call.store_error(e))?;
+            return match how {
+                GiveBack::Unknown(reason) => Err(DispatchError::OutcomeUnknown {
+                    tool: tool.name.to_string(),
+                    key: call.downstream.clone(),
+                    since,
+                    reason,
+                    retry_after: call.verifiable_from(since, &steps),
+                }),
+                GiveBack::Release | GiveBack::Expire => Err(failed(error)),
+            };
+        }
+    }
+
+    /// Record an outcome as the holder. If it cannot be recorded, give the key back so that
+    /// nothing stays held: the effect happened, so a write whose re-execution is not safe
+    /// becomes Unknown.
+    async fn record(
+        &self,
+        call: &RecordedCall<'_>,
+        mut hold: Hold,
+        outcome: &Outcome,
+        output: Option<&Value>,
+    ) -> Result<(), DispatchError> {
+        let result = match too_deep(outcome, output) {
+            Some(e) => Err(e),
+            None => hold.complete(outcome, call.tool.policy.ttl).await,
+        };
+        let e = match result {
+            Ok(()) => return Ok(()),
+            Err(StoreError::Fenced { .. }) => {
+                return Err(DispatchError::Fenced {
+                    tool: call.tool.name.to_string(),
+                    key: call.downstream.clone(),
+                });
+            }
+            Err(e) => e,
+        };
+        let note = format!("the effect happened but its outcome could not be recorded: {e}");
+        let how = GiveBack::unrecorded(call.tool.class, note);
+        if let Err(e2) = hold.give_back(&how).await {
+            tracing::warn!(error = %e2, "could not settle the claim; its lease will expire");
+        }
+        Err(call.store_error(e))
+    }
+
+    fn execution(&self) -> Option<&dyn super::body::Execution> {
+        self.execution.as_deref()
+    }
+}
+
+/// The refusal of an outcome nested deeper than a replay can read back: its output, or its
+/// terminal error's details. Recorded, every replay of it would fail.
+pub(crate) fn too_deep(outcome: &Outcome, output: Option<&Value>) -> Option<StoreError> {
+    let limit = idem_core::store::MAX_OUTCOME_DEPTH;
+    let value = match (outcome, output) {
+        (Outcome::Success(_), Some(v)) => v,
+        (Outcome::Failure(e), _) => e.details()?,
+        (Outcome::Success(_), None) => return None,
+    };
+    let depth = idem_core::store::nesting(value, limit);
+    (depth > limit).then_some(StoreError::TooDeep { depth, limit })
+}

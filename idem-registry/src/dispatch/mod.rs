@@ -1,0 +1,458 @@
+//! The dispatcher: takes calls as a model emits them and applies the class's policy.
+//!
+//! One stage per file, in the order [`Dispatcher::dispatch`] runs them (ARCHITECTURE.md,
+//! "The path of one call"); every refusal happens before any record is written and before
+//! any effect:
+//!
+//! | stage | file | what it decides |
+//! |---|---|---|
+//! | resolve | `mod.rs` | the tool, by name |
+//! | validate | `arguments.rs` | the arguments fit the published schema, before and after serde |
+//! | authorize | `mod.rs` | the run holds the tool's scopes |
+//! | key | `key.rs` | secrets sealed, key material, record and downstream keys, fingerprint |
+//! | approve | `approve.rs` | an irreversible call carries its approval (a completed one replays) |
+//! | claim | `claim.rs` | take the key, replay, wait for a holder, or verify an Unknown (`verify.rs`) |
+//! | execute | `execute.rs` | run the body under a [`hold`](hold) with retries, then record |
+//!
+//! Policy decisions (retry, give-back, key reuse, settle delay, backoff) are plain functions in
+//! `decide.rs`; the stages carry them out. The order of checks is closed. What attaches from
+//! outside does so at three seams: [`Observer`]s of dispatch events, [`Execution`] around the
+//! body, and store layers (`idem_core::store::layer`) around the store.
+
+mod approve;
+mod arguments;
+mod body;
+mod call;
+mod claim;
+mod decide;
+mod error;
+mod execute;
+mod hold;
+mod key;
+mod observe;
+mod verify;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use idem_core::{Fingerprint, IdempotencyKey, Outcome, RecordKey, Store, StoreError};
+use serde_json::Value;
+use tracing::Instrument;
+
+pub use body::{Attempt, BodyFuture, Execution};
+pub use call::{Dispatched, RunContext, ToolCall};
+pub use error::DispatchError;
+pub use observe::{DispatchEvent, EventKind, Observer, TracingObserver};
+
+use crate::redact::SecretKey;
+use crate::registry::Registry;
+use crate::tool::ToolDef;
+use observe::Observers;
+
+/// Applies each tool's class policy to calls; see the module docs for the order of checks.
+///
+/// ```
+/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
+/// use std::sync::Arc;
+/// use idem::{Dispatcher, MemoryStore, Registry, RunContext, ToolCall};
+/// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
+/// use serde_json::{json, Value};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let set_status = ToolDef::builder("set_status", ToolClass::IdempotentWrite)
+///     .description("Set a ticket's status.")
+///     .input_schema(json!({"type": "object"}))
+///     .handler(|ctx: ToolContext, args: Value| async move { Ok::<_, ToolError>(json!({"ok": true})) })
+///     .build()
+///     .unwrap();
+/// let registry = Registry::builder().add(set_status).build().unwrap();
+/// let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new()));
+/// let call = ToolCall::new("set_status", json!({"status": "open"})).with_call_id("call_1");
+/// let run = RunContext::new("tenant-a");
+/// let first = dispatcher.dispatch(&call, &run).await.unwrap();
+/// let again = dispatcher.dispatch(&call, &run).await.unwrap();
+/// assert!(!first.deduplicated && again.deduplicated);
+/// assert_eq!(first.output_json, again.output_json);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Dispatcher {
+    registry: Arc<Registry>,
+    store: Arc<dyn Store>,
+    namespace: String,
+    max_argument_bytes: usize,
+    secret_key: Option<SecretKey>,
+    observers: Observers,
+    execution: Option<Arc<dyn Execution>>,
+}
+
+/// The largest arguments a recorded call may have unless
+/// [`Dispatcher::with_max_argument_bytes`] says otherwise: 1 MiB, as the stores' default
+/// limit on an outcome.
+pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
+
+/// The namespace used unless [`Dispatcher::with_namespace`] says otherwise.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("namespace", &self.namespace)
+            .field("tools", &self.registry.len())
+            .field("store", &self.store)
+            .field("observers", &self.observers)
+            .field("execution", &self.execution.is_some())
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher over a registry and a store.
+    pub fn new(registry: Registry, store: Arc<dyn Store>) -> Self {
+        Dispatcher {
+            registry: Arc::new(registry),
+            store,
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
+            secret_key: None,
+            observers: Observers::tracing(),
+            execution: None,
+        }
+    }
+
+    /// The key that seals secret arguments (see [`crate::redact`]); a tool with secret
+    /// arguments is refused ([`DispatchError::SecretKeyMissing`]) on a dispatcher without
+    /// one. Read it from a secret manager or the environment, the same on every worker.
+    pub fn with_secret_key(mut self, key: SecretKey) -> Self {
+        self.secret_key = Some(key);
+        self
+    }
+
+    /// Refuse a call to a tool that records (every class but `read`) whose arguments, as
+    /// canonical JSON, are longer than `bytes`, with [`DispatchError::InvalidArguments`]
+    /// naming the size and the limit, before anything is recorded or run. Default
+    /// [`DEFAULT_MAX_ARGUMENT_BYTES`]. A read records nothing and is not bounded here.
+    pub fn with_max_argument_bytes(mut self, bytes: usize) -> Self {
+        self.max_argument_bytes = bytes;
+        self
+    }
+
+    /// Scope every key by a stable application name (not a Rust path: refactors must not
+    /// orphan records).
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Tell `observer` every dispatch's events, after the observers added before it (see
+    /// [`Observer`]).
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observers = self.observers.with(observer);
+        self
+    }
+
+    /// Drop the default [`TracingObserver`] (the `idem.dispatch` span keeps its name but
+    /// gets no fields, and the per-dispatch log line goes).
+    pub fn without_tracing(mut self) -> Self {
+        self.observers = self.observers.without_tracing();
+        self
+    }
+
+    /// Run every execution of a body through `execution` (see [`Execution`]); one per
+    /// dispatcher: compose them inside it.
+    pub fn with_execution(mut self, execution: Arc<dyn Execution>) -> Self {
+        self.execution = Some(execution);
+        self
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The record key a call would use, for operators and tests. `None` when the call has
+    /// no key material.
+    pub fn record_key(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+    ) -> Result<Option<RecordKey>, DispatchError> {
+        let tool = self.lookup(&call.name)?;
+        let args = arguments::validate(tool, &call.arguments)?.arguments;
+        let sealed = self.seal(tool, &args)?;
+        Ok(self
+            .key_material(tool, call, run, sealed.as_ref().unwrap_or(&args))
+            .map(|m| self.keys(tool, run, &m).0))
+    }
+
+    /// Dispatch one call under its class's policy.
+    pub async fn dispatch(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+    ) -> Result<Dispatched, DispatchError> {
+        let span = tracing::info_span!(
+            "idem.dispatch",
+            tool = %call.name,
+            class = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            deduplicated = tracing::field::Empty,
+        );
+        let watch = Watch {
+            observers: &self.observers,
+            started: Instant::now(),
+            tool: &call.name,
+            key: OnceLock::new(),
+        };
+        let result = self
+            .stages(call, run, &watch)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| watch.ended(self.registry.get(&call.name), &result));
+        result
+    }
+
+    /// The order of checks, top to bottom (see the module docs).
+    async fn stages(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+        watch: &Watch<'_>,
+    ) -> Result<Dispatched, DispatchError> {
+        let tool = self.lookup(&call.name)?;
+        let arguments::Validated {
+            arguments: args,
+            typed,
+        } = arguments::validate(tool, &call.arguments)?;
+        authorize(tool, run)?;
+        let keyed = self.key(tool, call, run, &args)?;
+        if let Some(replayed) = self.approve(tool, run, &keyed, &args).await? {
+            return Ok(replayed);
+        }
+        let (record_key, downstream) = match keyed.keys {
+            Some(keys) if tool.class.records() => keys,
+            // A read (the key stage refuses a recording call without key material).
+            keys => {
+                let downstream = keys.map(|(_, downstream)| downstream);
+                return self
+                    .execute_unrecorded(tool, run, args, typed, downstream)
+                    .await;
+            }
+        };
+        let _ = watch.key.set(record_key.clone());
+        let call = RecordedCall {
+            tool,
+            run,
+            args,
+            record_key,
+            downstream,
+            fingerprint: keyed.fingerprint,
+            canonical: keyed.canonical,
+            natural: keyed.natural,
+        };
+        match self.claim(&call, watch).await? {
+            claim::Claimed::Held(held) => self.execute_held(&call, held, typed, watch).await,
+            claim::Claimed::Settled(dispatched) => Ok(dispatched),
+        }
+    }
+
+    fn lookup(&self, name: &str) -> Result<&Arc<ToolDef>, DispatchError> {
+        self.registry
+            .get(name)
+            .ok_or_else(|| DispatchError::UnknownTool {
+                name: name.to_owned(),
+                suggestion: self.registry.nearest(name).map(str::to_owned),
+            })
+    }
+}
+
+/// The authorize stage: the run holds every scope the tool requires.
+fn authorize(tool: &ToolDef, run: &RunContext) -> Result<(), DispatchError> {
+    let scopes = &tool.policy.scopes;
+    if scopes.iter().all(|s| run.scopes.contains(s)) {
+        return Ok(());
+    }
+    Err(DispatchError::PermissionDenied {
+        tool: tool.name.to_string(),
+        missing: scopes
+            .iter()
+            .filter(|s| !run.scopes.contains(*s))
+            .cloned()
+            .collect(),
+    })
+}
+
+/// A call that records, resolved and keyed: what the claim, execute and verify stages read.
+struct RecordedCall<'a> {
+    tool: &'a ToolDef,
+    run: &'a RunContext,
+    args: Cow<'a, Value>,
+    record_key: RecordKey,
+    downstream: IdempotencyKey,
+    fingerprint: Fingerprint,
+    /// Canonical JSON of the (sealed) arguments, stored with the claim.
+    canonical: String,
+    /// Whether the key is the tool's natural key.
+    natural: bool,
+}
+
+impl RecordedCall<'_> {
+    fn parts(&self) -> crate::context::ContextParts<'_> {
+        context_parts(self.tool, self.run, &self.downstream)
+    }
+
+    fn store_error(&self, e: StoreError) -> DispatchError {
+        error::store_error(self.tool, e)
+    }
+
+    fn replay(&self, outcome: Outcome) -> Result<Dispatched, DispatchError> {
+        replay(self.tool, &self.record_key, &self.downstream, outcome)
+    }
+
+    /// When a verify hook may first settle a record Unknown since `since` (`decide`).
+    fn verifiable_from(
+        &self,
+        since: idem_core::Timestamp,
+        steps: &[idem_core::JournalEntry],
+    ) -> Option<idem_core::Timestamp> {
+        let policy = &self.tool.policy;
+        decide::verifiable_from(
+            since,
+            self.tool.verify.is_some(),
+            !steps.is_empty(),
+            policy.verify_after,
+            policy.lease,
+        )
+    }
+
+    /// The first 16 hex digits of the record key, for observers.
+    fn key_hash(&self) -> &str {
+        key_hash(&self.record_key)
+    }
+}
+
+fn key_hash(key: &RecordKey) -> &str {
+    let s = key.as_str();
+    s.get(..16).unwrap_or(s)
+}
+
+/// What a body's context is made of, borrowed from the call.
+fn context_parts<'a>(
+    tool: &'a ToolDef,
+    run: &'a RunContext,
+    key: &'a IdempotencyKey,
+) -> crate::context::ContextParts<'a> {
+    crate::context::ContextParts {
+        tool: &tool.name,
+        class: tool.class,
+        key,
+        tenant: &run.tenant,
+        run_id: run.run_id.as_deref(),
+        step: run.step,
+    }
+}
+
+/// Replay a recorded outcome.
+fn replay(
+    tool: &ToolDef,
+    record_key: &RecordKey,
+    downstream: &IdempotencyKey,
+    outcome: Outcome,
+) -> Result<Dispatched, DispatchError> {
+    match outcome {
+        Outcome::Success(output_json) => {
+            let output = serde_json::from_str(&output_json).map_err(|e| DispatchError::Store {
+                tool: tool.name.to_string(),
+                error: StoreError::Corrupt {
+                    key: record_key.clone(),
+                    reason: format!("its recorded output is not JSON: {e}"),
+                },
+            })?;
+            Ok(Dispatched {
+                output,
+                output_json,
+                deduplicated: true,
+                key: Some(downstream.clone()),
+                attempts: 0,
+                class: tool.class,
+            })
+        }
+        Outcome::Failure(error) => Err(DispatchError::ToolFailed {
+            tool: tool.name.to_string(),
+            error,
+            attempts: 0,
+            deduplicated: true,
+        }),
+    }
+}
+
+/// One dispatch as its observers see it.
+struct Watch<'a> {
+    observers: &'a Observers,
+    started: Instant,
+    tool: &'a str,
+    /// The record key, once the call has one.
+    key: OnceLock<RecordKey>,
+}
+
+impl Watch<'_> {
+    /// Tell the observers of an event in the middle of a dispatch.
+    fn saw(&self, call: &RecordedCall<'_>, kind: EventKind) {
+        self.observers.emit(&DispatchEvent {
+            kind,
+            tool: self.tool,
+            class: Some(call.tool.class),
+            key: Some(call.key_hash()),
+            elapsed: self.elapsed(),
+            error: None,
+        });
+    }
+
+    /// Tell the observers how the dispatch ended.
+    fn ended(&self, tool: Option<&Arc<ToolDef>>, result: &Result<Dispatched, DispatchError>) {
+        let (kind, error) = match result {
+            Ok(d) if d.deduplicated => (EventKind::Replayed, None),
+            Ok(d) => (
+                EventKind::Executed {
+                    attempts: d.attempts,
+                },
+                None,
+            ),
+            Err(e) => (
+                match e {
+                    DispatchError::ToolFailed { attempts, .. } => EventKind::Failed {
+                        attempts: *attempts,
+                    },
+                    DispatchError::OutcomeUnknown { .. } => EventKind::Unknown,
+                    DispatchError::Fenced { .. } => EventKind::Fenced,
+                    e => EventKind::Refused { code: e.code() },
+                },
+                Some(e),
+            ),
+        };
+        let class = match result {
+            Ok(d) => Some(d.class),
+            Err(_) => tool.map(|t| t.class),
+        };
+        self.observers.emit(&DispatchEvent {
+            kind,
+            tool: self.tool,
+            class,
+            key: self.key.get().map(key_hash),
+            elapsed: self.elapsed(),
+            error,
+        });
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}

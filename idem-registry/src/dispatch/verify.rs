@@ -1,0 +1,92 @@
+//! Settling an Unknown record by asking the tool's verify hook whether the effect happened.
+
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use idem_core::{Fence, JournalEntry, Outcome, Timestamp, ToolError};
+use serde_json::Value;
+
+use super::body::scrub_tool_error;
+use super::decide::FAILED_VERIFY_PAUSE;
+use super::error::DispatchError;
+use super::execute::too_deep;
+use super::observe::EventKind;
+use super::{Dispatcher, RecordedCall, Watch};
+use crate::context::ToolContext;
+use crate::tool::Verified;
+
+/// What a verify hook's answer did to an Unknown record.
+pub(crate) enum Settled {
+    /// Completed with this outcome.
+    Applied(Outcome),
+    /// Deleted: the call may run.
+    Released,
+    /// Another worker settled it first (or the tool has no hook).
+    Raced,
+}
+
+impl Dispatcher {
+    /// Ask the hook, and settle the record from the answer (fenced: if another worker
+    /// settled it first, nothing changes).
+    pub(super) async fn verify(
+        &self,
+        call: &RecordedCall<'_>,
+        fence: Fence,
+        steps: Vec<JournalEntry>,
+        since: Timestamp,
+        last_error: &str,
+        watch: &Watch<'_>,
+    ) -> Result<Settled, DispatchError> {
+        let tool = call.tool;
+        let Some(verify) = &tool.verify else {
+            return Ok(Settled::Raced);
+        };
+        let ctx = ToolContext::for_verify(call.parts(), steps, Value::clone(&call.args));
+        let answer = AssertUnwindSafe(verify(ctx, Value::clone(&call.args)))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(ToolError::ambiguous("the verify hook panicked")));
+        let outcome = match answer {
+            Ok(Verified::Applied(value)) => {
+                let outcome = Outcome::Success(value.to_string());
+                match too_deep(&outcome, Some(&value)) {
+                    Some(e) => Err(format!("the hook's answer cannot be recorded: {e}")),
+                    None => Ok(Some(outcome)),
+                }
+            }
+            Ok(Verified::NotApplied) => Ok(None),
+            Err(e) => Err(scrub_tool_error(tool, &call.args, e).to_string()),
+        };
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(why) => {
+                // The hook may answer next time (its API was down, say): call again after a
+                // pause, so that agents honouring it do not hammer the provider's lookup API.
+                let now = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
+                return Err(DispatchError::OutcomeUnknown {
+                    tool: tool.name.to_string(),
+                    key: call.downstream.clone(),
+                    since,
+                    reason: format!("{last_error}; verification failed: {why}"),
+                    retry_after: Some(now.plus(FAILED_VERIFY_PAUSE)),
+                });
+            }
+        };
+        watch.saw(
+            call,
+            EventKind::Verified {
+                applied: outcome.is_some(),
+            },
+        );
+        let done = self
+            .store
+            .settle_unknown(&call.record_key, fence, outcome.as_ref(), tool.policy.ttl)
+            .await
+            .map_err(|e| call.store_error(e))?;
+        Ok(match (done, outcome) {
+            (false, _) => Settled::Raced,
+            (true, Some(o)) => Settled::Applied(o),
+            (true, None) => Settled::Released,
+        })
+    }
+}
