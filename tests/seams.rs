@@ -11,9 +11,12 @@ use idem::prelude::*;
 use idem::{ErrorKind, ToolDef, ToolPolicy};
 use serde_json::{Value, json};
 
-/// What an observer saw: each event's kind, class and key hash.
+/// One event as the test keeps it: kind, class, key hash, error code.
+type Kept = (EventKind, Option<ToolClass>, Option<String>, Option<String>);
+
+/// What an observer saw.
 #[derive(Default)]
-struct Seen(Mutex<Vec<(EventKind, Option<ToolClass>, Option<String>, Option<String>)>>);
+struct Seen(Mutex<Vec<Kept>>);
 
 impl Observer for Seen {
     fn event(&self, e: &DispatchEvent<'_>) {
@@ -30,7 +33,7 @@ impl Seen {
         self.0.lock().unwrap().iter().map(|e| e.0).collect()
     }
 
-    fn take(&self) -> Vec<(EventKind, Option<ToolClass>, Option<String>, Option<String>)> {
+    fn take(&self) -> Vec<Kept> {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
 }
