@@ -27,7 +27,7 @@ use crate::context::{ContextParts, ToolContext};
 use crate::heartbeat::{self, Registration};
 use crate::redact::SecretKey;
 use crate::registry::Registry;
-use crate::tool::{Prepared, ToolDef, Typed, Verified};
+use crate::tool::{PreparedArguments, ToolDef, TypedArguments, Verified};
 
 /// A tool call as the model emitted it.
 ///
@@ -584,7 +584,7 @@ impl Dispatcher {
         run: &RunContext,
     ) -> Result<Dispatched, DispatchError> {
         let tool = self.lookup(&call.name)?;
-        let Prepared {
+        let PreparedArguments {
             arguments: args,
             typed,
         } = prepare(tool, &call.arguments).map_err(|e| scrub_refusal(tool, &call.arguments, e))?;
@@ -702,7 +702,7 @@ impl Dispatcher {
         run: &RunContext,
         key: &IdempotencyKey,
         args: Cow<'_, Value>,
-        mut typed: Option<Typed>,
+        mut typed: Option<TypedArguments>,
         keyed: bool,
     ) -> Result<Dispatched, DispatchError> {
         let max = tool.policy.attempts_for(tool.class);
@@ -743,7 +743,7 @@ impl Dispatcher {
         &self,
         call: &Recorded<'_>,
         canonical: String,
-        typed: Option<Typed>,
+        typed: Option<TypedArguments>,
     ) -> Result<Dispatched, DispatchError> {
         let tool = call.tool;
         let mut request = ClaimRequest {
@@ -842,7 +842,7 @@ impl Dispatcher {
         fence: Fence,
         mut steps: Vec<JournalEntry>,
         takeover: bool,
-        mut typed: Option<Typed>,
+        mut typed: Option<TypedArguments>,
     ) -> Result<Dispatched, DispatchError> {
         let tool = call.tool;
         let class = tool.class;
@@ -1337,7 +1337,10 @@ impl Drop for PendingClaim {
     }
 }
 
-fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Prepared<'a>, DispatchError> {
+fn prepare<'a>(
+    tool: &ToolDef,
+    arguments: &'a Value,
+) -> Result<PreparedArguments<'a>, DispatchError> {
     // Validated against the published schema before serde sees anything (ARCHITECTURE §7).
     let invalid = |e: crate::args::ArgumentError| DispatchError::InvalidArguments {
         tool: tool.name.to_string(),
@@ -1345,12 +1348,12 @@ fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Prepared<'a>, Dis
         message: e.message,
     };
     let prepared = match tool
-        .check_arguments(Cow::Borrowed(arguments))
+        .validate_call_arguments(Cow::Borrowed(arguments))
         .map_err(invalid)?
     {
         Cow::Borrowed(valid) => (tool.prepare)(valid).map_err(invalid)?,
         Cow::Owned(valid) => (tool.prepare)(&valid)
-            .map(|normal| Prepared {
+            .map(|normal| PreparedArguments {
                 arguments: Cow::Owned(normal.arguments.into_owned()),
                 typed: normal.typed,
             })
@@ -1361,7 +1364,7 @@ fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Prepared<'a>, Dis
     // this form, so this form must fit the schema too. Arguments already normal come back
     // borrowed and were checked above.
     if let Cow::Owned(normal) = &prepared.arguments {
-        tool.check_arguments(Cow::Borrowed(normal))
+        tool.validate_call_arguments(Cow::Borrowed(normal))
             .map_err(invalid)?;
     }
     Ok(prepared)
@@ -1428,7 +1431,7 @@ async fn run_body(
     tool: &ToolDef,
     ctx: ToolContext,
     args: &Value,
-    typed: Option<Typed>,
+    typed: Option<TypedArguments>,
     lease: Option<Registration>,
 ) -> Result<Value, ToolError> {
     let body = AssertUnwindSafe((tool.handler)(ctx, args, typed)).catch_unwind();
