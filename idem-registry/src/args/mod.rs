@@ -1,7 +1,7 @@
 //! Turning a model's JSON arguments into a tool's typed arguments, or a precise error.
 //!
 //! Three rooms: this module normalises (the typed round trip whose result the fingerprint
-//! covers) and holds the one refusal of arguments that are not an object; [`located`] reads
+//! covers) and holds the one refusal of arguments that are not an object; `located` reads
 //! typed arguments in one pass that knows its JSON pointer; `same` tells, without building
 //! anything, that arguments already are what the round trip would give. Pointers are built
 //! by the crate's one JSON-pointer module, and the error type lives with the crate's other
