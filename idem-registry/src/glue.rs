@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::ToolContext;
-use crate::tool::{ToolBuilder, Typed};
+use crate::tool::{ToolBuilder, TypedArguments};
 
 pub use futures_util::future::lazy;
 
@@ -130,11 +130,11 @@ where
         .output_schema_shared(cached(&schemas.output, crate::schema::output::<O>))
         .typed_arguments_carried::<A>()
         .handler_typed(
-            move |ctx: ToolContext, args: &Value, typed: Option<Typed>| {
+            move |ctx: ToolContext, args: &Value, typed: Option<TypedArguments>| {
                 // The first attempt takes the value the preparer read; a retry reads it again.
                 let parsed = match typed.and_then(|t| t.downcast::<A>().ok()) {
                     Some(typed) => Ok(*typed),
-                    None => crate::located::parse::<A>(args),
+                    None => crate::args::located::parse::<A>(args),
                 };
                 let state = match parsed {
                     Ok(args) => State::Run(run(ctx, args)),

@@ -1,6 +1,12 @@
 //! Registry, dispatcher and provider exports of idem.
 //!
 //! Most users depend on the `idem` facade, which re-exports everything here.
+//!
+//! The modules form layers, each using only those below it: `error` and `pointer` at the
+//! bottom; `args` (reading a call's arguments); `schema` (generating, checking and
+//! validating JSON Schemas, knowing nothing of tools); `tool` (definitions, builders,
+//! specs, policy); `registry`; then `export` and `redact`, and the dispatcher on top.
+//! `scripts/check_layers.py` fails on any import cycle between them.
 
 #![warn(missing_docs)]
 
@@ -8,23 +14,30 @@ pub mod approval;
 pub mod args;
 pub mod context;
 pub mod dispatch;
+mod error;
 pub mod export;
 #[doc(hidden)]
 pub mod glue;
 mod heartbeat;
-mod located;
+mod pointer;
 pub mod redact;
 pub mod registry;
 pub mod schema;
 pub mod tool;
-pub mod validate;
+
+/// Validating a model's arguments against a tool's schema, at the path it had before the
+/// [`schema`] module held it.
+#[doc(hidden)]
+pub mod validate {
+    pub use crate::schema::{ArgumentValidator, SchemaError, drop_absent_nulls};
+}
 
 pub use approval::{Approval, ApprovalRequest};
-pub use args::ArgumentError;
 pub use context::ToolContext;
 pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
+pub use error::{ArgumentError, RegistryError};
 pub use redact::{SecretKey, SecretKeyTooShort};
-pub use registry::{Registry, RegistryBuilder, RegistryError};
+pub use registry::{Registry, RegistryBuilder};
 pub use tool::{
     DEFAULT_VERIFY_AFTER, LONGEST_POLICY_DURATION, StaticTool, ToolBuilder, ToolDef, ToolPolicy,
     ToolRegistration, ToolSpec, Verified,

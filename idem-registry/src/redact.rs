@@ -24,6 +24,8 @@ use std::sync::Arc;
 use hmac::{KeyInit, Mac};
 use serde_json::Value;
 
+use crate::pointer::within;
+
 /// What a secret's text is replaced by in messages.
 pub const REDACTED: &str = "[redacted]";
 
@@ -138,14 +140,6 @@ pub(crate) fn refusal(
     } else {
         scrub(message, arguments, pointers)
     }
-}
-
-/// Whether the JSON Pointer `inner` is `outer` or lies inside it.
-fn within(inner: &str, outer: &str) -> bool {
-    inner == outer
-        || inner
-            .strip_prefix(outer)
-            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// [`scrub`] applied to every string inside `value` (a terminal error's details); a number

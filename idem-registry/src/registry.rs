@@ -5,72 +5,9 @@ use std::sync::Arc;
 
 use crate::tool::{StaticTool, ToolDef, ToolRegistration};
 
-/// Why a tool could not be registered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RegistryError {
-    /// Two tools share a name.
-    #[error(
-        "two tools are named `{name}`: one defined at {first}, the other at {second}; rename one with #[tool(name = \"...\")]"
-    )]
-    DuplicateName {
-        /// The name.
-        name: String,
-        /// Where the first is defined.
-        first: String,
-        /// Where the second is defined.
-        second: String,
-    },
-    /// A tool definition without a side-effect class.
-    #[error(
-        "tool `{tool}` has no class: every tool needs one of `read`, `idempotent_write`, `non_idempotent_write`, `irreversible`"
-    )]
-    MissingClass {
-        /// The tool.
-        tool: String,
-    },
-    /// A name providers would reject.
-    #[error("tool name `{name}` is invalid: {reason}")]
-    InvalidName {
-        /// The name.
-        name: String,
-        /// Why.
-        reason: String,
-    },
-    /// Some other part of the definition is unusable.
-    #[error("tool `{tool}` is invalid: {reason}")]
-    Invalid {
-        /// The tool.
-        tool: String,
-        /// Why.
-        reason: String,
-    },
-}
-
-/// Check a name against `^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$`, the rule every provider accepts.
-pub fn check_name(name: &str) -> Result<(), RegistryError> {
-    let bad = |reason: &str| {
-        Err(RegistryError::InvalidName {
-            name: name.to_owned(),
-            reason: reason.to_owned(),
-        })
-    };
-    let mut chars = name.chars();
-    match chars.next() {
-        None => return bad("it is empty"),
-        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
-        Some(_) => return bad("it must start with an ASCII letter or `_`"),
-    }
-    if name.len() > 64 {
-        return bad("it is longer than 64 characters");
-    }
-    if let Some(c) = chars.find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
-        return bad(&format!(
-            "`{c}` is not allowed; use ASCII letters, digits, `_` and `-`"
-        ));
-    }
-    Ok(())
-}
+pub use crate::error::RegistryError;
+/// The name rule, at the path it always had.
+pub use crate::tool::check_name;
 
 /// Every tool the dispatcher can call, by name.
 ///
@@ -186,7 +123,7 @@ impl RegistryBuilder {
                 continue;
             }
             // Arguments must form one object, and its validator is compiled here, once.
-            if let Err(e) = crate::validate::check_registered(&def) {
+            if let Err(e) = def.check_registrable() {
                 errors.push(e);
                 continue;
             }
@@ -213,22 +150,5 @@ impl RegistryBuilder {
             Some(e) => Err(e),
             None => Ok(Registry { tools }),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names() {
-        assert!(check_name("send_email").is_ok());
-        assert!(check_name("a-b_C9").is_ok());
-        assert!(check_name(&"a".repeat(64)).is_ok());
-        assert!(check_name(&"a".repeat(65)).is_err());
-        assert!(check_name("9lives").is_err());
-        assert!(check_name("send email").is_err());
-        assert!(check_name("").is_err());
-        assert!(check_name("émail").is_err());
     }
 }

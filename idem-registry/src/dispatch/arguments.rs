@@ -5,10 +5,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use super::error::DispatchError;
-use crate::tool::{Prepared, ToolDef};
-
-/// Arguments that passed the validate stage.
-pub(crate) type Validated<'a> = Prepared<'a>;
+use crate::tool::{PreparedArguments, ToolDef};
 
 /// Check the call's arguments against the tool's schema before serde sees anything
 /// (ARCHITECTURE.md, "Arguments"), normalise them through the typed round trip, and check
@@ -17,23 +14,26 @@ pub(crate) type Validated<'a> = Prepared<'a>;
 pub(crate) fn validate<'a>(
     tool: &ToolDef,
     arguments: &'a Value,
-) -> Result<Validated<'a>, DispatchError> {
+) -> Result<PreparedArguments<'a>, DispatchError> {
     prepare(tool, arguments).map_err(|e| scrub_refusal(tool, arguments, e))
 }
 
-fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Prepared<'a>, DispatchError> {
+fn prepare<'a>(
+    tool: &ToolDef,
+    arguments: &'a Value,
+) -> Result<PreparedArguments<'a>, DispatchError> {
     let invalid = |e: crate::args::ArgumentError| DispatchError::InvalidArguments {
         tool: tool.name.to_string(),
         pointer: e.pointer,
         message: e.message,
     };
     let prepared = match tool
-        .check_arguments(Cow::Borrowed(arguments))
+        .validate_call_arguments(Cow::Borrowed(arguments))
         .map_err(invalid)?
     {
         Cow::Borrowed(valid) => (tool.prepare)(valid).map_err(invalid)?,
         Cow::Owned(valid) => (tool.prepare)(&valid)
-            .map(|normal| Prepared {
+            .map(|normal| PreparedArguments {
                 arguments: Cow::Owned(normal.arguments.into_owned()),
                 typed: normal.typed,
             })
@@ -44,7 +44,7 @@ fn prepare<'a>(tool: &ToolDef, arguments: &'a Value) -> Result<Prepared<'a>, Dis
     // this form, so this form must fit the schema too. Arguments already normal come back
     // borrowed and were checked above.
     if let Cow::Owned(normal) = &prepared.arguments {
-        tool.check_arguments(Cow::Borrowed(normal))
+        tool.validate_call_arguments(Cow::Borrowed(normal))
             .map_err(invalid)?;
     }
     Ok(prepared)

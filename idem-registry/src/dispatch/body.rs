@@ -42,7 +42,7 @@ use serde_json::Value;
 
 use crate::context::ToolContext;
 use crate::heartbeat::Registration;
-use crate::tool::{BoxFuture, ToolDef, Typed};
+use crate::tool::{BoxFuture, ToolDef, TypedArguments};
 
 /// A body's execution, as an [`Execution`] sees it.
 pub type BodyFuture<'a> = BoxFuture<'a, Result<Value, ToolError>>;
@@ -75,7 +75,7 @@ pub(crate) async fn run(
     execution: Option<&dyn Execution>,
     ctx: ToolContext,
     args: &Value,
-    typed: Option<Typed>,
+    typed: Option<TypedArguments>,
     lease: Option<Registration>,
 ) -> Result<Value, ToolError> {
     // Borrowed by the wrapper's future for as long as the body runs.

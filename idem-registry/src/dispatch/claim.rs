@@ -5,12 +5,12 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use idem_core::{Claim, ClaimRequest, JournalEntry, RecordState, StoreError};
+use idem_core::{Claim, ClaimRequest, RecordState, StoreError};
 
 use super::call::Dispatched;
 use super::decide::{self, GiveBack, Reuse};
 use super::error::DispatchError;
-use super::hold::{Hold, give_back};
+use super::hold::{Held, Hold, give_back};
 use super::observe::EventKind;
 use super::verify::Settled;
 use super::{Dispatcher, RecordedCall, Watch};
@@ -22,15 +22,6 @@ pub(crate) enum Claimed {
     Held(Held),
     /// Settled without running: a replay, or the verify hook's answer.
     Settled(Dispatched),
-}
-
-/// A claim this dispatch won.
-pub(crate) struct Held {
-    pub hold: Hold,
-    /// Steps an earlier holder journaled.
-    pub steps: Vec<JournalEntry>,
-    /// Whether an earlier holder's lease expired.
-    pub takeover: bool,
 }
 
 impl Dispatcher {

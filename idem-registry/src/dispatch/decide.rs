@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use idem_core::{ErrorKind, Fingerprint, Timestamp, ToolClass};
+use idem_core::{ErrorKind, Fingerprint, Outcome, StoreError, Timestamp, ToolClass};
+use serde_json::Value;
 
 /// Whether a failed attempt runs again under the same key: never after a terminal error or
 /// the last allowed attempt; `read` and `idempotent_write` on any other error;
@@ -162,6 +163,19 @@ pub(crate) fn backoff(base: Duration, attempt: u32, random: u64) -> Duration {
         random % (half.as_micros() as u64 + 1)
     };
     half + Duration::from_micros(jitter)
+}
+
+/// The refusal of an outcome nested deeper than a replay can read back: its output, or its
+/// terminal error's details. Recorded, every replay of it would fail.
+pub(crate) fn too_deep(outcome: &Outcome, output: Option<&Value>) -> Option<StoreError> {
+    let limit = idem_core::store::MAX_OUTCOME_DEPTH;
+    let value = match (outcome, output) {
+        (Outcome::Success(_), Some(v)) => v,
+        (Outcome::Failure(e), _) => e.details()?,
+        (Outcome::Success(_), None) => return None,
+    };
+    let depth = idem_core::store::nesting(value, limit);
+    (depth > limit).then_some(StoreError::TooDeep { depth, limit })
 }
 
 #[cfg(test)]

@@ -8,15 +8,14 @@ use serde_json::Value;
 
 use super::body::{self, scrub_tool_error};
 use super::call::{Dispatched, RunContext};
-use super::claim::Held;
-use super::decide::{self, GiveBack};
+use super::decide::{self, GiveBack, too_deep};
 use super::error::DispatchError;
-use super::hold::Hold;
+use super::hold::{Held, Hold};
 use super::key::{random_u64, unkeyed};
 use super::observe::EventKind;
 use super::{Dispatcher, RecordedCall, Watch, context_parts};
 use crate::context::ToolContext;
-use crate::tool::{ToolDef, Typed};
+use crate::tool::{ToolDef, TypedArguments};
 
 impl Dispatcher {
     /// A `read`: no record; retried on any error that is not terminal.
@@ -25,7 +24,7 @@ impl Dispatcher {
         tool: &ToolDef,
         run: &RunContext,
         args: Cow<'_, Value>,
-        mut typed: Option<Typed>,
+        mut typed: Option<TypedArguments>,
         downstream: Option<IdempotencyKey>,
     ) -> Result<Dispatched, DispatchError> {
         let keyed = downstream.is_some();
@@ -70,7 +69,7 @@ impl Dispatcher {
         &self,
         call: &RecordedCall<'_>,
         held: Held,
-        mut typed: Option<Typed>,
+        mut typed: Option<TypedArguments>,
         watch: &Watch<'_>,
     ) -> Result<Dispatched, DispatchError> {
         let Held {
@@ -211,17 +210,4 @@ impl Dispatcher {
     fn execution(&self) -> Option<&dyn super::body::Execution> {
         self.execution.as_deref()
     }
-}
-
-/// The refusal of an outcome nested deeper than a replay can read back: its output, or its
-/// terminal error's details. Recorded, every replay of it would fail.
-pub(crate) fn too_deep(outcome: &Outcome, output: Option<&Value>) -> Option<StoreError> {
-    let limit = idem_core::store::MAX_OUTCOME_DEPTH;
-    let value = match (outcome, output) {
-        (Outcome::Success(_), Some(v)) => v,
-        (Outcome::Failure(e), _) => e.details()?,
-        (Outcome::Success(_), None) => return None,
-    };
-    let depth = idem_core::store::nesting(value, limit);
-    (depth > limit).then_some(StoreError::TooDeep { depth, limit })
 }

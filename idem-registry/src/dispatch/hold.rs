@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use idem_core::{ErrorKind, Outcome, StoreError, Timestamp, ToolClass};
+use idem_core::{ErrorKind, JournalEntry, Outcome, StoreError, Timestamp, ToolClass};
 
 use super::decide::GiveBack;
 use crate::context::{HeldKey, ToolContext};
@@ -139,4 +139,13 @@ impl Drop for Hold {
         );
         give_back_later(self.held.clone(), how, "a call was cancelled");
     }
+}
+
+/// A claim this dispatch won.
+pub(crate) struct Held {
+    pub hold: Hold,
+    /// Steps an earlier holder journaled.
+    pub steps: Vec<JournalEntry>,
+    /// Whether an earlier holder's lease expired.
+    pub takeover: bool,
 }

@@ -48,7 +48,7 @@ pub use observe::{DispatchEvent, EventKind, Observer, TracingObserver};
 
 use crate::redact::SecretKey;
 use crate::registry::Registry;
-use crate::tool::ToolDef;
+use crate::tool::{PreparedArguments, ToolDef};
 use observe::Observers;
 
 /// Applies each tool's class policy to calls; see the module docs for the order of checks.
@@ -228,7 +228,7 @@ impl Dispatcher {
         watch: &Watch<'_>,
     ) -> Result<Dispatched, DispatchError> {
         let tool = self.lookup(&call.name)?;
-        let arguments::Validated {
+        let PreparedArguments {
             arguments: args,
             typed,
         } = arguments::validate(tool, &call.arguments)?;

@@ -7,9 +7,8 @@ use idem_core::{Fence, JournalEntry, Outcome, Timestamp, ToolError};
 use serde_json::Value;
 
 use super::body::scrub_tool_error;
-use super::decide::FAILED_VERIFY_PAUSE;
+use super::decide::{FAILED_VERIFY_PAUSE, too_deep};
 use super::error::DispatchError;
-use super::execute::too_deep;
 use super::observe::EventKind;
 use super::{Dispatcher, RecordedCall, Watch};
 use crate::context::ToolContext;

@@ -293,7 +293,7 @@ fn strict_object(
         .get("required")
         .and_then(Value::as_array)
         .map_or(0, Vec::len);
-    let declared = super::super::schema::properties(obj).map_or(0, Map::len);
+    let declared = crate::schema::properties(obj).map_or(0, Map::len);
     counts.optional += declared.saturating_sub(required);
 }
 

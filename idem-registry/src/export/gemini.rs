@@ -18,9 +18,10 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    ExportError, Notes, Provider, Strictness, describe, drop_numeric_format, escape,
-    is_numeric_format, is_typed, move_to_description, sentence,
+    ExportError, Notes, Provider, Strictness, describe, drop_numeric_format, is_numeric_format,
+    is_typed, move_to_description, sentence,
 };
+use crate::pointer;
 use crate::tool::ToolDef;
 
 /// How many times a recursive type may nest before idem cuts it.
@@ -177,7 +178,7 @@ fn expand(node: &Value, defs: &Value, stack: &mut Vec<String>) -> Value {
         .get("$ref")
         .and_then(Value::as_str)
         .and_then(|r| r.strip_prefix("#/$defs/"))
-        .map(|n| n.replace("~1", "/").replace("~0", "~"))
+        .map(|n| pointer::unescape(n).into_owned())
         && let Some(def) = defs.get(&name)
     {
         if stack.iter().filter(|s| **s == name).count() >= UNROLL_DEPTH {
@@ -264,7 +265,7 @@ fn prune(node: &mut Value, pointer: &str, notes: &mut Notes) -> bool {
         let names: Vec<String> = props.keys().cloned().collect();
         let mut removed = Vec::new();
         for name in names {
-            let here = format!("{pointer}/properties/{}", escape(&name));
+            let here = format!("{pointer}/properties/{}", pointer::escape(&name));
             if props.get_mut(&name).is_some_and(|p| prune(p, &here, notes)) {
                 props.remove(&name);
                 removed.push((name, here));
@@ -594,7 +595,7 @@ fn to_open_api(schema: &Value, pointer: &str, notes: &mut Notes) -> Result<Value
         let mut props = Map::new();
         if let Some(Value::Object(declared)) = src.remove("properties") {
             for (name, sub) in &declared {
-                let here = format!("{pointer}/properties/{}", escape(name));
+                let here = format!("{pointer}/properties/{}", pointer::escape(name));
                 match to_open_api(sub, &here, notes) {
                     Ok(v) => {
                         props.insert(name.clone(), v);

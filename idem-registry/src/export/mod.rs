@@ -51,6 +51,7 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value};
 
+use crate::pointer;
 use crate::registry::Registry;
 use crate::tool::ToolDef;
 
@@ -333,11 +334,7 @@ impl fmt::Display for PortabilityReport {
             write!(f, "\n  not strict: {reason}")?;
         }
         for c in &self.changes {
-            let at = if c.pointer.is_empty() {
-                "(root)"
-            } else {
-                &c.pointer
-            };
+            let at = pointer::display(&c.pointer, "(root)");
             write!(f, "\n  {:<9} {at}: {}", c.kind.label(), c.detail)?;
         }
         Ok(())
@@ -535,11 +532,7 @@ impl Notes {
     }
 
     pub(crate) fn refuse_strict(&mut self, pointer: &str, reason: impl fmt::Display) {
-        let at = if pointer.is_empty() {
-            "(root)"
-        } else {
-            pointer
-        };
+        let at = pointer::display(pointer, "(root)");
         self.not_strict.push(format!("{at}: {reason}"));
     }
 
@@ -558,7 +551,7 @@ pub(crate) fn walk_post(schema: &mut Value, pointer: &str, f: &mut dyn FnMut(&mu
     if let Some(obj) = schema.as_object_mut() {
         for (key, value) in obj.iter_mut() {
             let k = key.as_str();
-            let here = format!("{pointer}/{}", escape(k));
+            let here = pointer::join(pointer, k);
             if crate::schema::SCHEMA_KEYWORDS.contains(&k) {
                 walk_post(value, &here, f);
             } else if crate::schema::SCHEMA_ARRAY_KEYWORDS.contains(&k) {
@@ -571,17 +564,12 @@ pub(crate) fn walk_post(schema: &mut Value, pointer: &str, f: &mut dyn FnMut(&mu
                 && let Some(map) = value.as_object_mut()
             {
                 for (name, sub) in map.iter_mut() {
-                    walk_post(sub, &format!("{here}/{}", escape(name)), f);
+                    walk_post(sub, &pointer::join(&here, name), f);
                 }
             }
         }
     }
     f(schema, pointer);
-}
-
-/// Escape a key for a JSON pointer.
-pub(crate) fn escape(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
 }
 
 /// Whether the schema says what kind of value it takes (a type, a set of values, a

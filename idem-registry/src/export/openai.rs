@@ -13,9 +13,10 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    Notes, Provider, Strictness, drop_numeric_format, escape, is_numeric_format, is_object,
-    is_typed, move_to_description,
+    Notes, Provider, Strictness, drop_numeric_format, is_numeric_format, is_object, is_typed,
+    move_to_description,
 };
+use crate::pointer;
 use crate::tool::ToolDef;
 
 /// String formats strict mode takes.
@@ -281,8 +282,8 @@ fn strict_required(obj: &mut Map<String, Value>, pointer: &str, notes: &mut Note
             continue;
         }
         required.push(Value::String(name.clone()));
-        let at = format!("{pointer}/properties/{}", escape(name));
-        if crate::validate::accepts_null(&Value::Null, schema, 0) {
+        let at = format!("{pointer}/properties/{}", pointer::escape(name));
+        if crate::schema::accepts_null(&Value::Null, schema, 0) {
             notes.adapted(
                 &at,
                 "optional: now required; it already accepts null, which means absent",

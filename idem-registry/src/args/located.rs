@@ -1,7 +1,7 @@
 //! Typed arguments from a borrowed JSON value in one pass that knows where it is, so that an
 //! error names its JSON pointer without a second, path-tracking deserialiser.
 //!
-//! [`crate::args::parse_ref`] deserialises from `&Value` and, on failure, again through
+//! [`super::parse_ref`] deserialises from `&Value` and, on failure, again through
 //! `serde_path_to_error`: two deserialisers, so rustc compiles every arguments type's visitor
 //! twice. [`parse`] accepts exactly what `&Value` accepts, with the same messages (it defers
 //! to `&Value` for every scalar), and reports the pointer `serde_path_to_error` reports: that
@@ -19,12 +19,14 @@ use serde::de::{
 use serde::forward_to_deserialize_any;
 use serde_json::{Error, Map, Value};
 
-use crate::args::ArgumentError;
+use self::key::Key;
+use crate::error::ArgumentError;
+use crate::pointer;
 
 /// Deserialise typed arguments, naming the JSON pointer of the first error.
 pub(crate) fn parse<T: DeserializeOwned>(arguments: &Value) -> Result<T, ArgumentError> {
     // What does not depend on `T` is in functions that are not generic, compiled once.
-    not_an_object(arguments)?;
+    super::require_object(arguments)?;
     let failed = Cell::new(None);
     let root = Top(Located {
         value: arguments,
@@ -35,19 +37,6 @@ pub(crate) fn parse<T: DeserializeOwned>(arguments: &Value) -> Result<T, Argumen
         Ok(typed) => Ok(typed),
         Err(e) => Err(located(e, failed)),
     }
-}
-
-fn not_an_object(arguments: &Value) -> Result<(), ArgumentError> {
-    if arguments.is_object() {
-        return Ok(());
-    }
-    Err(ArgumentError::new(
-        "",
-        format!(
-            "expected an object of named arguments, got {}",
-            crate::args::kind(arguments)
-        ),
-    ))
 }
 
 fn located(error: Error, failed: Cell<Option<String>>) -> ArgumentError {
@@ -67,13 +56,11 @@ impl At<'_> {
             At::Root => {}
             At::Key(parent, key) => {
                 parent.pointer(out);
-                out.push('/');
-                out.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                pointer::push(out, key);
             }
             At::Index(parent, index) => {
                 parent.pointer(out);
-                out.push('/');
-                out.push_str(&index.to_string());
+                pointer::push_index(out, *index);
             }
         }
     }
@@ -531,242 +518,6 @@ impl<'de> VariantAccess<'de> for Variant<'de, '_> {
     }
 }
 
-/// A map key, as serde_json reads keys of a `Value`'s object: a string, or a number or
-/// boolean written as a string.
-struct Key<'de, 'a> {
-    key: &'de str,
-    at: &'a At<'a>,
-    failed: &'a Cell<Option<String>>,
-}
-
-impl Key<'_, '_> {
-    /// A key that is not even read is reported at `/?`, as serde_path_to_error does.
-    fn unread<T>(&self, error: Error) -> Result<T, Error> {
-        mark(self.failed, &At::Key(self.at, "?"));
-        Err(error)
-    }
-}
-
-macro_rules! numeric_key {
-    ($($method:ident)*) => {$(
-        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-            if !matches!(self.key.as_bytes().first(), Some(b'0'..=b'9' | b'-')) {
-                return self.unread(de::Error::custom(
-                    "invalid value: expected key to be a number in quotes",
-                ));
-            }
-            let mut number = serde_json::Deserializer::from_str(self.key);
-            let out = number.$method(visitor)?;
-            number.end()?;
-            Ok(out)
-        }
-    )*};
-}
-
-impl<'de> Deserializer<'de> for Key<'de, '_> {
-    type Error = Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_borrowed_str(self.key)
-    }
-
-    numeric_key! {
-        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 deserialize_i128
-        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_u128
-        deserialize_f32 deserialize_f64
-    }
-
-    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.key {
-            "true" => visitor.visit_bool(true),
-            "false" => visitor.visit_bool(false),
-            other => self.unread(de::Error::invalid_type(Unexpected::Str(other), &visitor)),
-        }
-    }
-
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_some(self)
-    }
-
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        visitor.visit_newtype_struct(self)
-    }
-
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        variants: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        let key: de::value::BorrowedStrDeserializer<'de, Error> =
-            de::value::BorrowedStrDeserializer::new(self.key);
-        key.deserialize_enum(name, variants, visitor)
-    }
-
-    forward_to_deserialize_any! {
-        char str string bytes byte_buf unit unit_struct seq tuple tuple_struct
-        map struct identifier ignored_any
-    }
-}
-
+mod key;
 #[cfg(test)]
-mod tests {
-    use std::collections::{BTreeMap, HashMap};
-
-    use serde::{Deserialize, Serialize};
-    use serde_json::json;
-
-    use super::*;
-
-    #[derive(Debug, PartialEq, Deserialize, Serialize)]
-    #[serde(deny_unknown_fields)]
-    struct Inner {
-        n: u32,
-        #[serde(default)]
-        tags: Vec<String>,
-    }
-
-    #[derive(Debug, PartialEq, Deserialize, Serialize)]
-    enum Shape {
-        Dot,
-        Circle(f64),
-        Pair(u8, u8),
-        Rect { w: u16, h: u16 },
-    }
-
-    #[derive(Debug, PartialEq, Deserialize, Serialize)]
-    #[serde(untagged)]
-    enum Either {
-        Num(i64),
-        Text(String),
-    }
-
-    #[derive(Debug, PartialEq, Deserialize, Serialize)]
-    #[serde(tag = "kind", rename_all = "snake_case")]
-    enum Tagged {
-        Email { to: String },
-        Sms { number: u64 },
-    }
-
-    #[derive(Debug, PartialEq, Deserialize, Serialize)]
-    struct Id(u64);
-
-    #[derive(Debug, PartialEq, Deserialize, Serialize)]
-    #[serde(deny_unknown_fields)]
-    struct Args {
-        items: Vec<Inner>,
-        note: Option<String>,
-        #[serde(default, alias = "shapes")]
-        shape: Option<Vec<Shape>>,
-        #[serde(default)]
-        either: Option<Either>,
-        #[serde(default)]
-        tagged: Option<Tagged>,
-        #[serde(default)]
-        by_num: HashMap<u16, bool>,
-        #[serde(default)]
-        by_name: BTreeMap<String, (i8, char)>,
-        #[serde(default)]
-        id: Option<Id>,
-        #[serde(default)]
-        unit: (),
-        #[serde(default, rename = "a/b~c")]
-        escaped: Option<Vec<u8>>,
-    }
-
-    #[derive(Debug, PartialEq, Deserialize, Serialize)]
-    struct Flat {
-        top: bool,
-        #[serde(flatten)]
-        rest: BTreeMap<String, i32>,
-    }
-
-    /// Both parsers agree: the same value, or the same pointer and message.
-    fn same<T: DeserializeOwned + PartialEq + std::fmt::Debug>(v: Value) {
-        let ours = parse::<T>(&v);
-        let theirs = crate::args::parse_ref::<T>(&v);
-        assert_eq!(ours, theirs, "{v}");
-    }
-
-    #[test]
-    fn agrees_with_serde_path_to_error() {
-        let cases = [
-            json!({"items": []}),
-            json!({"items": [{"n": 1}, {"n": 2, "tags": ["a"]}], "note": "x"}),
-            json!({"items": [{"n": 1}, {"n": -1}]}),
-            json!({"items": [{"n": 1.5}]}),
-            json!({"items": [{"n": 1, "tags": [1]}]}),
-            json!({"items": [{"n": 1, "extra": 0}]}),
-            json!({"items": [], "extra": 1}),
-            json!({}),
-            json!({"items": {}}),
-            json!({"items": null}),
-            json!({"items": [], "note": 5}),
-            json!({"items": [], "shape": ["Dot", {"Circle": 1.0}, {"Pair": [1, 2]}, {"Rect": {"w": 1, "h": 2}}]}),
-            json!({"items": [], "shapes": ["Dot"]}),
-            json!({"items": [], "shape": ["Square"]}),
-            json!({"items": [], "shape": [{"Circle": "big"}]}),
-            json!({"items": [], "shape": [{"Pair": [1, 300]}]}),
-            json!({"items": [], "shape": [{"Pair": [1]}]}),
-            json!({"items": [], "shape": [{"Pair": [1, 2, 3]}]}),
-            json!({"items": [], "shape": [{"Pair": 1}]}),
-            json!({"items": [], "shape": [{"Rect": {"w": 1}}]}),
-            json!({"items": [], "shape": [{"Rect": {"w": 1, "h": -2}}]}),
-            json!({"items": [], "shape": [{"Rect": [1, 2]}]}),
-            json!({"items": [], "shape": [{"Rect": 3}]}),
-            json!({"items": [], "shape": ["Circle"]}),
-            json!({"items": [], "shape": ["Rect"]}),
-            json!({"items": [], "shape": ["Pair"]}),
-            json!({"items": [], "shape": [{"Dot": null}]}),
-            json!({"items": [], "shape": [{"Dot": 1}]}),
-            json!({"items": [], "shape": [{"Dot": null, "Circle": 1}]}),
-            json!({"items": [], "shape": [{}]}),
-            json!({"items": [], "shape": [7]}),
-            json!({"items": [], "either": 3}),
-            json!({"items": [], "either": "x"}),
-            json!({"items": [], "either": [1]}),
-            json!({"items": [], "tagged": {"kind": "email", "to": "a"}}),
-            json!({"items": [], "tagged": {"kind": "sms", "number": "x"}}),
-            json!({"items": [], "tagged": {"kind": "fax"}}),
-            json!({"items": [], "by_num": {"1": true, "20": false}}),
-            json!({"items": [], "by_num": {"1": 3}}),
-            json!({"items": [], "by_num": {"x": true}}),
-            json!({"items": [], "by_num": {"70000": true}}),
-            json!({"items": [], "by_name": {"a": [1, "c"], "b/c": [2, "d"]}}),
-            json!({"items": [], "by_name": {"a": [1, "cd"]}}),
-            json!({"items": [], "by_name": {"x~y": [1000, "c"]}}),
-            json!({"items": [], "id": 5}),
-            json!({"items": [], "id": "5"}),
-            json!({"items": [], "unit": null}),
-            json!({"items": [], "unit": 1}),
-            json!({"items": [], "a/b~c": [1, 2, 256]}),
-            json!({"items": [], "a/b~c": "bytes"}),
-            json!([1]),
-            json!("args"),
-        ];
-        for case in cases {
-            same::<Args>(case);
-        }
-        for case in [
-            json!({"top": true, "a": 1, "b": 2}),
-            json!({"top": true, "a": "x"}),
-            json!({"a": 1}),
-        ] {
-            same::<Flat>(case);
-        }
-    }
-
-    #[test]
-    fn pointers_escape_and_index() {
-        let e =
-            parse::<Args>(&json!({"items": [], "by_name": {"x/y~z": [1000, "c"]}})).unwrap_err();
-        assert_eq!(e.pointer, "/by_name/x~1y~0z/0");
-        let e = parse::<Args>(&json!({"items": [{"n": 1}, {"n": "2"}]})).unwrap_err();
-        assert_eq!(e.pointer, "/items/1/n");
-        assert!(e.message.contains("invalid type"), "{}", e.message);
-    }
-}
+mod tests;

@@ -1,0 +1,361 @@
+//! Building a [`ToolDef`] at run time: each part given by a method, everything checked at
+//! once by [`ToolBuilder::build`], the class required from the start.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use idem_core::{ToolClass, ToolError};
+use serde_json::Value;
+
+use super::definition::{
+    Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, TypedArguments, Verified,
+    Verifier,
+};
+use super::name::check_name;
+use super::policy::{ExplicitSettings, ToolPolicy};
+use crate::args::require_object;
+use crate::context::ToolContext;
+use crate::error::{ArgumentError, RegistryError};
+use crate::schema::check_argument_pointer;
+
+impl ToolDef {
+    /// Start a tool built at runtime. The class is a required argument: a tool cannot be
+    /// constructed without one.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let echo = ToolDef::builder("echo", ToolClass::Read)
+    ///     .description("Echo the arguments back.")
+    ///     .input_schema(json!({"type": "object", "properties": {"text": {"type": "string"}}}))
+    ///     .handler(|_ctx: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(echo.name(), "echo");
+    /// ```
+    pub fn builder(name: impl Into<Cow<'static, str>>, class: ToolClass) -> ToolBuilder {
+        ToolBuilder {
+            name: name.into(),
+            class,
+            description: None,
+            input_schema: None,
+            output_schema: None,
+            policy: ToolPolicy::default(),
+            prepare: None,
+            handler: None,
+            natural_key: None,
+            verify: None,
+            secrets: Vec::new(),
+            location: None,
+            explicit: ExplicitSettings::default(),
+        }
+    }
+}
+
+/// Builds a [`ToolDef`]; see [`ToolDef::builder`].
+pub struct ToolBuilder {
+    name: Cow<'static, str>,
+    class: ToolClass,
+    description: Option<Cow<'static, str>>,
+    input_schema: Option<Arc<Value>>,
+    output_schema: Option<Arc<Value>>,
+    policy: ToolPolicy,
+    prepare: Option<Preparer>,
+    handler: Option<Handler>,
+    natural_key: Option<NaturalKey>,
+    verify: Option<Verifier>,
+    secrets: Vec<String>,
+    location: Option<Location>,
+    /// The policy settings the tool's author wrote out, for [`ToolPolicy::check`].
+    explicit: ExplicitSettings,
+}
+
+impl fmt::Debug for ToolBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolBuilder")
+            .field("name", &self.name)
+            .field("class", &self.class)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolBuilder {
+    /// The description shown to the model (required).
+    pub fn description(mut self, d: impl Into<Cow<'static, str>>) -> Self {
+        self.description = Some(d.into());
+        self
+    }
+
+    /// The arguments' JSON schema (required; its root must be an object schema).
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = Some(Arc::new(schema));
+        self
+    }
+
+    /// Share an already built schema.
+    pub fn input_schema_shared(mut self, schema: Arc<Value>) -> Self {
+        self.input_schema = Some(schema);
+        self
+    }
+
+    /// The output's JSON schema.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(Arc::new(schema));
+        self
+    }
+
+    /// Share an already built output schema.
+    pub fn output_schema_shared(mut self, schema: Arc<Value>) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// Policy settings.
+    pub fn policy(mut self, policy: ToolPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How arguments are checked and normalised (default: they must be a JSON object).
+    pub fn prepare(
+        mut self,
+        f: impl Fn(&Value) -> Result<Value, ArgumentError> + Send + Sync + 'static,
+    ) -> Self {
+        self.prepare = Some(Arc::new(move |v: &Value| {
+            f(v).map(|v| PreparedArguments::untyped(Cow::Owned(v)))
+        }));
+        self
+    }
+
+    /// The arguments are a `T`: each call's arguments are deserialised into it (a failure
+    /// names the offending field) and the typed value, re-serialised, is what the
+    /// fingerprint covers (defaults applied, aliases resolved). What `#[tool]` uses.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// #[derive(serde::Deserialize, serde::Serialize)]
+    /// #[serde(deny_unknown_fields)]
+    /// struct Page { #[serde(default)] n: u32 }
+    ///
+    /// let tool = ToolDef::builder("page", ToolClass::Read)
+    ///     .description("Read a page.")
+    ///     .input_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}}}))
+    ///     .typed_arguments::<Page>()
+    ///     .handler(|_: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = tool;
+    /// ```
+    pub fn typed_arguments<T>(mut self) -> Self
+    where
+        T: serde::de::DeserializeOwned + serde::Serialize + 'static,
+    {
+        self.prepare = Some(Arc::new(|v: &Value| {
+            crate::args::normalise_borrowed::<T>(v).map(PreparedArguments::untyped)
+        }));
+        self
+    }
+
+    /// [`typed_arguments`](Self::typed_arguments) whose typed value goes on to a handler
+    /// set with [`handler_typed`](Self::handler_typed), when the arguments were already
+    /// normal (so that it is exactly what the handler would read from them).
+    pub(crate) fn typed_arguments_carried<T>(mut self) -> Self
+    where
+        T: serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
+    {
+        self.prepare = Some(Arc::new(|v: &Value| {
+            crate::args::normalise_typed::<T>(v).map(|(arguments, typed)| PreparedArguments {
+                arguments,
+                typed: typed.map(|t| Box::new(t) as TypedArguments),
+            })
+        }));
+        self
+    }
+
+    /// The body (required).
+    pub fn handler<F, Fut>(self, f: F) -> Self
+    where
+        F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        self.handler_typed(move |ctx, args: &Value, _| f(ctx, args.clone()))
+    }
+
+    /// The body, lent the arguments rather than given a copy: what `#[tool]` uses, since it
+    /// deserialises its typed parameters from the borrow before the future starts.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let tool = ToolDef::builder("shout", ToolClass::Read)
+    ///     .description("Upper-case a word.")
+    ///     .input_schema(json!({"type": "object", "properties": {"word": {"type": "string"}}}))
+    ///     .handler_ref(|_: ToolContext, args: &Value| {
+    ///         let word = args["word"].as_str().unwrap_or_default().to_uppercase();
+    ///         async move { Ok::<_, ToolError>(json!(word)) }
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = tool;
+    /// ```
+    pub fn handler_ref<F, Fut>(self, f: F) -> Self
+    where
+        F: Fn(ToolContext, &Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        self.handler_typed(move |ctx, args: &Value, _| f(ctx, args))
+    }
+
+    /// The body, lent the arguments and given the typed value the preparer built, if any
+    /// (see [`typed_arguments_carried`](Self::typed_arguments_carried)).
+    pub(crate) fn handler_typed<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolContext, &Value, Option<TypedArguments>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        self.handler = Some(Arc::new(
+            move |ctx, args: &Value, typed: Option<TypedArguments>| Box::pin(f(ctx, args, typed)),
+        ));
+        self
+    }
+
+    /// A natural key computed from the normalised arguments.
+    pub fn natural_key(
+        mut self,
+        f: impl Fn(&Value) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.natural_key = Some(Arc::new(f));
+        self
+    }
+
+    /// Mark the argument at a JSON Pointer (`"/card_number"`) secret: it reaches the body as
+    /// given, and is sealed in records, fingerprints and approval requests and cut out of
+    /// error messages (see [`crate::redact`]). A dispatcher needs a
+    /// [`SecretKey`](crate::SecretKey) to run such a tool. A pointer that is not one, or that
+    /// names an argument the schema does not list, is refused by [`build`](Self::build).
+    pub fn secret(mut self, pointer: impl Into<String>) -> Self {
+        self.secrets.push(pointer.into());
+        self
+    }
+
+    /// A verify hook: when a call's outcome is Unknown, the dispatcher asks it (with the
+    /// call's context, whose key is the downstream key, and the arguments) whether the effect
+    /// happened, and settles the record from its answer instead of refusing the call.
+    pub fn verify<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Verified, ToolError>> + Send + 'static,
+    {
+        self.verify = Some(Arc::new(move |ctx, args| Box::pin(f(ctx, args))));
+        self
+    }
+
+    /// Where the tool was defined.
+    pub fn location(mut self, file: &'static str, line: u32) -> Self {
+        self.location = Some(Location { file, line });
+        self
+    }
+
+    /// Say which policy settings were written out by the tool's author, so that
+    /// [`build`](Self::build) also refuses those that would do nothing (see
+    /// [`ToolPolicy::check`]): what a [`ToolSpec`](super::ToolSpec) does, and what any other
+    /// format of tool definitions can do.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::tool::ExplicitSettings;
+    /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let mut written = ExplicitSettings::default();
+    /// written.ttl_secs = true;
+    /// let err = ToolDef::builder("lookup", ToolClass::Read)
+    ///     .description("Look a customer up.")
+    ///     .input_schema(json!({"type": "object"}))
+    ///     .handler(|_: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+    ///     .explicit_settings(written)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains("`ttl_secs` has no effect on a `read` tool"), "{err}");
+    /// ```
+    pub fn explicit_settings(mut self, written: ExplicitSettings) -> Self {
+        self.explicit = written;
+        self
+    }
+
+    /// Check and finish the definition.
+    pub fn build(self) -> Result<ToolDef, RegistryError> {
+        // A `'static` name (every `#[tool]`) stays borrowed: contexts then share it for free.
+        let name_cow = self.name;
+        let name = name_cow.to_string();
+        check_name(&name)?;
+        let description = match self.description {
+            Some(d) if !d.trim().is_empty() => d,
+            _ => {
+                return Err(RegistryError::invalid(
+                    name,
+                    "a description is required: the model chooses tools by it",
+                ));
+            }
+        };
+        let Some(input_schema) = self.input_schema else {
+            return Err(RegistryError::invalid(name, "an input schema is required"));
+        };
+        if input_schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(RegistryError::invalid(
+                name,
+                "the input schema's root must have `\"type\": \"object\"`",
+            ));
+        }
+        for pointer in &self.secrets {
+            if pointer.is_empty() {
+                return Err(RegistryError::invalid(
+                    name,
+                    "a secret pointer must name one argument, e.g. \"/card_number\"; \
+                     \"\" would seal the whole arguments",
+                ));
+            }
+            if let Err(reason) = check_argument_pointer("secret", pointer, &input_schema) {
+                return Err(RegistryError::invalid(name, reason));
+            }
+        }
+        let Some(handler) = self.handler else {
+            return Err(RegistryError::invalid(name, "a handler is required"));
+        };
+        if let Err(e) = self.policy.check(self.class, &self.explicit) {
+            return Err(RegistryError::invalid(name, e.to_string()));
+        }
+        let prepare = self.prepare.unwrap_or_else(|| {
+            Arc::new(|v: &Value| {
+                require_object(v).map(|()| PreparedArguments::untyped(Cow::Borrowed(v)))
+            })
+        });
+        Ok(ToolDef {
+            name: match name_cow {
+                Cow::Borrowed(b) => Cow::Borrowed(b),
+                Cow::Owned(_) => Cow::Owned(name),
+            },
+            class: self.class,
+            description,
+            input_schema,
+            output_schema: self.output_schema,
+            policy: self.policy,
+            prepare,
+            handler,
+            natural_key: self.natural_key,
+            verify: self.verify,
+            secrets: self.secrets,
+            location: self.location,
+            validator: Arc::default(),
+        })
+    }
+}

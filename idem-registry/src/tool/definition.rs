@@ -1,0 +1,212 @@
+//! A tool's definition as the registry and dispatcher hold it: name, class, description,
+//! schemas, policy, and the functions that prepare its arguments, run it, key it and verify
+//! it. What builds one is in `builder` and `spec`; what checks a call's arguments against
+//! it is in `arguments`.
+
+use std::any::Any;
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+use idem_core::{ToolClass, ToolError};
+use serde_json::Value;
+
+use super::policy::ToolPolicy;
+use crate::context::ToolContext;
+use crate::error::ArgumentError;
+use crate::schema::{ArgumentValidator, SchemaError};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A call's arguments already read into the tool's own arguments type (behind `dyn Any`,
+/// since the registry does not know that type), by the [`Preparer`] while it checked them,
+/// and handed on to the handler so that they are not deserialised a second time (what
+/// `#[tool]` does).
+pub type TypedArguments = Box<dyn Any + Send>;
+
+/// What runs a tool: context and normalised arguments in, JSON output or a tool error out.
+/// The arguments are lent: a body that needs them owned (or typed) takes what it needs
+/// before its future starts, and a retry lends them again. The typed arguments of the
+/// [`Preparer`], when it built them, come with the first attempt only.
+pub type Handler = Arc<
+    dyn Fn(
+            ToolContext,
+            &Value,
+            Option<TypedArguments>,
+        ) -> BoxFuture<'static, Result<Value, ToolError>>
+        + Send
+        + Sync,
+>;
+
+/// Checks and normalises arguments before anything else happens; arguments that are already
+/// normal may come back borrowed.
+pub type Preparer =
+    Arc<dyn for<'a> Fn(&'a Value) -> Result<PreparedArguments<'a>, ArgumentError> + Send + Sync>;
+
+/// What a [`Preparer`] gives: the normalised arguments, and the typed value they were read
+/// into if the handler can take it instead of reading them again.
+pub struct PreparedArguments<'a> {
+    /// The normalised arguments (borrowed when they already were normal).
+    pub arguments: Cow<'a, Value>,
+    /// The typed arguments, exactly what the handler would deserialise from `arguments`.
+    pub typed: Option<TypedArguments>,
+}
+
+impl<'a> PreparedArguments<'a> {
+    /// Normalised arguments with no typed value.
+    pub fn untyped(arguments: Cow<'a, Value>) -> Self {
+        PreparedArguments {
+            arguments,
+            typed: None,
+        }
+    }
+}
+
+impl fmt::Debug for PreparedArguments<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PreparedArguments")
+            .field("arguments", &self.arguments)
+            .field("typed", &self.typed.is_some())
+            .finish()
+    }
+}
+
+/// Computes a natural key from the normalised arguments (find-or-create semantics).
+pub type NaturalKey = Arc<dyn Fn(&Value) -> Option<String> + Send + Sync>;
+
+/// What a verify hook found downstream about a call whose outcome was Unknown.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verified {
+    /// The effect happened; this is the output to record and replay.
+    Applied(Value),
+    /// The effect certainly did not happen; the call may run.
+    NotApplied,
+}
+
+impl Verified {
+    /// The effect happened, with this output.
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use idem::Verified;
+    /// let v = Verified::applied(&serde_json::json!({"message_id": "m-1"})).unwrap();
+    /// assert!(matches!(v, Verified::Applied(_)));
+    /// ```
+    pub fn applied<T: serde::Serialize>(output: &T) -> Result<Self, ToolError> {
+        serde_json::to_value(output)
+            .map(Verified::Applied)
+            .map_err(|e| ToolError::ambiguous(format!("verified output cannot be serialised: {e}")))
+    }
+}
+
+/// Asks the downstream system, by the call's key, whether an Unknown call's effect happened.
+pub type Verifier = Arc<
+    dyn Fn(ToolContext, Value) -> BoxFuture<'static, Result<Verified, ToolError>> + Send + Sync,
+>;
+
+/// A tool's argument validator, compiled once (at registration, or on first use) and shared
+/// by the clones of its definition.
+pub(crate) type CompiledValidator = Arc<OnceLock<Result<ArgumentValidator, SchemaError>>>;
+
+/// Where a tool was defined, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// Source file.
+    pub file: &'static str,
+    /// Line.
+    pub line: u32,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// A complete tool definition, as the registry and dispatcher use it.
+#[derive(Clone)]
+pub struct ToolDef {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) class: ToolClass,
+    pub(crate) description: Cow<'static, str>,
+    pub(crate) input_schema: Arc<Value>,
+    pub(crate) output_schema: Option<Arc<Value>>,
+    pub(crate) policy: ToolPolicy,
+    pub(crate) prepare: Preparer,
+    pub(crate) handler: Handler,
+    pub(crate) natural_key: Option<NaturalKey>,
+    pub(crate) verify: Option<Verifier>,
+    /// JSON Pointers of the secret arguments (see [`crate::redact`]).
+    pub(crate) secrets: Vec<String>,
+    pub(crate) location: Option<Location>,
+    /// The compiled argument validator, shared by clones; see `ToolDef::arguments_validator`.
+    pub(crate) validator: CompiledValidator,
+}
+
+impl fmt::Debug for ToolDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolDef")
+            .field("name", &self.name)
+            .field("class", &self.class)
+            .field("policy", &self.policy)
+            .field("natural_key", &self.natural_key.is_some())
+            .field("verify", &self.verify.is_some())
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolDef {
+    /// The registered name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The side-effect class.
+    pub fn class(&self) -> ToolClass {
+        self.class
+    }
+
+    /// The description shown to the model.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The JSON schema of the arguments.
+    pub fn input_schema(&self) -> &Value {
+        &self.input_schema
+    }
+
+    /// The JSON schema of the output, if known.
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_deref()
+    }
+
+    /// The policy settings.
+    pub fn policy(&self) -> &ToolPolicy {
+        &self.policy
+    }
+
+    /// Whether the tool declares a verify hook.
+    pub fn has_verify(&self) -> bool {
+        self.verify.is_some()
+    }
+
+    /// Whether the tool declares a natural key.
+    pub fn has_natural_key(&self) -> bool {
+        self.natural_key.is_some()
+    }
+
+    /// Where the tool was defined, for tools declared with `#[tool]`.
+    pub fn location(&self) -> Option<&Location> {
+        self.location.as_ref()
+    }
+
+    /// The JSON Pointers of its secret arguments (see [`crate::redact`]).
+    pub fn secrets(&self) -> &[String] {
+        &self.secrets
+    }
+}

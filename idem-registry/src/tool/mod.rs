@@ -1,0 +1,41 @@
+//! Tools: what a tool is, how one is built, and the policy it runs under.
+//!
+//! - `definition`: [`ToolDef`], the complete definition the registry and dispatcher hold,
+//!   and the function types it carries (handler, preparer, natural key, verify hook);
+//! - `arguments`: what a definition checks of a call's arguments (its compiled schema);
+//! - `builder`: [`ToolBuilder`], a definition built in code;
+//! - `spec`: [`ToolSpec`], a definition read from data;
+//! - `policy`: [`ToolPolicy`] and its one check, [`ToolPolicy::check`], which every way of
+//!   defining a tool goes through;
+//! - `name`: the rule every tool name follows;
+//! - `registration`: how a `#[tool]` reaches the registry ([`StaticTool`],
+//!   [`ToolRegistration`]).
+//!
+//! Schemas are the [`schema`](crate::schema) module's business: nothing there knows a tool.
+
+mod arguments;
+mod builder;
+mod definition;
+mod name;
+mod policy;
+mod registration;
+mod spec;
+
+pub use builder::ToolBuilder;
+pub use definition::{
+    BoxFuture, Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, TypedArguments,
+    Verified, Verifier,
+};
+pub use name::check_name;
+pub use policy::{
+    DEFAULT_VERIFY_AFTER, ExplicitSettings, LONGEST_POLICY_DURATION, PolicyError, ToolPolicy,
+};
+pub use registration::{StaticTool, ToolRegistration};
+pub use spec::ToolSpec;
+
+/// The old name of [`PreparedArguments`], kept for code that names it.
+#[doc(hidden)]
+pub use definition::PreparedArguments as Prepared;
+/// The old name of [`TypedArguments`], kept for code that names it.
+#[doc(hidden)]
+pub use definition::TypedArguments as Typed;
