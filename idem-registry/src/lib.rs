@@ -9,14 +9,14 @@ pub mod args;
 pub mod context;
 pub mod dispatch;
 pub mod export;
-#[doc(hidden)]
-pub mod glue;
 mod heartbeat;
 mod located;
 pub mod redact;
 pub mod registry;
 pub mod schema;
 pub mod tool;
+#[doc(hidden)]
+pub mod tool_attribute;
 pub mod validate;
 
 pub use approval::{Approval, ApprovalRequest};

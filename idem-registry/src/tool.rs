@@ -938,7 +938,7 @@ fn nfc(value: &Value) -> Value {
     }
 }
 
-/// A tool declared with `#[tool]`: the macro implements this for the generated unit type.
+/// A tool declared with `#[tool]`: the macro implements this for the type it declares.
 pub trait StaticTool {
     /// The registered name.
     const NAME: &'static str;
