@@ -77,6 +77,9 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
                 class: #p::ToolClass::#class,
                 description: #description,
                 settings: &[#(#settings),*],
+                // The struct is taken apart by one closure and the body called by another,
+                // so that the struct's types come from the proofs alone, never from the
+                // body's signature (see `Proofs` in the run-time half).
                 body: &#p::Body::new(
                     #proofs,
                     #output_proof,

@@ -25,17 +25,16 @@ use serde_json::Value;
 pub use body::{Body, ToolBody};
 pub use futures_util::future::lazy;
 pub use idem_core::ToolClass;
-// The proofs' traits too: rustc names them in its errors by the shortest public path,
-// `idem::__private::ToolParam`.
+// The proof traits too, though the expansion does not name them: rustc names them in its
+// errors by their shortest public path, `idem::__private::ToolParam`.
 pub use proofs::{
-    Checked, IntoToolError, Never, Proofs, Proven, ToolOutput, ToolParam, Unchecked, output, param,
-    param_with_codec, tool_error,
+    IntoToolError, ToolOutput, ToolParam, output, param, param_with_codec, tool_error,
 };
 pub use {inventory, schemars, serde};
 
 pub use crate::context::ToolContext;
-use crate::tool::ToolPolicy;
-pub use crate::tool::{BoxFuture, StaticTool, ToolDef, ToolRegistration, Verified};
+use crate::tool::{BoxFuture, ToolPolicy, Verified};
+pub use crate::tool::{StaticTool, ToolDef, ToolRegistration};
 
 /// A tool as `#[tool]` declares it: a `static` per tool, read by code shared by every tool.
 pub struct Declaration {
