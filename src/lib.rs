@@ -74,7 +74,7 @@
 //! second execution. Write such a tool `async` and move the blocking work to
 //! `tokio::task::spawn_blocking`.
 //!
-//! `#[tool]` replaces the function by a unit type of the same name that implements
+//! `#[tool]` replaces the function by a type of the same name that implements
 //! [`StaticTool`]: the body can only run through a [`Dispatcher`].
 //!
 //! ## Testing with a manual clock
@@ -162,128 +162,6 @@ pub mod prelude {
     };
 }
 
+/// What `#[tool]`'s expansion names: not an API, for the macro alone.
 #[doc(hidden)]
-pub mod __private {
-    pub use ::inventory;
-    pub use ::schemars;
-    pub use ::serde;
-    pub use ::serde_json::Value;
-    pub use idem_core::{ToolClass, ToolError};
-    pub use idem_registry::{
-        StaticTool, ToolBuilder, ToolContext, ToolDef, ToolPolicy, ToolRegistration, args, glue,
-        schema,
-    };
-    pub use std::sync::{Arc, OnceLock};
-    pub use std::time::Duration;
-
-    use std::marker::PhantomData;
-
-    /// Finish a definition the macro has already checked.
-    pub fn finish(builder: idem_registry::ToolBuilder) -> ToolDef {
-        builder
-            .build()
-            .unwrap_or_else(|e| panic!("#[tool] produced an invalid definition: {e}"))
-    }
-
-    /// Serialise a tool's output. The effect has happened by now, so a failure is ambiguous.
-    pub fn output_value<T: ::serde::Serialize>(out: &T) -> Result<Value, ToolError> {
-        ::serde_json::to_value(out).map_err(|e| {
-            ToolError::ambiguous(format!(
-                "the tool ran but its output cannot be serialised: {e}"
-            ))
-        })
-    }
-
-    // Proofs. A tool's parameter, output and error types must implement some traits. The
-    // macro asks for a proof of each, `param::<T, _>()`, spanned on the user's `T`, and builds
-    // the tool only from the proofs: the arguments struct is generic, and its types reach it
-    // as `<P as Proven>::Type`. Each proof trait has a second, impossible impl, so rustc must
-    // weigh both and, when neither applies, reports the one obligation `T: ToolParam<_>` with
-    // the message below, instead of one error per missing trait and more from the derives.
-    // The proof's type then stays unknown, and every use of it is ambiguous, which rustc does
-    // not report once an error has been.
-
-    /// The proof that `T` passed a check.
-    pub struct Checked<T>(PhantomData<fn() -> T>);
-
-    /// The impossible alternative of every proof trait.
-    pub enum Unchecked {}
-
-    /// Implemented by no type: the bound of the impossible impls.
-    pub trait Never {}
-
-    /// What a proof proves usable. Tool types are owned, hence `'static`.
-    pub trait Proven {
-        /// The checked type.
-        type Type: 'static;
-    }
-
-    impl<T: 'static> Proven for Checked<T> {
-        type Type = T;
-    }
-
-    /// What a tool parameter must be.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot be a tool parameter",
-        label = "a tool parameter must implement `serde::Deserialize`, `serde::Serialize` and `schemars::JsonSchema`",
-        note = "derive them on the type and on the types it contains: `#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]`; for a type of another crate, enable its serde and schemars features or wrap it in a type of yours"
-    )]
-    pub trait ToolParam<P> {}
-
-    impl<T: ::serde::de::DeserializeOwned + ::serde::Serialize + ::schemars::JsonSchema>
-        ToolParam<Checked<T>> for T
-    {
-    }
-
-    impl<T: Never> ToolParam<Unchecked> for T {}
-
-    /// What a tool's output must be.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot be a tool's output",
-        label = "a tool's output must implement `serde::Serialize` and `schemars::JsonSchema`",
-        note = "derive them on the type and on the types it contains: `#[derive(serde::Serialize, schemars::JsonSchema)]`"
-    )]
-    pub trait ToolOutput<P> {}
-
-    impl<T: ::serde::Serialize + ::schemars::JsonSchema> ToolOutput<Checked<T>> for T {}
-
-    impl<T: Never> ToolOutput<Unchecked> for T {}
-
-    /// What a tool's error type must be.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot be a tool's error type",
-        label = "a tool's error type must implement `Into<idem::ToolError>`",
-        note = "implement `From<{Self}> for ToolError` with the `ErrorKind` that tells the dispatcher whether the effect happened, or return `ToolError` and convert in the body, e.g. `.map_err(ToolError::retryable)?`"
-    )]
-    pub trait IntoToolError<P> {
-        /// The conversion.
-        fn into_tool_error(self) -> ToolError;
-    }
-
-    impl<E: Into<ToolError>> IntoToolError<Checked<E>> for E {
-        fn into_tool_error(self) -> ToolError {
-            self.into()
-        }
-    }
-
-    impl<E: Never> IntoToolError<Unchecked> for E {
-        fn into_tool_error(self) -> ToolError {
-            unreachable!("no type implements `Never`")
-        }
-    }
-
-    /// The proof that `T` can be a tool parameter.
-    pub fn param<T: ToolParam<P>, P>() -> PhantomData<P> {
-        PhantomData
-    }
-
-    /// The proof that `T` can be a tool's output.
-    pub fn output<T: ToolOutput<P>, P>() -> PhantomData<P> {
-        PhantomData
-    }
-
-    /// Convert a tool's error.
-    pub fn tool_error<E: IntoToolError<P>, P>(e: E) -> ToolError {
-        e.into_tool_error()
-    }
-}
+pub use idem_registry::tool_attribute as __private;

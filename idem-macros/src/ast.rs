@@ -50,7 +50,7 @@ pub(crate) fn docs(attrs: &[Attribute]) -> String {
 }
 
 /// Whether a parameter type is the injected context: `&ToolContext` (any path ending in it).
-fn context_type(ty: &Type) -> bool {
+pub(crate) fn is_context_type(ty: &Type) -> bool {
     match ty {
         Type::Reference(r) => is_context_path(&r.elem),
         _ => false,
@@ -70,8 +70,19 @@ pub(crate) fn is_context_path(ty: &Type) -> bool {
 
 /// An attribute the macro takes off a parameter (rustc would reject `#[secret]`, and the
 /// others move to the arguments struct).
-pub(crate) fn is_param_attr(a: &Attribute) -> bool {
+fn is_param_attr(a: &Attribute) -> bool {
     is_field_attr(a) || a.path().is_ident("secret")
+}
+
+/// The function without the parameter attributes the macro takes off, as rustc accepts it.
+pub(crate) fn without_param_attrs(item: &ItemFn) -> ItemFn {
+    let mut item = item.clone();
+    for input in item.sig.inputs.iter_mut() {
+        if let FnArg::Typed(pt) = input {
+            pt.attrs.retain(|a| !is_param_attr(a));
+        }
+    }
+    item
 }
 
 pub(crate) fn is_field_attr(a: &Attribute) -> bool {
@@ -103,7 +114,7 @@ impl<'a> ToolFn<'a> {
                         ty: &pt.ty,
                         field_attrs: pt.attrs.iter().filter(|a| is_field_attr(a)).collect(),
                         secret: pt.attrs.iter().find(|a| a.path().is_ident("secret")),
-                        is_context: context_type(&pt.ty),
+                        is_context: is_context_type(&pt.ty),
                     });
                 }
             }

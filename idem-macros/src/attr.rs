@@ -73,6 +73,34 @@ pub(crate) struct Attr {
     pub krate: Option<syn::Path>,
 }
 
+impl Attr {
+    /// The name the model calls: `name = "..."`, else the function's (without `r#`).
+    pub(crate) fn tool_name(&self, function: &syn::Ident) -> String {
+        match &self.name {
+            Some(name) => name.value(),
+            None => syn::ext::IdentExt::unraw(function).to_string(),
+        }
+    }
+
+    /// The description shown to the model: `description = "..."`, else the doc comment.
+    pub(crate) fn description(&self, docs: &str) -> String {
+        match &self.description {
+            Some(description) => description.value(),
+            None => docs.to_owned(),
+        }
+    }
+
+    /// The path of the run-time half of the expansion: `::idem::__private`, or the renamed
+    /// crate's.
+    pub(crate) fn runtime(&self) -> TokenStream {
+        let krate = self
+            .krate
+            .clone()
+            .unwrap_or_else(|| syn::parse_quote!(::idem));
+        quote::quote!(#krate::__private)
+    }
+}
+
 pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
     let mut attr = Attr::default();
     let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args) {

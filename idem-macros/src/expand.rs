@@ -1,14 +1,19 @@
-//! Emits the generated code. Every user error was found before this runs.
+//! The attribute's entry point, and the code it emits for a valid tool: what only that tool
+//! can say (its arguments struct, its body, one static declaration, the `StaticTool` impl
+//! that hands it out, its registration); the rest is the run-time half, `idem::__private`.
+//! Generation cannot fail: every user error was found before it, and a refused function goes
+//! to [`fallback`](crate::fallback) instead.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn};
 
-use crate::ast::{ToolFn, is_context_path, is_param_attr};
+use crate::ast::{ToolFn, is_context_type, without_param_attrs};
 use crate::attr::{self, Attr};
 use crate::errors::Errors;
-use crate::valid;
+use crate::tool_type::ToolType;
+use crate::{fallback, valid};
 
 pub(crate) fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
     let item: ItemFn = match syn::parse2(item.clone()) {
@@ -22,138 +27,171 @@ pub(crate) fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
             return quote!(#e #item);
         }
     };
-    let mut errors = Errors::default();
+    let mut errors = Errors::new();
     let attr = attr::parse(args, &mut errors);
     let view = ToolFn::from_item(&item, &mut errors);
     valid::check(&view, &attr, &mut errors);
-    match errors.finish() {
-        // Emit the function as written (minus the parameter attributes rustc would reject)
-        // so that other code keeps compiling and the user sees only our errors.
-        Err(e) => {
-            let e = e.to_compile_error();
-            let plain = strip_param_attrs(item.clone());
-            quote!(#e #plain)
-        }
+    match errors.check() {
         Ok(()) => generate(&view, &attr),
+        Err(e) => fallback::expand(&view, &attr, e),
     }
-}
-
-fn strip_param_attrs(mut item: ItemFn) -> ItemFn {
-    for input in item.sig.inputs.iter_mut() {
-        if let FnArg::Typed(pt) = input {
-            pt.attrs.retain(|a| !is_param_attr(a));
-        }
-    }
-    item
 }
 
 fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
-    let item = tool.item;
-    let krate = attr
-        .krate
-        .clone()
-        .unwrap_or_else(|| syn::parse_quote!(::idem));
-    let p = quote!(#krate::__private);
-    let ident = &item.sig.ident;
-    let vis = &item.vis;
-    let name = attr
-        .name
-        .as_ref()
-        .map(|n| n.value())
-        .unwrap_or_else(|| ident.to_string().trim_start_matches("r#").to_owned());
-    let description = attr
-        .description
-        .as_ref()
-        .map(|d| d.value())
-        .unwrap_or_else(|| tool.docs.clone());
-    let class = format_ident!("{}", attr.class.map(|c| c.variant()).unwrap_or("Read"));
+    let ty = ToolType::new(tool, attr);
+    let p = &ty.p;
+    let (name, description, class, ident) = (&ty.name, &ty.description, &ty.class, ty.ident);
+    let args = Arguments::new(tool, p);
+    let args_struct = &args.declaration;
+    let body = body(tool, p);
+    let (proofs, fields) = (&args.proofs, &args.fields);
+    let idents = tool.args().map(|param| param.ident);
+    let call = call(tool, p);
 
-    // Each parameter's type is proven usable, on its own tokens, before anything uses it:
-    // the arguments struct is generic, and `__idem_define` receives its type arguments only
-    // through the proofs (see `__private` in the facade). A type that fails its proof is
-    // reported once, there, and nothing downstream reports it again.
-    let args: Vec<_> = tool.args().collect();
-    let mut struct_generics = Vec::new();
-    let mut proof_generics = Vec::new();
-    let mut proofs = Vec::new();
-    let mut fields = Vec::new();
-    let mut run_types = Vec::new();
-    let mut args_type_args = Vec::new();
-    for (i, param) in args.iter().enumerate() {
-        let id = param.ident;
-        let ty = param.ty;
-        let attrs = &param.field_attrs;
-        let keys: Vec<(String, bool)> = attrs.iter().flat_map(|a| codec_keys(a)).collect();
-        if keys.iter().any(|(key, valued)| concrete_key(key, *valued)) {
-            // The attribute names code written for the concrete type (`with = "module"`,
-            // `default = "path"`, `skip_serializing_if = "..."`): the field keeps that type,
-            // and it is not proven, since a custom codec frees the type of the traits.
-            fields.push(quote!(#(#attrs)* #id: #ty));
-            run_types.push(quote!(#ty));
-            continue;
-        }
-        let generic = format_ident!("__P{}", i);
-        let proof = format_ident!("__M{}", i);
-        // schemars, unlike serde, does not bound a generic `#[serde(default)]` field by
-        // `Default` (nor by `Serialize`, which it needs to show the default in the schema).
-        // A field's own bound replaces the one schemars infers, hence `JsonSchema` too.
-        let default_bound = keys.iter().any(|(key, _)| key == "default").then(|| {
-            let bound = quote!(#generic: #p::schemars::JsonSchema + ::core::default::Default + #p::serde::Serialize)
-                .to_string();
-            quote!(#[schemars(bound = #bound)])
-        });
-        fields.push(quote!(#(#attrs)* #default_bound #id: #generic));
-        run_types.push(quote!(<#proof as #p::Proven>::Type));
-        args_type_args.push(quote!(<#proof as #p::Proven>::Type));
-        proofs.push(quote_spanned!(ty.span()=> #p::param::<#ty, _>()));
-        struct_generics.push(generic);
-        proof_generics.push(proof);
-    }
-    let struct_params = (!struct_generics.is_empty()).then(|| quote!(<#(#struct_generics),*>));
-    let args_type = if args_type_args.is_empty() {
-        quote!(__IdemArgs)
-    } else {
-        quote!(__IdemArgs<#(#args_type_args),*>)
-    };
-    let serde_crate = quote!(#p::serde).to_string().replace(' ', "");
-    let schemars_crate = quote!(#p::schemars).to_string().replace(' ', "");
-    let args_struct = quote! {
-        #[derive(#p::serde::Deserialize, #p::serde::Serialize, #p::schemars::JsonSchema)]
-        #[serde(crate = #serde_crate, deny_unknown_fields)]
-        #[schemars(crate = #schemars_crate)]
-        struct __IdemArgs #struct_params { #(#fields,)* }
-    };
-
-    // The output and error types are proven the same way, on their own tokens.
+    // The output and error types are proven like the parameters, on their own tokens.
     let output_proof = match tool.ok_type {
         Some(t) => quote_spanned!(t.span()=> #p::output::<#t, _>()),
         None => quote!(#p::output::<(), _>()),
     };
     // Called in a closure, not passed as a fn item: the item's bound would be checked a
     // second time, spanned on the attribute.
-    let into_tool_error = match (tool.err_type, &item.sig.output) {
+    let into_tool_error = match (tool.err_type, &tool.item.sig.output) {
         (Some(t), _) => quote_spanned!(t.span()=> #p::tool_error::<#t, _>(__idem_e)),
         (None, syn::ReturnType::Type(_, t)) => quote_spanned!(t.span()=> #p::tool_error(__idem_e)),
         (None, syn::ReturnType::Default) => quote!(#p::tool_error(__idem_e)),
     };
+    let settings = settings(tool, attr, p);
+    let implement = ty.implement(quote!(__IDEM_TOOL.definition()));
+    let declare = ty.declare();
 
-    // The body, renamed and out of reach: it runs only through the dispatcher. An async body
-    // owns its context, so that its future is the handler's without an `async` block around
-    // it: the context parameter becomes `__idem_ctx: ToolContext`, first, and the user's name
-    // for it a borrow of that.
-    let mut body = strip_param_attrs(item.clone());
+    quote! {
+        #declare
+
+        const _: () = {
+            #args_struct
+
+            #body
+
+            static __IDEM_TOOL: #p::Declaration = #p::Declaration {
+                name: #name,
+                class: #p::ToolClass::#class,
+                description: #description,
+                settings: &[#(#settings),*],
+                // The struct is taken apart by one closure and the body called by another,
+                // so that the struct's types come from the proofs alone, never from the
+                // body's signature (see `Proofs` in the run-time half).
+                body: &#p::Body::new(
+                    #proofs,
+                    #output_proof,
+                    |__IdemArgs { #(#idents),* }| #fields,
+                    |__idem_ctx, #fields| #call,
+                    |__idem_e| #into_tool_error,
+                ),
+                file: ::core::file!(),
+                line: ::core::line!(),
+                schemas: #p::Schemas::new(),
+            };
+
+            #implement
+
+            #p::inventory::submit! {
+                #p::ToolRegistration::new(#name, <#ident as #p::StaticTool>::definition, ::core::file!(), ::core::line!())
+            }
+        };
+    }
+}
+
+/// The arguments struct, and the two lists that connect it to the body: the proofs of the
+/// parameters' types and the pattern of their values, each `(first, (second, ()))`.
+struct Arguments {
+    declaration: TokenStream,
+    proofs: TokenStream,
+    fields: TokenStream,
+}
+
+impl Arguments {
+    fn new(tool: &ToolFn<'_>, p: &TokenStream) -> Self {
+        // Each parameter's type is proven usable, on its own tokens, before anything uses it:
+        // the struct is generic, and receives its type arguments only through the proofs (see
+        // `proofs` in the run-time half). A type that fails its proof is reported once, there,
+        // and nothing downstream reports it again.
+        let mut generics = Vec::new();
+        let mut fields = Vec::new();
+        let mut proofs = Vec::new();
+        for (i, param) in tool.args().enumerate() {
+            let id = param.ident;
+            let ty = param.ty;
+            let attrs = &param.field_attrs;
+            let keys: Vec<(String, bool)> = attrs.iter().flat_map(|a| codec_keys(a)).collect();
+            if keys.iter().any(|(key, valued)| concrete_key(key, *valued)) {
+                // The attribute names code written for the concrete type (`with = "module"`,
+                // `default = "path"`, `skip_serializing_if = "..."`): the field keeps that
+                // type, and it is not proven, since a custom codec frees the type of the
+                // traits.
+                fields.push(quote!(#(#attrs)* #id: #ty));
+                proofs.push(quote!(#p::param_with_codec::<#ty>()));
+                continue;
+            }
+            let generic = format_ident!("__P{}", i);
+            // schemars, unlike serde, does not bound a generic `#[serde(default)]` field by
+            // `Default` (nor by `Serialize`, which it needs to show the default in the
+            // schema). A field's own bound replaces the one schemars infers, hence
+            // `JsonSchema` too.
+            let default_bound = keys.iter().any(|(key, _)| key == "default").then(|| {
+                let bound = quote!(#generic: #p::schemars::JsonSchema + ::core::default::Default + #p::serde::Serialize)
+                    .to_string();
+                quote!(#[schemars(bound = #bound)])
+            });
+            fields.push(quote!(#(#attrs)* #default_bound #id: #generic));
+            proofs.push(quote_spanned!(ty.span()=> #p::param::<#ty, _>()));
+            generics.push(generic);
+        }
+        let generics = (!generics.is_empty()).then(|| quote!(<#(#generics),*>));
+        let serde_crate = quote!(#p::serde).to_string().replace(' ', "");
+        let schemars_crate = quote!(#p::schemars).to_string().replace(' ', "");
+        let declaration = quote! {
+            #[derive(#p::serde::Deserialize, #p::serde::Serialize, #p::schemars::JsonSchema)]
+            #[serde(crate = #serde_crate, deny_unknown_fields)]
+            #[schemars(crate = #schemars_crate)]
+            struct __IdemArgs #generics { #(#fields,)* }
+        };
+        Arguments {
+            declaration,
+            proofs: list(proofs),
+            fields: list(tool.args().map(|param| {
+                let id = param.ident;
+                quote!(#id)
+            })),
+        }
+    }
+}
+
+/// `(a, (b, ()))`: a list of any length, as the run-time half's `Proofs` reads it.
+fn list(items: impl IntoIterator<Item = TokenStream>) -> TokenStream {
+    let items: Vec<_> = items.into_iter().collect();
+    items
+        .into_iter()
+        .rev()
+        .fold(quote!(()), |rest, item| quote!((#item, #rest)))
+}
+
+/// The body, renamed and out of reach: it runs only through the dispatcher. An async body
+/// owns its context, so that its future is the handler's without an `async` block around it:
+/// the context parameter becomes `__idem_ctx: ToolContext`, first, and the user's name for it
+/// a borrow of that.
+fn body(tool: &ToolFn<'_>, p: &TokenStream) -> ItemFn {
+    let mut body = without_param_attrs(tool.item);
     body.sig.ident = format_ident!("__idem_body");
     body.vis = syn::Visibility::Inherited;
     body.attrs.retain(|a| !a.path().is_ident("doc"));
-    let is_async = item.sig.asyncness.is_some();
-    if is_async {
+    if body.sig.asyncness.is_some() {
         let inputs = std::mem::take(&mut body.sig.inputs);
         body.sig
             .inputs
             .push(syn::parse_quote!(__idem_ctx: #p::ToolContext));
         for input in inputs {
             match input {
-                FnArg::Typed(pt) if is_context_param(&pt.ty) => {
+                FnArg::Typed(pt) if is_context_type(&pt.ty) => {
                     let (pat, ty) = (&pt.pat, &pt.ty);
                     body.block
                         .stmts
@@ -163,156 +201,72 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
             }
         }
     }
+    body
+}
 
-    let arg_idents: Vec<_> = args.iter().map(|p| p.ident).collect();
-    let run = if is_async {
-        quote!(|__idem_ctx: #p::ToolContext, #(#arg_idents),*| __idem_body(__idem_ctx, #(#arg_idents),*))
-    } else {
-        // A synchronous body runs when the handler's future is first polled, as an async
-        // one does, so that the dispatcher's panic and lease handling cover it.
-        let call_args = tool.params.iter().map(|param| {
-            if param.is_context {
-                quote!(&__idem_ctx)
-            } else {
-                let id = param.ident;
-                quote!(#id)
-            }
-        });
-        quote!(|__idem_ctx: #p::ToolContext, #(#arg_idents),*| #p::glue::lazy(move |_| __idem_body(#(#call_args),*)))
-    };
+/// The body's future, from `__idem_ctx` and the parameters.
+fn call(tool: &ToolFn<'_>, p: &TokenStream) -> TokenStream {
+    let idents = tool.args().map(|param| param.ident);
+    if tool.item.sig.asyncness.is_some() {
+        return quote!(__idem_body(__idem_ctx, #(#idents),*));
+    }
+    // A synchronous body runs when the handler's future is first polled, as an async one
+    // does, so that the dispatcher's panic and lease handling cover it.
+    let args = tool.params.iter().map(|param| {
+        if param.is_context {
+            quote!(&__idem_ctx)
+        } else {
+            let id = param.ident;
+            quote!(#id)
+        }
+    });
+    quote!(#p::lazy(move |_| __idem_body(#(#args),*)))
+}
 
-    let mut policy = Vec::new();
-    if let Some(v) = attr.ttl_secs {
-        policy.push(quote!(ttl: #p::Duration::from_secs(#v)));
-    }
-    if let Some(v) = attr.lease_secs {
-        policy.push(quote!(lease: #p::Duration::from_secs(#v)));
-    }
-    if let Some(v) = attr.wait_secs {
-        policy.push(quote!(wait: #p::Duration::from_secs(#v)));
-    }
-    if let Some(v) = attr.backoff_ms {
-        policy.push(quote!(backoff: #p::Duration::from_millis(#v)));
-    }
-    if let Some(v) = attr.verify_after_secs {
-        policy.push(quote!(verify_after: #p::Duration::from_secs(#v)));
+/// What the attribute and `#[secret]` set, as `Setting`s; what they leave out is not listed.
+fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream> {
+    let s = quote!(#p::Setting);
+    let mut settings = Vec::new();
+    for (variant, value) in [
+        ("TtlSecs", attr.ttl_secs),
+        ("LeaseSecs", attr.lease_secs),
+        ("WaitSecs", attr.wait_secs),
+        ("BackoffMs", attr.backoff_ms),
+        ("VerifyAfterSecs", attr.verify_after_secs),
+    ] {
+        if let Some(v) = value {
+            let variant = format_ident!("{variant}");
+            settings.push(quote!(#s::#variant(#v)));
+        }
     }
     if let Some(v) = attr.max_attempts {
-        policy.push(quote!(max_attempts: #v));
+        settings.push(quote!(#s::MaxAttempts(#v)));
     }
     if attr.open_world {
-        policy.push(quote!(open_world: true));
+        settings.push(quote!(#s::OpenWorld));
     }
     if attr.replay_on_key_reuse {
-        policy.push(quote!(replay_on_key_reuse: true));
+        settings.push(quote!(#s::ReplayOnKeyReuse));
     }
     if !attr.scopes.is_empty() {
         let scopes = &attr.scopes;
-        policy.push(quote!(scopes: ::std::vec![#(::std::string::String::from(#scopes)),*]));
+        settings.push(quote!(#s::Scopes(&[#(#scopes),*])));
     }
-    let natural_key = attr
-        .natural_key
-        .as_ref()
-        .map(|path| quote!(.natural_key(#path)));
-    let verify = attr.verify.as_ref().map(|path| {
+    if let Some(path) = &attr.natural_key {
+        settings.push(quote_spanned!(path.span()=> #s::NaturalKey(#path)));
+    }
+    if let Some(path) = &attr.verify {
         let call = quote_spanned!(path.span()=> #path(&__idem_ctx).await);
-        quote!(.verify(|__idem_ctx: #p::ToolContext, _: #p::Value| async move { #call }))
-    });
-
-    let secrets = tool
-        .args()
-        .filter(|param| param.secret.is_some())
-        .map(|param| {
-            // The argument's JSON name, escaped as RFC 6901 says.
-            let name = json_name(param).replace('~', "~0").replace('/', "~1");
-            let pointer = format!("/{name}");
-            quote!(.secret(#pointer))
-        });
-
-    let policy = if policy.is_empty() {
-        quote!(::core::default::Default::default())
-    } else {
-        quote!(#p::ToolPolicy { #(#policy,)* ..::core::default::Default::default() })
-    };
-
-    quote! {
-        #[doc = #description]
-        ///
-        /// This is an idem tool: it runs only through a `Dispatcher`, which applies its class's policy.
-        #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug, Default)]
-        #vis struct #ident;
-
-        #[doc(hidden)]
-        const _: () = {
-            #args_struct
-
-            #body
-
-            // Names the arguments type from the proofs; everything else is `glue::define`.
-            #[allow(clippy::type_complexity)]
-            fn __idem_define<#(#proof_generics: #p::Proven,)* __MO: #p::Proven, __E, __F, __Fut, __C>(
-                __idem_builder: #p::ToolBuilder,
-                _: (#(::core::marker::PhantomData<#proof_generics>,)*),
-                _: ::core::marker::PhantomData<__MO>,
-                __idem_run: __F,
-                __idem_error: __C,
-            ) -> #p::ToolBuilder
-            where
-                #args_type: #p::serde::de::DeserializeOwned + #p::serde::Serialize + #p::schemars::JsonSchema
-                    + ::core::marker::Send,
-                <__MO as #p::Proven>::Type: #p::serde::Serialize + #p::schemars::JsonSchema,
-                __F: ::core::ops::Fn(#p::ToolContext, #(#run_types),*) -> __Fut
-                    + ::core::marker::Send + ::core::marker::Sync + 'static,
-                __Fut: ::core::future::Future<
-                        Output = ::core::result::Result<<__MO as #p::Proven>::Type, __E>,
-                    > + ::core::marker::Send + 'static,
-                __C: ::core::ops::Fn(__E) -> #p::ToolError
-                    + ::core::marker::Copy + ::core::marker::Send + ::core::marker::Sync + 'static,
-            {
-                static __IDEM_SCHEMAS: #p::glue::Schemas = #p::glue::Schemas::new();
-                #p::glue::define(
-                    __idem_builder,
-                    &__IDEM_SCHEMAS,
-                    move |__idem_ctx: #p::ToolContext, __IdemArgs { #(#arg_idents,)* }: #args_type| {
-                        __idem_run(__idem_ctx, #(#arg_idents),*)
-                    },
-                    __idem_error,
-                )
-            }
-
-            #[automatically_derived]
-            impl #p::StaticTool for #ident {
-                const NAME: &'static str = #name;
-                const CLASS: #p::ToolClass = #p::ToolClass::#class;
-
-                // `needless_update`: the policy literal ends in `..Default::default()` even
-                // when every key is given.
-                #[allow(clippy::needless_update)]
-                fn definition() -> #p::ToolDef {
-                    #p::finish(
-                        __idem_define(
-                            #p::ToolDef::builder(#name, #p::ToolClass::#class)
-                                .description(#description)
-                                .policy(#policy)
-                                .location(::core::file!(), ::core::line!()),
-                            (#(#proofs,)*),
-                            #output_proof,
-                            #run,
-                            |__idem_e| #into_tool_error,
-                        )
-                        #natural_key
-                        #verify
-                        #(#secrets)*
-                    )
-                }
-            }
-
-            #p::inventory::submit! {
-                #p::ToolRegistration::new(#name, <#ident as #p::StaticTool>::definition, ::core::file!(), ::core::line!())
-            }
-        };
+        settings
+            .push(quote!(#s::Verify(|__idem_ctx| ::std::boxed::Box::pin(async move { #call }))));
     }
+    for param in tool.args().filter(|param| param.secret.is_some()) {
+        // The argument's JSON name, escaped as RFC 6901 says.
+        let name = json_name(param).replace('~', "~0").replace('/', "~1");
+        let pointer = format!("/{name}");
+        settings.push(quote!(#s::Secret(#pointer)));
+    }
+    settings
 }
 
 /// A parameter's name in the arguments: its `#[serde(rename = "...")]` if it has one, else
@@ -345,10 +299,6 @@ fn json_name(param: &crate::ast::Param<'_>) -> String {
         });
     }
     name
-}
-
-fn is_context_param(ty: &syn::Type) -> bool {
-    matches!(ty, syn::Type::Reference(r) if is_context_path(&r.elem))
 }
 
 /// The keys of a `#[serde(...)]` or `#[schemars(...)]` parameter attribute, each with whether
@@ -393,4 +343,70 @@ fn concrete_key(key: &str, valued: bool) -> bool {
             | "skip_deserializing"
             | "skip_serializing"
     ) || (key == "default" && valued)
+}
+
+#[cfg(test)]
+mod tests {
+    use proc_macro2::{TokenStream, TokenTree};
+    use quote::quote;
+
+    /// Tokens, groups counted with their contents: a proxy for the code rustc must check.
+    fn count(tokens: TokenStream) -> usize {
+        tokens
+            .into_iter()
+            .map(|t| match t {
+                TokenTree::Group(g) => 1 + count(g.stream()),
+                _ => 1,
+            })
+            .sum()
+    }
+
+    /// The tool the macro benchmark (BENCHMARKS.md §5) declares a hundred times.
+    fn bench_tool() -> TokenStream {
+        super::tool(
+            quote!(class = "idempotent_write"),
+            quote! {
+                /// Tool 1: set a ticket's status.
+                pub async fn tool_001(
+                    /// The ticket.
+                    ticket: u64,
+                    /// The new status.
+                    status: String,
+                    /// A note for the customer.
+                    note: Option<String>,
+                ) -> Result<String, ToolError> {
+                    Ok(format!("{ticket} {status} {note:?} 1 {}", 0))
+                }
+            },
+        )
+    }
+
+    #[test]
+    fn a_tool_expands_to_what_only_it_can_say() {
+        let out = bench_tool();
+        let text = out.to_string();
+        // Nothing shared is spelled out per tool: no builder chain, no generic glue fn.
+        assert!(!text.contains("builder"), "{text}");
+        assert!(!text.contains("where"), "{text}");
+        // 1,200 tokens before the declaration became one static (a generic define fn with a
+        // where clause, a builder chain, four derives on the tool's type).
+        let tokens = count(out);
+        assert!(tokens <= 650, "{tokens} tokens:\n{text}");
+    }
+
+    #[test]
+    fn a_refused_tool_keeps_its_function_and_declares_its_type() {
+        let out = super::tool(
+            quote!(class = "reed"),
+            quote! {
+                /// Look up the weather.
+                fn get_weather(#[secret] city: String) -> Result<String, ToolError> { Ok(city) }
+            },
+        )
+        .to_string();
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(out.contains("fn get_weather (city : String)"), "{out}");
+        assert!(out.contains("struct get_weather { }"), "{out}");
+        assert!(out.contains("StaticTool for get_weather"), "{out}");
+    }
 }

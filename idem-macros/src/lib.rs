@@ -4,6 +4,8 @@ mod ast;
 mod attr;
 mod errors;
 mod expand;
+mod fallback;
+mod tool_type;
 mod valid;
 
 use proc_macro::TokenStream;

@@ -82,11 +82,7 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
         _ => {}
     }
 
-    let name = attr
-        .name
-        .as_ref()
-        .map(|n| n.value())
-        .unwrap_or_else(|| sig.ident.to_string().trim_start_matches("r#").to_owned());
+    let name = attr.tool_name(&sig.ident);
     if let Some(problem) = name_problem(&name) {
         let hint = match sanitised(&name) {
             Some(fixed) if fixed != name && name_problem(&fixed).is_none() => {
@@ -106,12 +102,7 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
         }
     }
 
-    let described = attr
-        .description
-        .as_ref()
-        .map(|d| !d.value().trim().is_empty())
-        .unwrap_or(!tool.docs.is_empty());
-    if !described {
+    if attr.description(&tool.docs).trim().is_empty() {
         let message = "a tool needs a description, which the model reads to choose it: add a `///` doc comment to the function or `description = \"...\"`";
         match &attr.description {
             Some(lit) => errors.spanned(lit, message),

@@ -16,14 +16,14 @@ pub mod context;
 pub mod dispatch;
 mod error;
 pub mod export;
-#[doc(hidden)]
-pub mod glue;
 mod heartbeat;
 mod pointer;
 pub mod redact;
 pub mod registry;
 pub mod schema;
 pub mod tool;
+#[doc(hidden)]
+pub mod tool_attribute;
 
 /// Validating a model's arguments against a tool's schema, at the path it had before the
 /// [`schema`] module held it.

@@ -6,7 +6,7 @@ use idem_core::ToolClass;
 
 use super::definition::{Location, ToolDef};
 
-/// A tool declared with `#[tool]`: the macro implements this for the generated unit type.
+/// A tool declared with `#[tool]`: the macro implements this for the type it declares.
 pub trait StaticTool {
     /// The registered name.
     const NAME: &'static str;

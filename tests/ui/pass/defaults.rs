@@ -16,7 +16,7 @@ fn main() {
     assert!(!def.has_natural_key());
     // Keys left out keep the documented defaults.
     assert_eq!(def.policy(), &idem::ToolPolicy::default());
-    // The function became a unit type implementing `StaticTool`.
+    // The function became a type implementing `StaticTool`.
     assert_eq!(<delete_account as idem::StaticTool>::NAME, "delete_account");
     assert_eq!(
         <delete_account as idem::StaticTool>::CLASS,
