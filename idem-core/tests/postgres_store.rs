@@ -18,8 +18,8 @@ use idem_core::{
     Claim, Fingerprint, ListFilter, OrphanPolicy, Outcome, RecordState, Store, StoreError,
 };
 use serde_json::json;
-use support::claims::{LEASE, TTL, claim_request, record_key};
-use support::postgres_schemas::PostgresSchemas;
+use support::claims::{LEASE, TTL, acquire, claim_request, record_key};
+use support::postgres_schemas::postgres_schemas;
 use support::services::{POSTGRES_URL, service_url};
 use tokio::sync::Barrier;
 
@@ -28,7 +28,7 @@ async fn postgres_store_conforms() {
     let Some(url) = service_url(POSTGRES_URL, "postgres_store_conforms") else {
         return;
     };
-    let schemas = PostgresSchemas::new(&url);
+    let schemas = postgres_schemas(&url);
     conformance::run_all("postgres", || {
         let schema = schemas.fresh("idem_test");
         let url = url.clone();
@@ -49,7 +49,7 @@ async fn many_workers_set_up_one_schema_at_once() {
     let Some(url) = service_url(POSTGRES_URL, "many_workers_set_up_one_schema_at_once") else {
         return;
     };
-    let schemas = PostgresSchemas::new(&url);
+    let schemas = postgres_schemas(&url);
     let schema = schemas.fresh("idem_test");
     let start = Arc::new(Barrier::new(8));
     let mut workers = Vec::new();
@@ -85,15 +85,13 @@ async fn records_survive_a_new_connection() {
     let Some(url) = service_url(POSTGRES_URL, "records_survive_a_new_connection") else {
         return;
     };
-    let schemas = PostgresSchemas::new(&url);
+    let schemas = postgres_schemas(&url);
     let schema = schemas.fresh("idem_test");
     let first = PostgresStore::connect(&url, &schema)
         .await
         .expect("connect");
     let req = claim_request(&record_key("durable"), LEASE, OrphanPolicy::TakeOver);
-    let Claim::Acquired { fence, .. } = first.claim(&req).await.expect("claim") else {
-        panic!("a fresh key is acquired");
-    };
+    let fence = acquire(&first, &req).await;
     first
         .journal(&req.key, fence, "reserve", r#"{"id": 7}"#)
         .await
@@ -138,7 +136,7 @@ async fn a_table_from_before_tenants_gains_the_column() {
     else {
         return;
     };
-    let schemas = PostgresSchemas::new(&url);
+    let schemas = postgres_schemas(&url);
     let schema = schemas.fresh("idem_test");
     let (client, connection) = tokio_postgres::connect(&url, NoTls)
         .await
@@ -217,16 +215,14 @@ async fn outcome_limit_is_configurable() {
     let Some(url) = service_url(POSTGRES_URL, "outcome_limit_is_configurable") else {
         return;
     };
-    let schemas = PostgresSchemas::new(&url);
+    let schemas = postgres_schemas(&url);
     let schema = schemas.fresh("idem_test");
     let store = PostgresStore::connect(&url, &schema)
         .await
         .expect("connect")
         .with_max_outcome_bytes(8);
     let req = claim_request(&record_key("limit"), LEASE, OrphanPolicy::TakeOver);
-    let Claim::Acquired { fence, .. } = store.claim(&req).await.expect("claim") else {
-        panic!("a fresh key is acquired");
-    };
+    let fence = acquire(&store, &req).await;
     let err = store
         .complete(
             &req.key,
@@ -263,7 +259,7 @@ async fn claim_follows_the_state_machine_at_its_edges() {
     else {
         return;
     };
-    let schemas = PostgresSchemas::new(&url);
+    let schemas = postgres_schemas(&url);
     let schema = schemas.fresh("idem_test");
     let store = PostgresStore::connect(&url, &schema)
         .await
@@ -278,9 +274,7 @@ async fn claim_follows_the_state_machine_at_its_edges() {
         short,
         OrphanPolicy::TakeOver,
     );
-    let Claim::Acquired { fence, .. } = store.claim(&orphan).await.expect("claim") else {
-        panic!("a fresh key is acquired");
-    };
+    let fence = acquire(&store, &orphan).await;
     tokio::time::sleep(past_short).await;
     for orphans in [OrphanPolicy::TakeOver, OrphanPolicy::MarkUnknown] {
         let mut other = orphan.clone();
@@ -303,9 +297,7 @@ async fn claim_follows_the_state_machine_at_its_edges() {
     // A completed record past its expiry is reclaimed by any call: next fence, a fresh
     // journal, the new call's arguments.
     let done = claim_request(&record_key("reclaim"), LEASE, OrphanPolicy::TakeOver);
-    let Claim::Acquired { fence, .. } = store.claim(&done).await.expect("claim") else {
-        panic!("a fresh key is acquired");
-    };
+    let fence = acquire(&store, &done).await;
     store
         .journal(&done.key, fence, "reserve", "1")
         .await
@@ -342,15 +334,13 @@ async fn a_step_journaled_again_keeps_its_place() {
     let Some(url) = service_url(POSTGRES_URL, "a_step_journaled_again_keeps_its_place") else {
         return;
     };
-    let schemas = PostgresSchemas::new(&url);
+    let schemas = postgres_schemas(&url);
     let schema = schemas.fresh("idem_test");
     let store = PostgresStore::connect(&url, &schema)
         .await
         .expect("connect");
     let req = claim_request(&record_key("rejournal"), LEASE, OrphanPolicy::TakeOver);
-    let Claim::Acquired { fence, .. } = store.claim(&req).await.expect("claim") else {
-        panic!("a fresh key is acquired");
-    };
+    let fence = acquire(&store, &req).await;
     for (step, value) in [
         ("reserve", "1"),
         ("charge", "\"pending\""),
@@ -380,7 +370,7 @@ async fn nul_characters_are_refused_without_a_write() {
     let Some(url) = service_url(POSTGRES_URL, "nul_characters_are_refused_without_a_write") else {
         return;
     };
-    let schemas = PostgresSchemas::new(&url);
+    let schemas = postgres_schemas(&url);
     let schema = schemas.fresh("idem_test");
     let store = PostgresStore::connect(&url, &schema)
         .await
@@ -396,9 +386,7 @@ async fn nul_characters_are_refused_without_a_write() {
     );
 
     let req = claim_request(&record_key("nul-journal"), LEASE, OrphanPolicy::TakeOver);
-    let Claim::Acquired { fence, .. } = store.claim(&req).await.expect("claim") else {
-        panic!("a fresh key is acquired");
-    };
+    let fence = acquire(&store, &req).await;
     let err = store
         .journal(&req.key, fence, "step", "\"a\u{0}\"")
         .await

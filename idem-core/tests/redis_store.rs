@@ -18,7 +18,7 @@ use idem_core::{
 };
 use serde_json::json;
 use support::claims::{acquire, claim_request, record_key};
-use support::redis_keys::RedisPrefixes;
+use support::redis_keys::redis_prefixes;
 use support::services::{REDIS_URL, service_url, unique};
 
 async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
@@ -68,7 +68,7 @@ async fn redis_store_conforms() {
     let Some(url) = service_url(REDIS_URL, "redis_store_conforms") else {
         return;
     };
-    let prefixes = RedisPrefixes::new(&url);
+    let prefixes = redis_prefixes(&url);
     conformance::run_all("redis", || {
         let url = url.clone();
         let prefix = prefixes.fresh("idem-test");
@@ -115,7 +115,7 @@ async fn a_records_keys_share_one_hash_tag() {
     let Some(url) = service_url(REDIS_URL, "a_records_keys_share_one_hash_tag") else {
         return;
     };
-    let prefixes = RedisPrefixes::new(&url);
+    let prefixes = redis_prefixes(&url);
     let prefix = prefixes.fresh("idem-test");
     let store = RedisStore::connect(&url, &prefix).await.expect("connect");
     let k = record_key("tag");
@@ -148,7 +148,7 @@ async fn completed_and_unknown_records_carry_a_ttl() {
     let Some(url) = service_url(REDIS_URL, "completed_and_unknown_records_carry_a_ttl") else {
         return;
     };
-    let prefixes = RedisPrefixes::new(&url);
+    let prefixes = redis_prefixes(&url);
     let prefix = prefixes.fresh("idem-test");
     let store = RedisStore::connect(&url, &prefix).await.expect("connect");
     let conn = raw(&url).await;
@@ -261,7 +261,7 @@ async fn fences_never_go_back_after_release_or_eviction() {
     let Some(url) = service_url(REDIS_URL, "fences_never_go_back_after_release_or_eviction") else {
         return;
     };
-    let prefixes = RedisPrefixes::new(&url);
+    let prefixes = redis_prefixes(&url);
     let prefix = prefixes.fresh("idem-test");
     let store = RedisStore::connect(&url, &prefix).await.expect("connect");
     let k = record_key("fence");
@@ -318,7 +318,7 @@ async fn a_damaged_record_is_reported_corrupt() {
     let Some(url) = service_url(REDIS_URL, "a_damaged_record_is_reported_corrupt") else {
         return;
     };
-    let prefixes = RedisPrefixes::new(&url);
+    let prefixes = redis_prefixes(&url);
     let prefix = prefixes.fresh("idem-test");
     let store = RedisStore::connect(&url, &prefix).await.expect("connect");
     let k = record_key("corrupt");
@@ -358,7 +358,7 @@ async fn unknown_records_past_the_retention_are_purged_with_their_fence() {
     ) else {
         return;
     };
-    let prefixes = RedisPrefixes::new(&url);
+    let prefixes = redis_prefixes(&url);
     let prefix = prefixes.fresh("idem-test");
     let store = RedisStore::connect(&url, &prefix).await.expect("connect");
     let lease = Duration::from_secs(60);

@@ -8,10 +8,9 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use super::services::unique;
+use super::services::Scratch;
 
 /// Deletes every key under a prefix in one script, so that a large clean-up costs one round
 /// trip and needs no client-side loop over `SCAN`.
@@ -20,49 +19,18 @@ const DELETE_UNDER: &str = "local n = 0 local c = '0' repeat \
     for _, k in ipairs(r[2]) do redis.call('DEL', k) n = n + 1 end \
     until c == '0' return n";
 
-/// The prefixes one test writes under on the server at `url`; dropping this deletes their
-/// keys. Declare it before the stores, so that it outlives them.
-#[derive(Debug)]
-pub struct RedisPrefixes {
-    url: String,
-    used: Mutex<Vec<String>>,
+/// The prefixes one test writes under on the Redis server at `url`; dropping this deletes
+/// their keys.
+pub fn redis_prefixes(url: &str) -> Scratch {
+    Scratch::new(url, delete_prefixes)
 }
 
-impl RedisPrefixes {
-    pub fn new(url: &str) -> RedisPrefixes {
-        RedisPrefixes {
-            url: url.to_owned(),
-            used: Mutex::new(Vec::new()),
-        }
+fn delete_prefixes(url: &str, prefixes: &[String]) -> Result<(), String> {
+    for prefix in prefixes {
+        let n = delete_prefix(url, prefix)?;
+        eprintln!("deleted {n} Redis keys under {prefix}");
     }
-
-    /// A prefix no other test or run uses, deleted with the others.
-    pub fn fresh(&self, tag: &str) -> String {
-        let prefix = unique(tag);
-        self.used
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(prefix.clone());
-        prefix
-    }
-}
-
-impl Drop for RedisPrefixes {
-    fn drop(&mut self) {
-        let used = std::mem::take(
-            self.used
-                .get_mut()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
-        );
-        for prefix in used {
-            match delete_prefix(&self.url, &prefix) {
-                Ok(n) => eprintln!("deleted {n} Redis keys under {prefix}"),
-                // A second panic while unwinding would abort the whole test binary.
-                Err(e) if std::thread::panicking() => eprintln!("{e}"),
-                Err(e) => panic!("{e}"),
-            }
-        }
-    }
+    Ok(())
 }
 
 /// Delete every key under `prefix` on the server at `url` (`redis://[user:password@]host

@@ -5,9 +5,13 @@
 //! `IDEM_REQUIRE_SERVICES=1` makes the missing service a failure (CI sets it, so a service
 //! that went missing cannot turn the durable tests into silent passes).
 //!
+//! A test's names on a server are a [`Scratch`]: whatever it wrote under them is removed when
+//! it ends, passed or panicked; `redis_keys` and `postgres_schemas` say how.
+//!
 //! Only the standard library is used here, so the facade's tests include this very file
 //! (`tests/support/mod.rs`) instead of keeping a copy of the rule.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The variable naming the shared Redis server.
@@ -50,4 +54,53 @@ pub fn unique(tag: &str) -> String {
         .unwrap_or(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("{tag}_{}_{millis}_{n}", std::process::id())
+}
+
+/// The names one test writes under on a shared server (Redis prefixes, PostgreSQL schemas),
+/// and how to remove everything under them there. Dropping this removes it, whether the test
+/// passed or panicked; declare it before the stores, so that it outlives them.
+#[derive(Debug)]
+pub struct Scratch {
+    url: String,
+    names: Mutex<Vec<String>>,
+    remove: fn(url: &str, names: &[String]) -> Result<(), String>,
+}
+
+impl Scratch {
+    pub fn new(url: &str, remove: fn(&str, &[String]) -> Result<(), String>) -> Scratch {
+        Scratch {
+            url: url.to_owned(),
+            names: Mutex::new(Vec::new()),
+            remove,
+        }
+    }
+
+    /// A name no other test or run uses (see [`unique`]), removed with the others.
+    pub fn fresh(&self, tag: &str) -> String {
+        let name = unique(tag);
+        self.names
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(name.clone());
+        name
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let names = std::mem::take(
+            self.names
+                .get_mut()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        if names.is_empty() {
+            return;
+        }
+        match (self.remove)(&self.url, &names) {
+            Ok(()) => {}
+            // A second panic while unwinding would abort the whole test binary.
+            Err(e) if std::thread::panicking() => eprintln!("{e}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
 }
