@@ -25,28 +25,28 @@
 mod support;
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use idem::prelude::*;
-use idem::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
-use idem::{Fence, Outcome, Record, RecordKey, StoreError, Timestamp};
+use idem::store::{Claim, ClaimRequest};
+use idem::{RecordKey, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use support::child::{Child, Exited, Reported, report};
+use support::dispatcher::{dispatch_approving, linked};
+use support::hooked_store::{Hook, Hooked, Op};
+use support::ledger::{LedgerEntry, call_downstream, parse_ledger};
 #[cfg(feature = "postgres")]
-use support::drop_schema;
+use support::postgres_schemas::postgres_schemas;
 #[cfg(feature = "redis")]
-use support::redis_delete_prefix;
-#[cfg(any(feature = "redis", feature = "postgres"))]
-use support::service_url;
-use support::{LedgerEntry, lock_exclusive, parse_ledger, unique};
+use support::redis_keys::redis_prefixes;
+use support::services::unique;
+use support::stores::open_store;
 
 /// The environment variable that turns a run of this binary into a crash child.
 const CHILD_ENV: &str = "IDEM_CRASH_CHILD";
@@ -122,19 +122,6 @@ struct ChildSpec {
     point: Option<Point>,
 }
 
-/// One line a child prints per dispatch.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Reported {
-    call: String,
-    /// `ok`, or the `DispatchError::code()` of the failure.
-    code: String,
-    key: Option<String>,
-    deduplicated: bool,
-    attempts: u32,
-    output_json: Option<String>,
-    error: Option<String>,
-}
-
 /// What a probe returns: which process executed it and which one the downstream service
 /// says applied the effect (its dedupe answer on a repeated key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -146,36 +133,7 @@ struct Receipt {
 }
 
 // ---------------------------------------------------------------------------------------
-// The fake downstream service: a ledger file shared by every process of a cell. It logs
-// every attempt and applies each key at most once (under an exclusive `flock`, so two
-// processes cannot both apply a key).
-
-/// Apply the effect for `key`, once. Returns the process that applied it.
-fn call_downstream(ledger: &Path, label: &str, key: &str, die_before_applying: bool) -> u32 {
-    let pid = std::process::id();
-    let mut file = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(ledger)
-        .expect("open the ledger");
-    lock_exclusive(&file);
-    let mut text = String::new();
-    file.read_to_string(&mut text).expect("read the ledger");
-    writeln!(file, "attempt {label} {key} {pid}").expect("write the ledger");
-    file.sync_data().ok();
-    if die_before_applying {
-        kill_self();
-    }
-    if let Some(entry) = parse_ledger(&text)
-        .into_iter()
-        .find(|e| e.kind == "applied" && e.key == key)
-    {
-        return entry.pid;
-    }
-    writeln!(file, "applied {label} {key} {pid}").expect("write the ledger");
-    pid
-}
+// A crash: SIGKILL, with no destructor, no flush and no heartbeat
 
 fn kill_self() -> ! {
     // SAFETY: `kill` and `getpid` have no memory-safety preconditions; SIGKILL ends the
@@ -202,7 +160,11 @@ static CHILD: OnceLock<ChildState> = OnceLock::new();
 async fn effect(ctx: &ToolContext, label: &str) -> Result<Receipt, ToolError> {
     let state = CHILD.get().expect("probes run only in a crash child");
     let die = label == "B" && state.point == Some(Point::InsideEffect);
-    let applied_by = call_downstream(&state.ledger, label, ctx.idempotency_key(), die);
+    let applied_by = call_downstream(&state.ledger, label, ctx.idempotency_key(), || {
+        if die {
+            kill_self()
+        }
+    });
     Ok(Receipt {
         key: ctx.idempotency_key().to_owned(),
         applied_by,
@@ -234,7 +196,6 @@ async fn crash_irrev(ctx: &ToolContext, label: String) -> Result<Receipt, ToolEr
 
 #[derive(Debug)]
 struct Crashing {
-    inner: Arc<dyn Store>,
     target: RecordKey,
     point: Option<Point>,
 }
@@ -246,123 +207,32 @@ impl Crashing {
 }
 
 #[async_trait]
-impl Store for Crashing {
-    async fn claim(&self, r: &ClaimRequest) -> Result<Claim, StoreError> {
-        if self.at(&r.key, Point::BeforeClaim) {
+impl Hook for Crashing {
+    async fn before(&self, op: Op, key: Option<&RecordKey>) -> Result<(), StoreError> {
+        let point = match op {
+            Op::Claim => Point::BeforeClaim,
+            Op::Complete => Point::AfterEffect,
+            _ => return Ok(()),
+        };
+        if key.is_some_and(|k| self.at(k, point)) {
             kill_self();
         }
-        let claim = self.inner.claim(r).await;
+        Ok(())
+    }
+    async fn claimed(&self, r: &ClaimRequest, claim: &Result<Claim, StoreError>) {
         if self.at(&r.key, Point::AfterClaim) && matches!(claim, Ok(Claim::Acquired { .. })) {
             kill_self();
         }
-        claim
     }
-    async fn complete(
-        &self,
-        k: &RecordKey,
-        f: Fence,
-        o: &Outcome,
-        t: Duration,
-    ) -> Result<(), StoreError> {
-        if self.at(k, Point::AfterEffect) {
-            kill_self();
-        }
-        let done = self.inner.complete(k, f, o, t).await;
+    async fn completed(&self, k: &RecordKey, done: &Result<(), StoreError>) {
         if self.at(k, Point::AfterComplete) && done.is_ok() {
             kill_self();
         }
-        done
-    }
-    async fn release(&self, k: &RecordKey, f: Fence) -> Result<bool, StoreError> {
-        self.inner.release(k, f).await
-    }
-    async fn renew(&self, k: &RecordKey, f: Fence, l: Duration) -> Result<Timestamp, StoreError> {
-        self.inner.renew(k, f, l).await
-    }
-    async fn journal(&self, k: &RecordKey, f: Fence, s: &str, v: &str) -> Result<(), StoreError> {
-        self.inner.journal(k, f, s, v).await
-    }
-    async fn mark_unknown(&self, k: &RecordKey, f: Fence, e: &str) -> Result<(), StoreError> {
-        self.inner.mark_unknown(k, f, e).await
-    }
-    async fn get(&self, k: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.inner.get(k).await
-    }
-    async fn list(&self, f: ListFilter) -> Result<Vec<Record>, StoreError> {
-        self.inner.list(f).await
-    }
-    async fn resolve(&self, k: &RecordKey, o: &Outcome, t: Duration) -> Result<Record, StoreError> {
-        self.inner.resolve(k, o, t).await
-    }
-    async fn settle_unknown(
-        &self,
-        k: &RecordKey,
-        f: Fence,
-        o: Option<&Outcome>,
-        t: Duration,
-    ) -> Result<bool, StoreError> {
-        self.inner.settle_unknown(k, f, o, t).await
-    }
-    async fn force_release(&self, k: &RecordKey) -> Result<bool, StoreError> {
-        self.inner.force_release(k).await
-    }
-    async fn purge_expired(&self, l: &PurgeFilter) -> Result<usize, StoreError> {
-        self.inner.purge_expired(l).await
-    }
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        self.inner.now().await
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // The child
-
-fn report(call: &str, result: &Result<Dispatched, DispatchError>) {
-    let line = match result {
-        Ok(d) => Reported {
-            call: call.to_owned(),
-            code: "ok".into(),
-            key: d.key.as_ref().map(|k| k.as_str().to_owned()),
-            deduplicated: d.deduplicated,
-            attempts: d.attempts,
-            output_json: Some(d.output_json.clone()),
-            error: None,
-        },
-        Err(e) => Reported {
-            call: call.to_owned(),
-            code: e.code().into(),
-            key: match e {
-                DispatchError::OutcomeUnknown { key, .. } => Some(key.as_str().to_owned()),
-                _ => None,
-            },
-            deduplicated: false,
-            attempts: 0,
-            output_json: None,
-            error: Some(e.to_string()),
-        },
-    };
-    let mut out = std::io::stdout().lock();
-    // On a line of its own: the test harness may have printed the test's name without one.
-    writeln!(
-        out,
-        "\n{RESULT_PREFIX}{}",
-        serde_json::to_string(&line).expect("report")
-    )
-    .expect("stdout");
-    out.flush().expect("stdout");
-}
-
-/// Dispatch a call, approving it first if its tool is irreversible (the approval is bound
-/// to the key and arguments, so the restarted run approves the very same call).
-async fn dispatch(d: &Dispatcher, call: &ToolCall) -> Result<Dispatched, DispatchError> {
-    let run = RunContext::new(TENANT);
-    match d.dispatch(call, &run).await {
-        Err(DispatchError::ApprovalRequired { request }) => {
-            d.dispatch(call, &run.approve(request.approve())).await
-        }
-        other => other,
-    }
-}
 
 /// Not a test of its own: the body of a crash child, started by the `crash_matrix_*` tests.
 /// Run directly, without `IDEM_CRASH_CHILD`, it does nothing.
@@ -381,29 +251,31 @@ async fn crash_child() {
             .with_call_id(format!("call-{label}"))
     };
     let (a, b) = (call("A"), call("B"));
-    let plain = Dispatcher::new(
-        Registry::linked().expect("registry"),
-        support::open_store(&spec.store, &spec.target, &spec.scope, 2).await,
-    )
-    .with_namespace(spec.namespace.clone());
+    let plain = linked(open_store(&spec.store, &spec.target, &spec.scope, 2).await)
+        .with_namespace(spec.namespace.clone());
+    let run = RunContext::new(TENANT);
     let target = plain
-        .record_key(&b, &RunContext::new(TENANT))
+        .record_key(&b, &run)
         .expect("record key")
         .expect("keyed call");
-    let store = Arc::new(Crashing {
-        inner: plain.store().clone(),
-        target,
-        point: spec.point,
-    });
-    let d = Dispatcher::new(Registry::linked().expect("registry"), store)
-        .with_namespace(spec.namespace.clone());
+    let store = Arc::new(Hooked::new(
+        plain.store().clone(),
+        Crashing {
+            target,
+            point: spec.point,
+        },
+    ));
+    let d = linked(store).with_namespace(spec.namespace.clone());
 
-    report("A", &dispatch(&d, &a).await);
-    report("B", &dispatch(&d, &b).await);
+    let a_done = dispatch_approving(&d, &a, &run).await;
+    report(RESULT_PREFIX, &Reported::of("A", &a_done));
+    let b_done = dispatch_approving(&d, &b, &run).await;
+    report(RESULT_PREFIX, &Reported::of("B", &b_done));
     if spec.point.is_some() {
         panic!("the child should have died at {:?}", spec.point);
     }
-    report("B-again", &dispatch(&d, &b).await);
+    let b_again = dispatch_approving(&d, &b, &run).await;
+    report(RESULT_PREFIX, &Reported::of("B-again", &b_again));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -429,12 +301,10 @@ impl fmt::Display for Cell {
     }
 }
 
+/// A child that exited, and the results it reported.
 struct ChildRun {
-    pid: u32,
-    status: std::process::ExitStatus,
+    exited: Exited,
     results: Vec<Reported>,
-    stdout: String,
-    stderr: String,
 }
 
 impl ChildRun {
@@ -446,57 +316,14 @@ impl ChildRun {
     }
 
     fn dump(&self) -> String {
-        format!(
-            "child {} exited {:?}\n--- stdout\n{}\n--- stderr\n{}",
-            self.pid, self.status, self.stdout, self.stderr
-        )
+        self.exited.dump()
     }
 }
 
 fn run_child(spec: &ChildSpec, dir: &Path, name: &str) -> Result<ChildRun, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out_path = dir.join(format!("{name}.out"));
-    let err_path = dir.join(format!("{name}.err"));
-    let mut child = Command::new(exe)
-        .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, serde_json::to_string(spec).expect("spec"))
-        .stdin(Stdio::null())
-        .stdout(File::create(&out_path).map_err(|e| e.to_string())?)
-        .stderr(File::create(&err_path).map_err(|e| e.to_string())?)
-        .spawn()
-        .map_err(|e| format!("spawn the child: {e}"))?;
-    let pid = child.id();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if started.elapsed() > CHILD_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "child {name} ({pid}) hung: still running after {CHILD_DEADLINE:?}"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-    let results = stdout
-        .lines()
-        .filter_map(|l| {
-            l.find(RESULT_PREFIX)
-                .map(|at| &l[at + RESULT_PREFIX.len()..])
-        })
-        .map(|l| serde_json::from_str(l).map_err(|e| format!("bad result line {l:?}: {e}")))
-        .collect::<Result<_, _>>()?;
-    Ok(ChildRun {
-        pid,
-        status,
-        results,
-        stdout,
-        stderr,
-    })
+    let exited = Child::spawn("crash_child", CHILD_ENV, spec, dir, name)?.wait(CHILD_DEADLINE)?;
+    let results = exited.results(RESULT_PREFIX)?;
+    Ok(ChildRun { exited, results })
 }
 
 fn ensure(condition: bool, what: impl FnOnce() -> String) -> Result<(), String> {
@@ -532,9 +359,10 @@ fn run_cell(target: &Target, root: &Path, cell: &Cell) -> Result<(), String> {
     };
 
     let crashed = run_child(&spec, &dir, "crashed")?;
-    ensure(crashed.status.signal() == Some(libc::SIGKILL), || {
-        format!("the first child was not killed; {}", crashed.dump())
-    })?;
+    ensure(
+        crashed.exited.status.signal() == Some(libc::SIGKILL),
+        || format!("the first child was not killed; {}", crashed.dump()),
+    )?;
     let a1 = crashed.result("A")?;
     ensure(a1.code == "ok" && !a1.deduplicated, || {
         format!("A did not execute in the first child: {a1:?}")
@@ -551,10 +379,10 @@ fn run_cell(target: &Target, root: &Path, cell: &Cell) -> Result<(), String> {
         &dir,
         "restarted",
     )?;
-    ensure(restarted.status.success(), || {
+    ensure(restarted.exited.status.success(), || {
         format!("the restarted child failed; {}", restarted.dump())
     })?;
-    let (first, second) = (crashed.pid, restarted.pid);
+    let (first, second) = (crashed.exited.pid, restarted.exited.pid);
 
     // No completed result is lost: A replays, with the output the first child recorded.
     let a2 = restarted.result("A")?;
@@ -737,41 +565,29 @@ fn crash_matrix_sqlite() {
 #[cfg(feature = "redis")]
 #[test]
 fn crash_matrix_redis() {
-    let Some(url) = service_url("IDEM_REDIS_URL", "crash_matrix_redis") else {
+    use support::services::{REDIS_URL, service_url};
+    let Some(url) = service_url(REDIS_URL, "crash_matrix_redis") else {
         return;
     };
-    let prefix = unique("idem-crash");
-    let target = Target {
+    let prefixes = redis_prefixes(&url);
+    run_matrix(Target {
         store: "redis",
-        url: Some(url.clone()),
-        scope: prefix.clone(),
-    };
-    let outcome = std::panic::catch_unwind(|| run_matrix(target));
-    let deleted = redis_delete_prefix(&url, &prefix);
-    eprintln!("deleted {deleted} Redis keys under {prefix}");
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+        scope: prefixes.fresh("idem-crash"),
+        url: Some(url),
+    });
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 fn crash_matrix_postgres() {
-    let Some(url) = service_url("IDEM_POSTGRES_URL", "crash_matrix_postgres") else {
+    use support::services::{POSTGRES_URL, service_url};
+    let Some(url) = service_url(POSTGRES_URL, "crash_matrix_postgres") else {
         return;
     };
-    let schema = unique("idem_crash");
-    let target = Target {
+    let schemas = postgres_schemas(&url);
+    run_matrix(Target {
         store: "postgres",
-        url: Some(url.clone()),
-        scope: schema.clone(),
-    };
-    let outcome = std::panic::catch_unwind(|| run_matrix(target));
-    drop_schema(&url, &schema);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+        scope: schemas.fresh("idem_crash"),
+        url: Some(url),
+    });
 }
-
-// ---------------------------------------------------------------------------------------
-// Cleaning up the servers

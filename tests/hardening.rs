@@ -2,6 +2,8 @@
 //! key was lost, verify hooks racing a slow holder, claims abandoned mid-flight, natural keys
 //! under the replay policy, and parallel calls of one step.
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,32 +11,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem::prelude::*;
-use idem::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
-use idem::{
-    Fence, ManualClock, Outcome, Record, RecordKey, RecordState, StoreError, Timestamp, ToolDef,
-};
+use idem::store::{Claim, ClaimRequest};
+use idem::{ManualClock, MemoryStore, Record, RecordState, StoreError, Timestamp, ToolDef};
 use serde_json::{Value, json};
+use support::dispatcher::{linked, with_tool};
+use support::hooked_store::{Hook, Hooked};
+use support::services::unique;
+use support::tally::Tally;
 
-static LEDGER: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+static LEDGER: Tally = Tally::new();
 static CLOCKS: Mutex<Option<HashMap<String, Arc<ManualClock>>>> = Mutex::new(None);
 
-fn note(what: &str) -> usize {
-    let mut g = LEDGER.lock().unwrap();
-    let n = g
-        .get_or_insert_with(HashMap::new)
-        .entry(what.to_owned())
-        .or_default();
-    *n += 1;
-    *n
-}
-
 fn count(what: &str) -> usize {
-    LEDGER
-        .lock()
-        .unwrap()
-        .as_ref()
-        .and_then(|m| m.get(what).copied())
-        .unwrap_or(0)
+    LEDGER.count(what)
 }
 
 fn clock_for(label: &str) -> Arc<ManualClock> {
@@ -48,16 +37,15 @@ fn clock_for(label: &str) -> Arc<ManualClock> {
 }
 
 fn label() -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!("h-{}", N.fetch_add(1, Ordering::Relaxed))
+    unique("h")
 }
 
 /// Reserve then charge; `mode` makes the first execution stop after the reservation.
 async fn staged(ctx: &ToolContext, label: &str, mode: &str) -> Result<Value, ToolError> {
-    let first = note(&format!("{label}/run")) == 1;
+    let first = LEDGER.note(&format!("{label}/run"), "") == 1;
     let id: u64 = ctx
         .step("reserve", || async {
-            Ok(note(&format!("{label}/reserve")) as u64)
+            Ok(LEDGER.note(&format!("{label}/reserve"), "") as u64)
         })
         .await?;
     if first {
@@ -71,7 +59,7 @@ async fn staged(ctx: &ToolContext, label: &str, mode: &str) -> Result<Value, Too
     }
     let charged = ctx
         .step("charge", || async {
-            Ok(note(&format!("{label}/charge")) as u64)
+            Ok(LEDGER.note(&format!("{label}/charge"), "") as u64)
         })
         .await?;
     Ok(json!({"reservation": id, "charge": charged}))
@@ -102,7 +90,7 @@ async fn staged_once(ctx: &ToolContext, label: String, mode: String) -> Result<V
 /// Fails ambiguously once, and meanwhile its lease runs out (the clock jumps).
 #[tool(class = "idempotent_write", lease_secs = 1, backoff_ms = 1)]
 async fn clock_jumper(ctx: &ToolContext, label: String) -> Result<u32, ToolError> {
-    note(&format!("{label}/run"));
+    LEDGER.note(&format!("{label}/run"), "");
     if ctx.attempt() == 1 {
         clock_for(&label).advance(Duration::from_secs(10));
         return Err(ToolError::ambiguous("timed out"));
@@ -113,7 +101,7 @@ async fn clock_jumper(ctx: &ToolContext, label: String) -> Result<u32, ToolError
 /// Notes each run under its label.
 #[tool(class = "idempotent_write")]
 fn noted(label: String, value: u32) -> Result<u32, ToolError> {
-    note(&label);
+    LEDGER.note(&label, "");
     Ok(value)
 }
 
@@ -133,7 +121,7 @@ async fn find_or_create(
     subject: String,
     hang_first: bool,
 ) -> Result<String, ToolError> {
-    let n = note(&format!("{customer}/create"));
+    let n = LEDGER.note(&format!("{customer}/create"), "");
     if hang_first && n == 1 {
         std::future::pending::<()>().await;
     }
@@ -145,13 +133,6 @@ async fn find_or_create(
 
 fn run() -> RunContext {
     RunContext::new("tenant")
-}
-
-fn on_clock(clock: Arc<ManualClock>) -> Dispatcher {
-    Dispatcher::new(
-        Registry::linked().unwrap(),
-        Arc::new(MemoryStore::new().with_clock(clock)),
-    )
 }
 
 async fn record(d: &Dispatcher, c: &ToolCall, r: &RunContext) -> Option<Record> {
@@ -175,7 +156,7 @@ async fn crash_when(d: &Dispatcher, c: &ToolCall, ready: impl Fn() -> bool) {
 #[tokio::test]
 async fn a_take_over_resumes_after_the_journaled_steps_of_a_crashed_holder() {
     let clock = Arc::new(ManualClock::new());
-    let d = on_clock(clock.clone());
+    let d = linked(Arc::new(MemoryStore::new().with_clock(clock.clone())));
     let l = label();
     let c = ToolCall::new(
         "staged_idem",
@@ -205,7 +186,9 @@ async fn a_take_over_resumes_after_the_journaled_steps_of_a_crashed_holder() {
 
 #[tokio::test]
 async fn not_applied_after_a_journaled_step_keeps_the_journal() {
-    let d = on_clock(Arc::new(ManualClock::new()));
+    let d = linked(Arc::new(
+        MemoryStore::new().with_clock(Arc::new(ManualClock::new())),
+    ));
     // Idempotent: the claim is given back with its journal; the next call resumes.
     let l = label();
     let c = ToolCall::new(
@@ -244,7 +227,7 @@ async fn not_applied_after_a_journaled_step_keeps_the_journal() {
 #[tokio::test]
 async fn a_retry_never_runs_after_the_lease_was_lost() {
     let l = label();
-    let d = on_clock(clock_for(&l));
+    let d = linked(Arc::new(MemoryStore::new().with_clock(clock_for(&l))));
     let c = ToolCall::new("clock_jumper", json!({"label": l})).with_call_id(&l);
     let err = d.dispatch(&c, &run()).await.unwrap_err();
     assert!(matches!(err, DispatchError::Fenced { .. }), "{err:?}");
@@ -260,7 +243,9 @@ async fn replay_on_key_reuse_applies_only_to_natural_keys() {
     // `find_or_create` opts into replay under its natural key. A call that brings its own key
     // is keyed by that instead, and reusing it for other arguments is the caller's mistake.
     // (Opting into replay without a natural key at all does not compile.)
-    let d = on_clock(Arc::new(ManualClock::new()));
+    let d = linked(Arc::new(
+        MemoryStore::new().with_clock(Arc::new(ManualClock::new())),
+    ));
     let customer = label();
     let key = format!("explicit-{customer}");
     let args =
@@ -279,7 +264,7 @@ async fn replay_on_key_reuse_applies_only_to_natural_keys() {
 #[tokio::test]
 async fn a_reworded_natural_key_call_takes_over_an_orphan() {
     let clock = Arc::new(ManualClock::new());
-    let d = on_clock(clock.clone());
+    let d = linked(Arc::new(MemoryStore::new().with_clock(clock.clone())));
     let customer = label();
     let c = ToolCall::new(
         "find_or_create",
@@ -304,7 +289,9 @@ async fn a_reworded_natural_key_call_takes_over_an_orphan() {
 
 #[tokio::test]
 async fn parallel_calls_of_one_step_get_their_own_records() {
-    let d = on_clock(Arc::new(ManualClock::new()));
+    let d = linked(Arc::new(
+        MemoryStore::new().with_clock(Arc::new(ManualClock::new())),
+    ));
     let l = label();
     let r = RunContext::new("t").with_run("run-1", 7);
     let a = ToolCall::new("noted", json!({"label": l, "value": 1}));
@@ -356,10 +343,7 @@ async fn a_fresh_orphan_is_not_verified_until_a_lease_has_passed() {
         })
         .build()
         .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(tool).build().unwrap(),
-        Arc::new(MemoryStore::new().with_clock(clock.clone())),
-    );
+    let d = with_tool(tool, Arc::new(MemoryStore::new().with_clock(clock.clone())));
     let c = ToolCall::new("notify", json!({})).with_call_id("n1");
     let runs_seen = runs.clone();
     crash_when(&d, &c, move || runs_seen.load(Ordering::SeqCst) == 1).await;
@@ -383,72 +367,22 @@ async fn a_fresh_orphan_is_not_verified_until_a_lease_has_passed() {
 // A claim in flight when the caller gives up.
 
 #[derive(Debug)]
-struct SlowClaims(MemoryStore);
+struct SlowClaims;
 
 #[async_trait]
-impl Store for SlowClaims {
+impl Hook for SlowClaims {
     /// The claim commits at once but its answer is slow to come back, as over a network.
-    async fn claim(&self, r: &ClaimRequest) -> Result<Claim, StoreError> {
-        let answer = self.0.claim(r).await;
+    async fn claimed(&self, _r: &ClaimRequest, _claim: &Result<Claim, StoreError>) {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        answer
-    }
-    async fn complete(
-        &self,
-        k: &RecordKey,
-        f: Fence,
-        o: &Outcome,
-        t: Duration,
-    ) -> Result<(), StoreError> {
-        self.0.complete(k, f, o, t).await
-    }
-    async fn release(&self, k: &RecordKey, f: Fence) -> Result<bool, StoreError> {
-        self.0.release(k, f).await
-    }
-    async fn renew(&self, k: &RecordKey, f: Fence, l: Duration) -> Result<Timestamp, StoreError> {
-        self.0.renew(k, f, l).await
-    }
-    async fn journal(&self, k: &RecordKey, f: Fence, s: &str, v: &str) -> Result<(), StoreError> {
-        self.0.journal(k, f, s, v).await
-    }
-    async fn mark_unknown(&self, k: &RecordKey, f: Fence, e: &str) -> Result<(), StoreError> {
-        self.0.mark_unknown(k, f, e).await
-    }
-    async fn get(&self, k: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.0.get(k).await
-    }
-    async fn list(&self, f: ListFilter) -> Result<Vec<Record>, StoreError> {
-        self.0.list(f).await
-    }
-    async fn resolve(&self, k: &RecordKey, o: &Outcome, t: Duration) -> Result<Record, StoreError> {
-        self.0.resolve(k, o, t).await
-    }
-    async fn settle_unknown(
-        &self,
-        k: &RecordKey,
-        f: Fence,
-        o: Option<&Outcome>,
-        t: Duration,
-    ) -> Result<bool, StoreError> {
-        self.0.settle_unknown(k, f, o, t).await
-    }
-    async fn force_release(&self, k: &RecordKey) -> Result<bool, StoreError> {
-        self.0.force_release(k).await
-    }
-    async fn purge_expired(&self, l: &PurgeFilter) -> Result<usize, StoreError> {
-        self.0.purge_expired(l).await
-    }
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        self.0.now().await
     }
 }
 
 #[tokio::test]
 async fn a_claim_abandoned_in_flight_is_given_back() {
-    let d = Dispatcher::new(
-        Registry::linked().unwrap(),
-        Arc::new(SlowClaims(MemoryStore::new())),
-    );
+    let d = linked(Arc::new(Hooked::new(
+        Arc::new(MemoryStore::new()),
+        SlowClaims,
+    )));
     let l = label();
     let c = ToolCall::new("staged_once", json!({"label": l, "mode": "plain"})).with_call_id(&l);
     let r = run();

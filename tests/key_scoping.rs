@@ -1,12 +1,15 @@
 //! Keys: a call id is scoped by its run, and a natural key from a `ToolSpec` is the same for
 //! every Unicode spelling of the same text.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idem::prelude::*;
 use idem::{MemoryStore, ToolDef, ToolSpec};
 use serde_json::{Value, json};
+use support::dispatcher::with_tool;
 
 fn counting(name: &str, runs: Arc<AtomicUsize>) -> ToolDef {
     ToolDef::builder(name.to_owned(), ToolClass::NonIdempotentWrite)
@@ -28,11 +31,8 @@ async fn two_runs_numbering_their_calls_alike_do_not_share_records() {
     // Local models and several OpenAI-compatible servers number calls call_0, call_1 in every
     // response: run B's call_0 is a new request, not a replay of run A's.
     let runs = Arc::new(AtomicUsize::new(0));
-    let d = Dispatcher::new(
-        Registry::builder()
-            .add(counting("send_mail", runs.clone()))
-            .build()
-            .unwrap(),
+    let d = with_tool(
+        counting("send_mail", runs.clone()),
         Arc::new(MemoryStore::new()),
     );
     let call = ToolCall::new("send_mail", json!({"to": "a@example.com"})).with_call_id("call_0");
@@ -70,10 +70,7 @@ async fn a_natural_key_is_the_same_in_nfc_and_nfd() {
             }
         })
         .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(def).build().unwrap(),
-        Arc::new(MemoryStore::new()),
-    );
+    let d = with_tool(def, Arc::new(MemoryStore::new()));
     let run = RunContext::new("t");
     // "José" precomposed (U+00E9) and decomposed (e + U+0301).
     let nfc = ToolCall::new("open_ticket", json!({"customer": "Jos\u{e9}"})).with_call_id("c1");

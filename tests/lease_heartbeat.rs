@@ -2,6 +2,8 @@
 //! thread of its own, so a concurrent retry waits for the outcome instead of finding an orphan that
 //! a verify hook would then release to run a second time.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use idem::prelude::*;
 use idem::{MemoryStore, ToolDef, ToolPolicy, Verified};
 use serde_json::{Value, json};
+use support::dispatcher::with_tool;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_body_keeps_its_lease_and_runs_once() {
@@ -47,10 +50,7 @@ async fn a_blocking_body_keeps_its_lease_and_runs_once() {
         })
         .build()
         .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(tool).build().unwrap(),
-        Arc::new(MemoryStore::new()),
-    );
+    let d = with_tool(tool, Arc::new(MemoryStore::new()));
     let call = ToolCall::new("charge", json!({})).with_call_id("c1");
     let run = RunContext::new("t");
 

@@ -13,7 +13,8 @@ use idem::{
 use serde_json::{Value, json};
 
 mod support;
-use support::one_tool::{dispatcher, timing_out};
+use support::dispatcher::with_tool;
+use support::providers::timing_out;
 
 fn tool(class: ToolClass, runs: Arc<AtomicUsize>, output: fn() -> Value) -> ToolDef {
     ToolDef::builder("make", class)
@@ -42,7 +43,7 @@ fn nested(depth: usize) -> Value {
 async fn arguments_over_the_bound_are_refused_before_anything_is_recorded() {
     let runs = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(MemoryStore::new());
-    let d = dispatcher(
+    let d = with_tool(
         tool(ToolClass::IdempotentWrite, runs.clone(), || json!(1)),
         store.clone(),
     );
@@ -70,7 +71,7 @@ async fn arguments_over_the_bound_are_refused_before_anything_is_recorded() {
 async fn an_output_too_deep_to_replay_gives_an_idempotent_claim_back() {
     let runs = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(MemoryStore::new());
-    let d = dispatcher(
+    let d = with_tool(
         tool(ToolClass::IdempotentWrite, runs.clone(), || nested(200)),
         store.clone(),
     );
@@ -100,7 +101,7 @@ async fn an_output_too_deep_to_replay_gives_an_idempotent_claim_back() {
 async fn an_output_too_deep_to_replay_leaves_a_non_idempotent_call_unknown() {
     let runs = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(MemoryStore::new());
-    let d = dispatcher(
+    let d = with_tool(
         tool(ToolClass::NonIdempotentWrite, runs.clone(), || nested(200)),
         store.clone(),
     );
@@ -132,7 +133,7 @@ async fn an_output_too_deep_to_replay_leaves_a_non_idempotent_call_unknown() {
 async fn unknown_records_are_purged_after_their_retention() {
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
-    let d = dispatcher(timing_out("make"), store.clone());
+    let d = with_tool(timing_out("make"), store.clone());
     for (tenant, id) in [("a", "c1"), ("b", "c2")] {
         let call = ToolCall::new("make", json!({})).with_call_id(id);
         assert!(d.dispatch(&call, &RunContext::new(tenant)).await.is_err());

@@ -14,10 +14,8 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::fs::File;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,13 +24,15 @@ use idem::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use support::child::{Child, Reported, report};
+use support::dispatcher::{dispatch_approving, linked};
+use support::ledger::{call_downstream, parse_ledger};
 #[cfg(feature = "postgres")]
-use support::drop_schema;
+use support::postgres_schemas::postgres_schemas;
 #[cfg(feature = "redis")]
-use support::redis_delete_prefix;
-#[cfg(any(feature = "redis", feature = "postgres"))]
-use support::service_url;
-use support::{lock_exclusive, parse_ledger, unique};
+use support::redis_keys::redis_prefixes;
+use support::services::unique;
+use support::stores::open_store;
 
 const CHILD_ENV: &str = "IDEM_RACE_CHILD";
 const RESULT_PREFIX: &str = "IDEM-RACE-RESULT ";
@@ -67,16 +67,6 @@ struct ChildSpec {
     go: PathBuf,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Reported {
-    task: usize,
-    call: String,
-    code: String,
-    deduplicated: bool,
-    output_json: Option<String>,
-    error: Option<String>,
-}
-
 /// What a probe returns: one value per execution, so two executions could never be mistaken
 /// for one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -88,31 +78,6 @@ struct Receipt {
 }
 
 // ---------------------------------------------------------------------------------------
-// The fake downstream service (a ledger file under an exclusive `flock`).
-
-fn call_downstream(ledger: &Path, label: &str, key: &str) -> u32 {
-    let pid = std::process::id();
-    let mut file = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(ledger)
-        .expect("open the ledger");
-    lock_exclusive(&file);
-    let mut text = String::new();
-    file.read_to_string(&mut text).expect("read the ledger");
-    writeln!(file, "attempt {label} {key} {pid}").expect("write the ledger");
-    if let Some(e) = parse_ledger(&text)
-        .into_iter()
-        .find(|e| e.kind == "applied" && e.key == key)
-    {
-        return e.pid;
-    }
-    writeln!(file, "applied {label} {key} {pid}").expect("write the ledger");
-    pid
-}
-
-// ---------------------------------------------------------------------------------------
 // The probes
 
 static LEDGER: OnceLock<PathBuf> = OnceLock::new();
@@ -120,7 +85,7 @@ static EXECUTIONS: AtomicU64 = AtomicU64::new(0);
 
 async fn effect(ctx: &ToolContext, label: &str) -> Result<Receipt, ToolError> {
     let ledger = LEDGER.get().expect("probes run only in a race child");
-    let applied_by = call_downstream(ledger, label, ctx.idempotency_key());
+    let applied_by = call_downstream(ledger, label, ctx.idempotency_key(), || {});
     tokio::time::sleep(EFFECT_TIME).await;
     Ok(Receipt {
         key: ctx.idempotency_key().to_owned(),
@@ -151,16 +116,6 @@ async fn race_irrev(ctx: &ToolContext, label: String) -> Result<Receipt, ToolErr
 // ---------------------------------------------------------------------------------------
 // The child
 
-async fn dispatch(d: &Dispatcher, call: &ToolCall) -> Result<Dispatched, DispatchError> {
-    let run = RunContext::new(TENANT);
-    match d.dispatch(call, &run).await {
-        Err(DispatchError::ApprovalRequired { request }) => {
-            d.dispatch(call, &run.approve(request.approve())).await
-        }
-        other => other,
-    }
-}
-
 /// Not a test of its own: the body of a racing process, started by the `race_*` tests. Run
 /// directly, without `IDEM_RACE_CHILD`, it does nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,11 +126,8 @@ async fn race_child() {
     let spec: ChildSpec = serde_json::from_str(&spec).expect("child spec");
     let _ = LEDGER.set(spec.ledger.clone());
     let d = Arc::new(
-        Dispatcher::new(
-            Registry::linked().expect("registry"),
-            support::open_store(&spec.store, &spec.target, &spec.scope, 4).await,
-        )
-        .with_namespace(spec.namespace.clone()),
+        linked(open_store(&spec.store, &spec.target, &spec.scope, 4).await)
+            .with_namespace(spec.namespace.clone()),
     );
     File::create(&spec.ready).expect("report ready");
     let deadline = Instant::now() + CHILD_DEADLINE;
@@ -195,61 +147,21 @@ async fn race_child() {
                 let (tool, label) = CALLS[(task + i) % CALLS.len()];
                 let call = ToolCall::new(tool, json!({ "label": label }))
                     .with_call_id(format!("call-{label}"));
-                results.push((task, label, dispatch(&d, &call).await));
+                let run = RunContext::new(TENANT);
+                results.push((label, dispatch_approving(&d, &call, &run).await));
             }
             results
         }));
     }
-    let mut out = std::io::stdout().lock();
-    writeln!(out).expect("stdout");
     for task in tasks {
-        for (task, label, result) in task.await.expect("task") {
-            let line = match result {
-                Ok(d) => Reported {
-                    task,
-                    call: label.to_owned(),
-                    code: "ok".into(),
-                    deduplicated: d.deduplicated,
-                    output_json: Some(d.output_json),
-                    error: None,
-                },
-                Err(e) => Reported {
-                    task,
-                    call: label.to_owned(),
-                    code: e.code().into(),
-                    deduplicated: false,
-                    output_json: None,
-                    error: Some(e.to_string()),
-                },
-            };
-            writeln!(
-                out,
-                "{RESULT_PREFIX}{}",
-                serde_json::to_string(&line).expect("report")
-            )
-            .expect("stdout");
+        for (label, result) in task.await.expect("task") {
+            report(RESULT_PREFIX, &Reported::of(label, &result));
         }
     }
-    out.flush().expect("stdout");
 }
 
 // ---------------------------------------------------------------------------------------
 // The parent
-
-fn wait_bounded(child: &mut Child, what: &str) -> std::process::ExitStatus {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("wait for a child") {
-            return status;
-        }
-        if started.elapsed() > CHILD_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} hung: still running after {CHILD_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// Race the processes on one store and check the outcome.
 fn race(store: &str, target: Option<&str>, scope: &str) {
@@ -269,31 +181,27 @@ fn race(store: &str, target: Option<&str>, scope: &str) {
         ready: dir.join(format!("ready-{n}")),
         go: go.clone(),
     };
-    let exe = std::env::current_exe().expect("test binary");
-    let mut children: Vec<(Child, PathBuf, PathBuf)> = (0..PROCESSES)
+    let mut children: Vec<Child> = (0..PROCESSES)
         .map(|n| {
-            let out = dir.join(format!("child-{n}.out"));
-            let err = dir.join(format!("child-{n}.err"));
-            let child = Command::new(&exe)
-                .args(["race_child", "--exact", "--nocapture", "--test-threads=1"])
-                .env(CHILD_ENV, serde_json::to_string(&spec(n)).expect("spec"))
-                .stdin(Stdio::null())
-                .stdout(File::create(&out).expect("stdout file"))
-                .stderr(File::create(&err).expect("stderr file"))
-                .spawn()
-                .expect("spawn a child");
-            (child, out, err)
+            Child::spawn(
+                "race_child",
+                CHILD_ENV,
+                &spec(n),
+                &dir,
+                &format!("child-{n}"),
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
         })
         .collect();
 
     // Start them together once all are connected.
     let started = Instant::now();
     while (0..PROCESSES).any(|n| !spec(n).ready.exists()) {
-        for (child, _, err) in &mut children {
-            if let Some(status) = child.try_wait().expect("child") {
+        for child in &mut children {
+            if let Some(status) = child.exited() {
                 panic!(
                     "a child exited {status} before the start:\n{}",
-                    std::fs::read_to_string(err.as_path()).unwrap_or_default()
+                    child.stderr()
                 );
             }
         }
@@ -306,22 +214,17 @@ fn race(store: &str, target: Option<&str>, scope: &str) {
     File::create(&go).expect("start signal");
 
     let mut results: Vec<Reported> = Vec::new();
-    for (n, (child, out, err)) in children.iter_mut().enumerate() {
-        let status = wait_bounded(child, &format!("child {n}"));
-        let stdout = std::fs::read_to_string(out.as_path()).unwrap_or_default();
-        let stderr = std::fs::read_to_string(err.as_path()).unwrap_or_default();
+    for (n, child) in children.into_iter().enumerate() {
+        let exited = child.wait(CHILD_DEADLINE).unwrap_or_else(|e| panic!("{e}"));
+        let (status, stdout, stderr) = (exited.status, &exited.stdout, &exited.stderr);
         assert!(
             status.success(),
             "child {n} exited {status}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
         );
         results.extend(
-            stdout
-                .lines()
-                .filter_map(|l| {
-                    l.find(RESULT_PREFIX)
-                        .map(|at| &l[at + RESULT_PREFIX.len()..])
-                })
-                .map(|l| serde_json::from_str::<Reported>(l).expect("result line")),
+            exited
+                .results::<Reported>(RESULT_PREFIX)
+                .expect("result line"),
         );
     }
     let elapsed = started.elapsed();
@@ -398,31 +301,21 @@ fn race_sqlite() {
 #[cfg(feature = "redis")]
 #[test]
 fn race_redis() {
-    let Some(url) = service_url("IDEM_REDIS_URL", "race_redis") else {
+    use support::services::{REDIS_URL, service_url};
+    let Some(url) = service_url(REDIS_URL, "race_redis") else {
         return;
     };
-    let prefix = unique("idem-race");
-    let outcome = std::panic::catch_unwind(|| race("redis", Some(&url), &prefix));
-    let deleted = redis_delete_prefix(&url, &prefix);
-    eprintln!("deleted {deleted} Redis keys under {prefix}");
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    let prefixes = redis_prefixes(&url);
+    race("redis", Some(&url), &prefixes.fresh("idem-race"));
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 fn race_postgres() {
-    let Some(url) = service_url("IDEM_POSTGRES_URL", "race_postgres") else {
+    use support::services::{POSTGRES_URL, service_url};
+    let Some(url) = service_url(POSTGRES_URL, "race_postgres") else {
         return;
     };
-    let schema = unique("idem_race");
-    let outcome = std::panic::catch_unwind(|| race("postgres", Some(&url), &schema));
-    drop_schema(&url, &schema);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
+    let schemas = postgres_schemas(&url);
+    race("postgres", Some(&url), &schemas.fresh("idem_race"));
 }
-
-// ---------------------------------------------------------------------------------------
-// Cleaning up the servers

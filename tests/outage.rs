@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 
 use idem::prelude::*;
 use serde_json::{Value, json};
-use support::{service_url, unique};
+use support::dispatcher::linked;
+use support::services::service_url;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -544,8 +545,18 @@ async fn long_outage(d: &Dispatcher, proxy: &Proxy, tag: &str) {
     assert_eq!(attempts(label_of(&after)).len(), 1);
 }
 
-fn dispatcher(store: Arc<dyn Store>, namespace: &str) -> Dispatcher {
-    Dispatcher::new(Registry::linked().expect("registry"), store).with_namespace(namespace)
+/// Run `scenario` on `d`, whose store connects through `proxy`, then stop the proxy whether
+/// the scenario passed or not (and so close every connection it still holds).
+async fn through_the_proxy<F, Fut>(d: Dispatcher, proxy: Arc<Proxy>, tag: String, scenario: F)
+where
+    F: FnOnce(Dispatcher, Arc<Proxy>, String) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let outcome = tokio::spawn(scenario(d, proxy.clone(), tag)).await;
+    proxy.stop().await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -558,22 +569,19 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     use idem::store::redis::RedisStore;
-    let Some(url) = service_url("IDEM_REDIS_URL", test) else {
+    use support::redis_keys::redis_prefixes;
+    use support::services::REDIS_URL;
+    let Some(url) = service_url(REDIS_URL, test) else {
         return;
     };
+    let prefixes = redis_prefixes(&url);
     let proxy = Proxy::start(upstream_of(&url, 6379).await).await;
-    let prefix = unique(&format!("idem-outage-{test}"));
+    let prefix = prefixes.fresh(&format!("idem-outage-{test}"));
     let store = RedisStore::connect(&proxy.url(&url), &prefix)
         .await
         .expect("connect through the proxy");
-    let d = dispatcher(Arc::new(store), &prefix);
-    let outcome = tokio::spawn(scenario(d, proxy.clone(), format!("redis-{test}"))).await;
-    proxy.stop().await;
-    let deleted = redis_delete_prefix(&url, &prefix).await;
-    eprintln!("deleted {deleted} Redis keys under {prefix}");
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
+    let d = linked(Arc::new(store)).with_namespace(&prefix);
+    through_the_proxy(d, proxy, format!("redis-{test}"), scenario).await;
 }
 
 #[cfg(feature = "redis")]
@@ -621,55 +629,6 @@ async fn redis_first_write_after_a_long_outage_succeeds() {
     .await;
 }
 
-/// Delete every key under `prefix` with one Lua script over a bare RESP connection to the
-/// real server (the store keeps fence counters after its records by design).
-#[cfg(feature = "redis")]
-async fn redis_delete_prefix(url: &str, prefix: &str) -> i64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    const SCRIPT: &str = "local n = 0 local c = '0' repeat \
-        local r = redis.call('SCAN', c, 'MATCH', ARGV[1], 'COUNT', 1000) c = r[1] \
-        for _, k in ipairs(r[2]) do redis.call('DEL', k) n = n + 1 end \
-        until c == '0' return n";
-    let rest = url.split_once("://").map(|(_, r)| r).expect("redis:// URL");
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let auth = authority.rsplit_once('@').map(|(a, _)| a);
-    let mut stream = TcpStream::connect(upstream_of(url, 6379).await)
-        .await
-        .expect("connect to Redis to clean up");
-    let mut commands: Vec<Vec<&str>> = Vec::new();
-    if let Some(auth) = auth {
-        commands.push(match auth.split_once(':') {
-            Some((user, pass)) if !user.is_empty() => vec!["AUTH", user, pass],
-            Some((_, pass)) => vec!["AUTH", pass],
-            None => vec!["AUTH", auth],
-        });
-    }
-    let db = path.trim_matches('/');
-    if !db.is_empty() {
-        commands.push(vec!["SELECT", db]);
-    }
-    let pattern = format!("{prefix}:*");
-    commands.push(vec!["EVAL", SCRIPT, "0", &pattern]);
-    let mut reply = String::new();
-    for args in commands {
-        let mut cmd = format!("*{}\r\n", args.len());
-        for a in &args {
-            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        stream.write_all(cmd.as_bytes()).await.expect("send");
-        let mut line = Vec::new();
-        while !line.ends_with(b"\r\n") {
-            line.push(stream.read_u8().await.expect("read"));
-        }
-        reply = String::from_utf8_lossy(&line).trim_end().to_owned();
-        assert!(!reply.starts_with('-'), "Redis {}: {reply}", args[0]);
-    }
-    reply
-        .strip_prefix(':')
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("Redis clean-up failed: {reply}"))
-}
-
 // ---------------------------------------------------------------------------------------
 // PostgreSQL
 
@@ -684,32 +643,20 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     use idem::store::postgres::PostgresStore;
-    use idem::store::postgres::deadpool_postgres::tokio_postgres::{self, NoTls};
-    let Some(url) = service_url("IDEM_POSTGRES_URL", test) else {
+    use support::postgres_schemas::postgres_schemas;
+    use support::services::POSTGRES_URL;
+    let Some(url) = service_url(POSTGRES_URL, test) else {
         return;
     };
+    let schemas = postgres_schemas(&url);
     let proxy = Proxy::start(upstream_of(&url, 5432).await).await;
-    let schema = unique(&format!("idem_outage_{test}"));
+    let schema = schemas.fresh(&format!("idem_outage_{test}"));
     let store = PostgresStore::connect(&proxy.url(&url), &schema)
         .await
         .expect("connect through the proxy")
         .with_operation_timeout(POSTGRES_OPERATION_TIMEOUT);
-    let d = dispatcher(Arc::new(store), &schema);
-    let outcome = tokio::spawn(scenario(d, proxy.clone(), format!("postgres-{test}"))).await;
-    proxy.stop().await;
-    let (client, connection) = tokio_postgres::connect(&url, NoTls)
-        .await
-        .expect("connect to drop the schema");
-    let connection = tokio::spawn(connection);
-    client
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-        .await
-        .expect("drop the schema");
-    drop(client);
-    let _ = connection.await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
+    let d = linked(Arc::new(store)).with_namespace(&schema);
+    through_the_proxy(d, proxy, format!("postgres-{test}"), scenario).await;
 }
 
 #[cfg(feature = "postgres")]

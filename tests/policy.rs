@@ -1,45 +1,32 @@
 //! The policy table of ARCHITECTURE §3–§5 and §8, one behaviour at a time, through the
 //! facade's public API on the memory store.
 
-use std::collections::HashMap;
+mod support;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use idem::prelude::*;
-use idem::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
-use idem::{Fence, ManualClock, Outcome, Record, RecordKey, RecordState, StoreError, Timestamp};
+use idem::store::ListFilter;
+use idem::{ManualClock, MemoryStore, Record, RecordKey, RecordState, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use support::dispatcher::linked;
+use support::hooked_store::{Hook, Hooked, Op};
+use support::services::unique;
+use support::tally::Tally;
 
 // ---------------------------------------------------------------------------------------
 // Probe tools: every execution is written to a ledger under the call's `label`, with the
 // key the tool was handed, so tests can count effects.
 
-#[derive(Debug, Default)]
-struct Ledger {
-    runs: HashMap<String, Vec<String>>,
-}
-
-static LEDGER: Mutex<Option<Ledger>> = Mutex::new(None);
-
-fn note(label: &str, key: &str) -> usize {
-    let mut guard = LEDGER.lock().unwrap();
-    let ledger = guard.get_or_insert_with(Ledger::default);
-    let runs = ledger.runs.entry(label.to_owned()).or_default();
-    runs.push(key.to_owned());
-    runs.len()
-}
+static LEDGER: Tally = Tally::new();
 
 fn runs(label: &str) -> Vec<String> {
-    LEDGER
-        .lock()
-        .unwrap()
-        .as_ref()
-        .and_then(|l| l.runs.get(label).cloned())
-        .unwrap_or_default()
+    LEDGER.entries(label)
 }
 
 /// How a probe behaves.
@@ -63,7 +50,7 @@ struct Plan {
 }
 
 async fn run_plan(ctx: &ToolContext, label: &str, plan: &Plan) -> Result<Value, ToolError> {
-    let n = note(label, ctx.idempotency_key());
+    let n = LEDGER.note(label, ctx.idempotency_key());
     if plan.hang_first && n == 1 {
         std::future::pending::<()>().await;
     }
@@ -133,7 +120,7 @@ async fn probe_irrev(
 /// Needs a scope.
 #[tool(class = "idempotent_write", scopes = ["billing:write"])]
 fn scoped_probe(ctx: &ToolContext, label: String) -> Result<u32, ToolError> {
-    note(&label, ctx.idempotency_key());
+    LEDGER.note(&label, ctx.idempotency_key());
     Ok(1)
 }
 
@@ -152,7 +139,7 @@ async fn impatient_probe(
 async fn two_steps(ctx: &ToolContext, label: String) -> Result<Vec<u64>, ToolError> {
     let a: u64 = ctx
         .step("reserve", || async {
-            note(&format!("{label}/reserve"), "");
+            LEDGER.note(&format!("{label}/reserve"), "");
             Ok(7)
         })
         .await?;
@@ -161,7 +148,7 @@ async fn two_steps(ctx: &ToolContext, label: String) -> Result<Vec<u64>, ToolErr
     }
     let b: u64 = ctx
         .step("charge", || async {
-            note(&format!("{label}/charge"), "");
+            LEDGER.note(&format!("{label}/charge"), "");
             Ok(9)
         })
         .await?;
@@ -171,18 +158,11 @@ async fn two_steps(ctx: &ToolContext, label: String) -> Result<Vec<u64>, ToolErr
 // ---------------------------------------------------------------------------------------
 
 fn label() -> String {
-    use std::sync::atomic::AtomicU64;
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!("probe-{}", N.fetch_add(1, Ordering::Relaxed))
+    unique("probe")
 }
 
-fn dispatcher_on(store: Arc<dyn Store>) -> Dispatcher {
-    Dispatcher::new(Registry::linked().expect("registry"), store).with_namespace("policy-tests")
-}
-
-fn dispatcher() -> Dispatcher {
-    dispatcher_on(Arc::new(MemoryStore::new()))
-}
+/// The namespace of every dispatcher here.
+const NAMESPACE: &str = "policy-tests";
 
 fn call(tool: &str, label: &str, plan: Value) -> ToolCall {
     ToolCall::new(tool, json!({"label": label, "plan": plan})).with_call_id(format!("call-{label}"))
@@ -202,7 +182,7 @@ async fn record_of(d: &Dispatcher, c: &ToolCall, r: &RunContext) -> Option<Recor
 
 #[tokio::test]
 async fn read_is_not_recorded_and_executes_again() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_read", &l, json!({"output": {"temp": 21}}));
     let first = d.dispatch(&c, &run()).await.unwrap();
@@ -219,7 +199,7 @@ async fn read_is_not_recorded_and_executes_again() {
 
 #[tokio::test]
 async fn read_retries_with_backoff_on_retryable_errors() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let ok = d
         .dispatch(
@@ -238,7 +218,7 @@ async fn read_retries_with_backoff_on_retryable_errors() {
 
 #[tokio::test]
 async fn read_without_key_material_still_runs() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = ToolCall::new(
         "probe_read",
@@ -254,7 +234,7 @@ async fn read_without_key_material_still_runs() {
 
 #[tokio::test]
 async fn idempotent_duplicate_replays_with_flag() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_idem", &l, json!({"output": {"ticket": 12}}));
     let first = d.dispatch(&c, &run()).await.unwrap();
@@ -269,7 +249,7 @@ async fn idempotent_duplicate_replays_with_flag() {
 
 #[tokio::test]
 async fn idempotent_retries_ambiguous_errors_with_the_same_key() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let out = d
         .dispatch(
@@ -294,7 +274,7 @@ async fn idempotent_retries_ambiguous_errors_with_the_same_key() {
 
 #[tokio::test]
 async fn idempotent_exhausted_ambiguous_releases_the_key_for_a_later_retry() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_idem", &l, json!({"fail": "ambiguous"}));
     let err = d.dispatch(&c, &run()).await.unwrap_err();
@@ -312,7 +292,8 @@ async fn idempotent_exhausted_ambiguous_releases_the_key_for_a_later_retry() {
 #[tokio::test]
 async fn idempotent_orphan_is_taken_over_with_the_same_downstream_key() {
     let clock = Arc::new(ManualClock::new());
-    let d = dispatcher_on(Arc::new(MemoryStore::new().with_clock(clock.clone())));
+    let d =
+        linked(Arc::new(MemoryStore::new().with_clock(clock.clone()))).with_namespace(NAMESPACE);
     let l = label();
     let c = call(
         "probe_idem",
@@ -352,7 +333,7 @@ async fn crash_mid_body(d: &Dispatcher, c: &ToolCall, l: &str) {
 
 #[tokio::test]
 async fn sixty_four_concurrent_duplicates_execute_once() {
-    let d = Arc::new(dispatcher());
+    let d = Arc::new(linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE));
     let l = label();
     let c = call(
         "probe_idem",
@@ -383,7 +364,7 @@ async fn sixty_four_concurrent_duplicates_execute_once() {
 
 #[tokio::test]
 async fn concurrent_duplicate_past_its_wait_bound_gets_in_progress() {
-    let d = Arc::new(dispatcher());
+    let d = Arc::new(linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE));
     let l = label();
     let c = call("impatient_probe", &l, json!({"sleep_ms": 300, "output": 1}));
     let holder = {
@@ -407,7 +388,7 @@ async fn concurrent_duplicate_past_its_wait_bound_gets_in_progress() {
 
 #[tokio::test]
 async fn non_idempotent_duplicate_replays() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_once", &l, json!({"output": "sent"}));
     assert!(!d.dispatch(&c, &run()).await.unwrap().deduplicated);
@@ -417,7 +398,7 @@ async fn non_idempotent_duplicate_replays() {
 
 #[tokio::test]
 async fn non_idempotent_retries_at_most_once_and_only_when_not_applied() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let out = d
         .dispatch(
@@ -465,7 +446,7 @@ async fn non_idempotent_retries_at_most_once_and_only_when_not_applied() {
 
 #[tokio::test]
 async fn non_idempotent_ambiguous_ends_unknown_and_is_never_rerun() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_once", &l, json!({"fail": "ambiguous"}));
     let err = d.dispatch(&c, &run()).await.unwrap_err();
@@ -489,7 +470,8 @@ async fn non_idempotent_ambiguous_ends_unknown_and_is_never_rerun() {
 #[tokio::test]
 async fn non_idempotent_orphan_becomes_unknown() {
     let clock = Arc::new(ManualClock::new());
-    let d = dispatcher_on(Arc::new(MemoryStore::new().with_clock(clock.clone())));
+    let d =
+        linked(Arc::new(MemoryStore::new().with_clock(clock.clone()))).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_once", &l, json!({"hang_first": true}));
     crash_mid_body(&d, &c, &l).await;
@@ -507,7 +489,7 @@ async fn non_idempotent_orphan_becomes_unknown() {
 
 #[tokio::test]
 async fn irreversible_needs_an_approval_bound_to_key_and_arguments() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_irrev", &l, json!({"output": "deleted"}));
     let err = d.dispatch(&c, &run()).await.unwrap_err();
@@ -547,7 +529,7 @@ async fn irreversible_needs_an_approval_bound_to_key_and_arguments() {
 
 #[tokio::test]
 async fn irreversible_is_never_retried() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     for kind in ["retryable", "not_applied", "ambiguous"] {
         let l = label();
         let c = call("probe_irrev", &l, json!({"fail": kind, "fail_times": 1}));
@@ -568,7 +550,7 @@ async fn irreversible_is_never_retried() {
 
 #[tokio::test]
 async fn key_reused_with_other_arguments_is_refused() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_idem", &l, json!({"output": 1}));
     d.dispatch(&c, &run()).await.unwrap();
@@ -589,7 +571,7 @@ async fn key_reused_with_other_arguments_is_refused() {
 
 #[tokio::test]
 async fn write_without_key_material_is_refused() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = ToolCall::new("probe_idem", json!({"label": l}));
     let err = d.dispatch(&c, &RunContext::new("t")).await.unwrap_err();
@@ -619,7 +601,7 @@ async fn write_without_key_material_is_refused() {
 
 #[tokio::test]
 async fn explicit_key_wins_over_call_id() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let a = call("probe_idem", &l, json!({"output": 1})).with_key("order-77");
     let b = a.clone().with_call_id("a-different-call-id");
@@ -629,7 +611,7 @@ async fn explicit_key_wins_over_call_id() {
 
 #[tokio::test]
 async fn two_tenants_never_share_a_record() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_idem", &l, json!({"output": "x"}));
     let a = d.dispatch(&c, &RunContext::new("tenant-a")).await.unwrap();
@@ -648,7 +630,7 @@ async fn two_tenants_never_share_a_record() {
 
 #[tokio::test]
 async fn falsy_outputs_replay_exactly() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     for output in [
         json!(0),
         json!(false),
@@ -671,7 +653,7 @@ async fn falsy_outputs_replay_exactly() {
 
 #[tokio::test]
 async fn terminal_errors_are_recorded_and_replayed() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = call("probe_once", &l, json!({"fail": "terminal"}));
     let first = d.dispatch(&c, &run()).await.unwrap_err();
@@ -702,7 +684,7 @@ async fn terminal_errors_are_recorded_and_replayed() {
 
 #[tokio::test]
 async fn invalid_arguments_never_reach_the_body_and_record_nothing() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let cases = [
         (json!({"label": 5}), "/label"),
@@ -748,7 +730,7 @@ async fn invalid_arguments_never_reach_the_body_and_record_nothing() {
 
 #[tokio::test]
 async fn refusals_come_in_order_and_before_any_effect() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     // Unknown tool first, with a suggestion.
     match d
@@ -795,7 +777,7 @@ async fn refusals_come_in_order_and_before_any_effect() {
 
 #[tokio::test]
 async fn a_panicking_body_leaves_the_dispatcher_usable() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     // Idempotent: retried (same key), then released so a later call may run again.
     let l = label();
     let c = call("probe_idem", &l, json!({"fail": "panic"}));
@@ -830,7 +812,7 @@ async fn a_panicking_body_leaves_the_dispatcher_usable() {
 
 #[tokio::test]
 async fn a_dropped_dispatch_leaves_no_live_claim() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     for (tool, expect_unknown) in [("probe_idem", false), ("probe_once", true)] {
         let l = label();
         let c = call(tool, &l, json!({"hang_first": true, "output": "later"}));
@@ -866,9 +848,9 @@ async fn a_dropped_dispatch_leaves_no_live_claim() {
 #[tokio::test]
 async fn a_stale_holder_cannot_record_over_the_new_one() {
     let clock = Arc::new(ManualClock::new());
-    let d = Arc::new(dispatcher_on(Arc::new(
-        MemoryStore::new().with_clock(clock.clone()),
-    )));
+    let d = Arc::new(
+        linked(Arc::new(MemoryStore::new().with_clock(clock.clone()))).with_namespace(NAMESPACE),
+    );
     let l = label();
     // The first holder sleeps past its lease; meanwhile a second one takes over and completes.
     let c = call("probe_idem", &l, json!({"sleep_ms": 400, "output": "same"}));
@@ -895,7 +877,7 @@ async fn a_stale_holder_cannot_record_over_the_new_one() {
 
 #[tokio::test]
 async fn journaled_steps_are_not_repeated_by_a_retry() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new())).with_namespace(NAMESPACE);
     let l = label();
     let c = ToolCall::new("two_steps", json!({"label": l})).with_call_id(format!("c-{l}"));
     let out = d.dispatch(&c, &run()).await.unwrap();
@@ -909,15 +891,15 @@ async fn journaled_steps_are_not_repeated_by_a_retry() {
     assert_eq!(runs(&format!("{l}/charge")).len(), 1);
 }
 
-/// A store that can be switched off, standing in for a Redis or Postgres outage.
+/// Switches a store off, standing in for a Redis or Postgres outage.
 #[derive(Debug)]
 struct Flaky {
-    inner: MemoryStore,
     down: AtomicBool,
 }
 
-impl Flaky {
-    fn check(&self) -> Result<(), StoreError> {
+#[async_trait]
+impl Hook for Flaky {
+    async fn before(&self, _op: Op, _key: Option<&RecordKey>) -> Result<(), StoreError> {
         if self.down.load(Ordering::SeqCst) {
             Err(StoreError::Unavailable("connection refused".into()))
         } else {
@@ -926,81 +908,15 @@ impl Flaky {
     }
 }
 
-#[async_trait]
-impl Store for Flaky {
-    async fn claim(&self, r: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.check()?;
-        self.inner.claim(r).await
-    }
-    async fn complete(
-        &self,
-        k: &RecordKey,
-        f: Fence,
-        o: &Outcome,
-        t: Duration,
-    ) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.complete(k, f, o, t).await
-    }
-    async fn release(&self, k: &RecordKey, f: Fence) -> Result<bool, StoreError> {
-        self.check()?;
-        self.inner.release(k, f).await
-    }
-    async fn renew(&self, k: &RecordKey, f: Fence, l: Duration) -> Result<Timestamp, StoreError> {
-        self.check()?;
-        self.inner.renew(k, f, l).await
-    }
-    async fn journal(&self, k: &RecordKey, f: Fence, s: &str, v: &str) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.journal(k, f, s, v).await
-    }
-    async fn mark_unknown(&self, k: &RecordKey, f: Fence, e: &str) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.mark_unknown(k, f, e).await
-    }
-    async fn get(&self, k: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.check()?;
-        self.inner.get(k).await
-    }
-    async fn list(&self, f: ListFilter) -> Result<Vec<Record>, StoreError> {
-        self.check()?;
-        self.inner.list(f).await
-    }
-    async fn resolve(&self, k: &RecordKey, o: &Outcome, t: Duration) -> Result<Record, StoreError> {
-        self.check()?;
-        self.inner.resolve(k, o, t).await
-    }
-    async fn settle_unknown(
-        &self,
-        k: &RecordKey,
-        f: Fence,
-        o: Option<&Outcome>,
-        t: Duration,
-    ) -> Result<bool, StoreError> {
-        self.check()?;
-        self.inner.settle_unknown(k, f, o, t).await
-    }
-    async fn force_release(&self, k: &RecordKey) -> Result<bool, StoreError> {
-        self.check()?;
-        self.inner.force_release(k).await
-    }
-    async fn purge_expired(&self, l: &PurgeFilter) -> Result<usize, StoreError> {
-        self.check()?;
-        self.inner.purge_expired(l).await
-    }
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        self.check()?;
-        self.inner.now().await
-    }
-}
-
 #[tokio::test]
 async fn an_unavailable_store_fails_writes_closed_and_lets_reads_pass() {
-    let store = Arc::new(Flaky {
-        inner: MemoryStore::new(),
-        down: AtomicBool::new(true),
-    });
-    let d = dispatcher_on(store.clone());
+    let store = Arc::new(Hooked::new(
+        Arc::new(MemoryStore::new()),
+        Flaky {
+            down: AtomicBool::new(true),
+        },
+    ));
+    let d = linked(store.clone()).with_namespace(NAMESPACE);
     let l = label();
     let w = call("probe_once", &l, json!({"output": "sent"}));
     let err = d.dispatch(&w, &run()).await.unwrap_err();
@@ -1017,7 +933,7 @@ async fn an_unavailable_store_fails_writes_closed_and_lets_reads_pass() {
             .output,
         json!(1)
     );
-    store.down.store(false, Ordering::SeqCst);
+    store.hook.down.store(false, Ordering::SeqCst);
     assert!(!d.dispatch(&w, &run()).await.unwrap().deduplicated);
     assert!(d.dispatch(&w, &run()).await.unwrap().deduplicated);
     assert_eq!(

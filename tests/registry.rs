@@ -1,8 +1,11 @@
 //! The registry: linked tools, duplicate names, tools built at runtime and from data.
 
+mod support;
+
 use idem::prelude::*;
 use idem::{RegistryError, StaticTool, ToolDef, ToolSpec};
 use serde_json::{Value, json};
+use support::dispatcher::with_tool;
 
 /// Look up a customer.
 #[tool(class = "read")]
@@ -160,10 +163,7 @@ async fn a_tool_from_data_with_a_class_is_dispatched_under_its_policy() {
     let def = spec
         .into_def(|_, args| async move { Ok(json!({"tagged": args["tag"]})) })
         .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(def).build().unwrap(),
-        std::sync::Arc::new(MemoryStore::new()),
-    );
+    let d = with_tool(def, std::sync::Arc::new(MemoryStore::new()));
     let call = ToolCall::new("tag_ticket", json!({"tag": "vip"})).with_call_id("c1");
     let run = RunContext::new("t");
     assert!(!d.dispatch(&call, &run).await.unwrap().deduplicated);

@@ -1,12 +1,15 @@
 //! Replaying a completed irreversible call causes no effect, so it needs no approval; any
 //! call that could execute still does.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idem::prelude::*;
 use idem::{MemoryStore, ToolDef};
 use serde_json::{Value, json};
+use support::dispatcher::with_tool;
 
 #[tokio::test]
 async fn a_checkpoint_replay_of_a_completed_irreversible_call_replays_without_approval() {
@@ -24,10 +27,7 @@ async fn a_checkpoint_replay_of_a_completed_irreversible_call_replays_without_ap
         })
         .build()
         .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(tool).build().unwrap(),
-        Arc::new(MemoryStore::new()),
-    );
+    let d = with_tool(tool, Arc::new(MemoryStore::new()));
     let call = ToolCall::new("wire_money", json!({"cents": 100})).with_call_id("call-1");
     let plain = RunContext::new("t").with_run("run-1", 1);
     let DispatchError::ApprovalRequired { request } = d.dispatch(&call, &plain).await.unwrap_err()

@@ -8,6 +8,8 @@
 //! independent validator. Regenerate with `IDEM_BLESS=1 cargo test --test schemas` and read
 //! the diff before committing.
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use idem::store::ListFilter;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use support::dispatcher::linked;
 
 // ---------------------------------------------------------------------------------------
 // Fixture types.
@@ -1248,7 +1251,7 @@ fn run() -> RunContext {
 #[tokio::test]
 async fn arguments_are_validated_before_anything_is_recorded() {
     let store = Arc::new(MemoryStore::new());
-    let dispatcher = Dispatcher::new(registry(), store.clone());
+    let dispatcher = linked(store.clone());
     let mut problems = Vec::new();
     let mut n = 0;
     for fixture in fixtures() {
@@ -1339,7 +1342,7 @@ async fn arguments_are_validated_before_anything_is_recorded() {
 
 #[tokio::test]
 async fn strict_nulls_mean_absent_and_defaults_apply() {
-    let dispatcher = Dispatcher::new(registry(), Arc::new(MemoryStore::new()));
+    let dispatcher = linked(Arc::new(MemoryStore::new()));
     let call = ToolCall::new(
         "defaults",
         json!({"page": null, "size": null, "tags": null}),
@@ -1357,7 +1360,7 @@ async fn strict_nulls_mean_absent_and_defaults_apply() {
 
 #[tokio::test]
 async fn messages_tell_the_model_what_to_fix() {
-    let dispatcher = Dispatcher::new(registry(), Arc::new(MemoryStore::new()));
+    let dispatcher = linked(Arc::new(MemoryStore::new()));
     let cases = [
         (
             "unit_enums",

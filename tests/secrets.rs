@@ -1,11 +1,14 @@
 //! Secret arguments never appear in clear in a record, an error, a log line or an approval
 //! request, while distinct secrets still give distinct fingerprints.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 
 use idem::prelude::*;
 use idem::{ListFilter, MemoryStore, SecretKey, StateKind, ToolDef, ToolSpec};
 use serde_json::{Value, json};
+use support::dispatcher::{linked, with_tool};
 
 const CARD: &str = "4242424242424242";
 
@@ -33,10 +36,6 @@ async fn charge(
     ))
 }
 
-fn dispatcher(store: Arc<MemoryStore>) -> Dispatcher {
-    Dispatcher::new(Registry::linked().unwrap(), store).with_secret_key(key())
-}
-
 /// Everything a store keeps about its records, as text.
 async fn stored(store: &MemoryStore) -> String {
     let mut all = String::new();
@@ -60,7 +59,7 @@ async fn stored(store: &MemoryStore) -> String {
 #[tokio::test]
 async fn a_secret_is_sealed_in_the_record_and_its_fingerprint_still_tells_cards_apart() {
     let store = Arc::new(MemoryStore::new());
-    let d = dispatcher(store.clone());
+    let d = linked(store.clone()).with_secret_key(key());
     let run = RunContext::new("t");
     let call = ToolCall::new("charge", json!({"amount": 500, "card": CARD})).with_key("order-1");
     let done = d.dispatch(&call, &run).await.unwrap();
@@ -84,7 +83,7 @@ async fn a_secret_is_sealed_in_the_record_and_its_fingerprint_still_tells_cards_
 #[tokio::test]
 async fn errors_and_recorded_failures_do_not_echo_a_secret() {
     let store = Arc::new(MemoryStore::new());
-    let d = dispatcher(store.clone());
+    let d = linked(store.clone()).with_secret_key(key());
     let run = RunContext::new("t");
     // A validation error (the card must be a string; a number is echoed by the validator).
     let bad = ToolCall::new(
@@ -140,7 +139,7 @@ fn capture_logs() {
 #[tokio::test]
 async fn log_lines_do_not_carry_a_secret() {
     capture_logs();
-    let d = dispatcher(Arc::new(MemoryStore::new()));
+    let d = linked(Arc::new(MemoryStore::new())).with_secret_key(key());
     let run = RunContext::new("t");
     for args in [
         json!({"amount": 0, "card": CARD}),
@@ -158,7 +157,7 @@ async fn log_lines_do_not_carry_a_secret() {
 
 #[tokio::test]
 async fn a_tool_with_secrets_needs_a_key() {
-    let d = Dispatcher::new(Registry::linked().unwrap(), Arc::new(MemoryStore::new()));
+    let d = linked(Arc::new(MemoryStore::new()));
     let call = ToolCall::new("charge", json!({"amount": 1, "card": CARD})).with_key("k");
     let e = d.dispatch(&call, &RunContext::new("t")).await.unwrap_err();
     assert!(matches!(e, DispatchError::SecretKeyMissing { .. }), "{e:?}");
@@ -206,11 +205,7 @@ async fn an_approval_request_shows_the_secret_sealed() {
     let def = spec
         .into_def(|_ctx, _args| async move { Ok(json!("open")) })
         .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(def).build().unwrap(),
-        Arc::new(MemoryStore::new()),
-    )
-    .with_secret_key(key());
+    let d = with_tool(def, Arc::new(MemoryStore::new())).with_secret_key(key());
     let call = ToolCall::new("unlock", json!({"door": "front", "pin": "1234"})).with_key("k");
     let e = d.dispatch(&call, &RunContext::new("t")).await.unwrap_err();
     let DispatchError::ApprovalRequired { request } = e else {
@@ -226,7 +221,7 @@ async fn an_approval_request_shows_the_secret_sealed() {
 #[tokio::test]
 async fn a_refusal_logs_where_the_arguments_are_wrong_not_their_values() {
     capture_logs();
-    let d = dispatcher(Arc::new(MemoryStore::new()));
+    let d = linked(Arc::new(MemoryStore::new())).with_secret_key(key());
     // `amount` is not a secret, but a refusal's log line still carries no argument value.
     let call = ToolCall::new("charge", json!({"amount": -98765, "card": CARD})).with_key("k");
     let e = d.dispatch(&call, &RunContext::new("t")).await.unwrap_err();
@@ -254,14 +249,8 @@ fn unlock_with(schema: Value, natural_key: bool) -> ToolDef {
 async fn a_long_secret_is_not_quoted_by_a_validation_error() {
     let schema = json!({"type": "object", "properties": {
         "pin": {"type": "string", "pattern": "^[0-9]+$"}}});
-    let d = Dispatcher::new(
-        Registry::builder()
-            .add(unlock_with(schema, false))
-            .build()
-            .unwrap(),
-        Arc::new(MemoryStore::new()),
-    )
-    .with_secret_key(key());
+    let d =
+        with_tool(unlock_with(schema, false), Arc::new(MemoryStore::new())).with_secret_key(key());
     // Longer than a validator quotes whole: cut, its prefix would escape a plain search.
     let token = format!("tok_{}", "abcdefghij".repeat(10));
     let call = ToolCall::new("unlock", json!({"pin": token})).with_key("k");
@@ -274,14 +263,8 @@ async fn a_long_secret_is_not_quoted_by_a_validation_error() {
 #[tokio::test]
 async fn a_natural_key_over_a_secret_is_derived_from_its_seal() {
     let schema = json!({"type": "object", "properties": {"pin": {"type": "string"}}});
-    let d = Dispatcher::new(
-        Registry::builder()
-            .add(unlock_with(schema, true))
-            .build()
-            .unwrap(),
-        Arc::new(MemoryStore::new()),
-    )
-    .with_secret_key(key());
+    let d =
+        with_tool(unlock_with(schema, true), Arc::new(MemoryStore::new())).with_secret_key(key());
     let run = RunContext::new("t");
     let key_of = |pin: &str| {
         d.record_key(&ToolCall::new("unlock", json!({"pin": pin})), &run)
@@ -326,11 +309,8 @@ async fn a_verify_hook_error_does_not_echo_a_secret() {
         })
         .build()
         .unwrap();
-    let d = Dispatcher::new(
-        Registry::builder().add(tool).build().unwrap(),
-        Arc::new(MemoryStore::new().with_clock(clock.clone())),
-    )
-    .with_secret_key(key());
+    let d = with_tool(tool, Arc::new(MemoryStore::new().with_clock(clock.clone())))
+        .with_secret_key(key());
     let call = ToolCall::new("unlock", json!({"pin": "98127"})).with_key("k");
     let run = RunContext::new("t");
     assert!(d.dispatch(&call, &run).await.is_err());

@@ -2,6 +2,8 @@
 //! attributes its parameter types use: the arguments are checked again in the form the body
 //! reads them (after the typed round trip), not only as the model sent them.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -10,6 +12,7 @@ use idem::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use support::dispatcher::linked;
 
 static SEEN: AtomicUsize = AtomicUsize::new(0);
 
@@ -91,7 +94,7 @@ async fn order_untagged(amount: Amount) -> Result<u32, ToolError> {
 }
 
 async fn refused(tool: &str, arguments: serde_json::Value) -> DispatchError {
-    let d = Dispatcher::new(Registry::linked().unwrap(), Arc::new(MemoryStore::new()));
+    let d = linked(Arc::new(MemoryStore::new()));
     let before = SEEN.load(Ordering::SeqCst);
     let call = ToolCall::new(tool, arguments).with_call_id("c1");
     let result = d.dispatch(&call, &RunContext::new("t")).await;
@@ -134,7 +137,7 @@ async fn an_untagged_enum_cannot_bypass_a_bound() {
 
 #[tokio::test]
 async fn values_within_the_bounds_still_run() {
-    let d = Dispatcher::new(Registry::linked().unwrap(), Arc::new(MemoryStore::new()));
+    let d = linked(Arc::new(MemoryStore::new()));
     let run = RunContext::new("t");
     for (tool, args) in [
         ("order_alias", json!({"line": {"qty": 3}})),

@@ -12,7 +12,8 @@ use idem::{ManualClock, MemoryStore, Timestamp, ToolDef, ToolPolicy, Verified};
 use serde_json::{Value, json};
 
 mod support;
-use support::one_tool;
+use support::dispatcher::with_tool;
+use support::providers::{Mailer, send_mail, send_mail_call, timing_out};
 
 /// A mail provider that accepts a message, times out, and shows it in its sent log only
 /// once `commit` is called (as a provider's queue commits seconds after the timeout).
@@ -23,7 +24,7 @@ struct SlowMailer {
     sent: Mutex<Vec<String>>,
 }
 
-impl SlowMailer {
+impl Mailer for SlowMailer {
     fn send(&self, key: &str) -> Result<Value, ToolError> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst);
         if n == 0 {
@@ -34,11 +35,6 @@ impl SlowMailer {
         Ok(json!({"message_id": key}))
     }
 
-    fn commit(&self) {
-        let mut pending = self.pending.lock().unwrap();
-        self.sent.lock().unwrap().append(&mut pending);
-    }
-
     fn verify(&self, key: &str) -> Result<Verified, ToolError> {
         Ok(if self.sent.lock().unwrap().iter().any(|k| k == key) {
             Verified::Applied(json!({"message_id": key, "verified": true}))
@@ -46,37 +42,17 @@ impl SlowMailer {
             Verified::NotApplied
         })
     }
+}
+
+impl SlowMailer {
+    fn commit(&self) {
+        let mut pending = self.pending.lock().unwrap();
+        self.sent.lock().unwrap().append(&mut pending);
+    }
 
     fn delivered(&self) -> usize {
         self.sent.lock().unwrap().len()
     }
-}
-
-fn dispatcher(mailer: Arc<SlowMailer>, clock: Arc<ManualClock>, delay: Option<u64>) -> Dispatcher {
-    let (send, check) = (mailer.clone(), mailer);
-    let mut policy = ToolPolicy::default();
-    if let Some(secs) = delay {
-        policy.verify_after = Duration::from_secs(secs);
-    }
-    let tool = ToolDef::builder("send_mail", ToolClass::NonIdempotentWrite)
-        .description("Send a message.")
-        .input_schema(json!({"type": "object", "properties": {"to": {"type": "string"}}}))
-        .policy(policy)
-        .handler(move |ctx: ToolContext, _args: Value| {
-            let m = send.clone();
-            async move { m.send(ctx.idempotency_key()) }
-        })
-        .verify(move |ctx: ToolContext, _args: Value| {
-            let m = check.clone();
-            async move { m.verify(ctx.idempotency_key()) }
-        })
-        .build()
-        .unwrap();
-    one_tool::dispatcher(tool, Arc::new(MemoryStore::new().with_clock(clock)))
-}
-
-fn call() -> ToolCall {
-    ToolCall::new("send_mail", json!({"to": "a@example.com"})).with_call_id("call-1")
 }
 
 fn unknown_times(e: &DispatchError) -> (Timestamp, Option<Timestamp>) {
@@ -92,10 +68,13 @@ fn unknown_times(e: &DispatchError) -> (Timestamp, Option<Timestamp>) {
 async fn a_late_commit_is_not_sent_twice() {
     let mailer = Arc::new(SlowMailer::default());
     let clock = Arc::new(ManualClock::new());
-    let d = dispatcher(mailer.clone(), clock.clone(), None);
+    let d = with_tool(
+        send_mail(mailer.clone(), ToolPolicy::default()),
+        Arc::new(MemoryStore::new().with_clock(clock.clone())),
+    );
     let run = RunContext::new("t");
 
-    let first = d.dispatch(&call(), &run).await.unwrap_err();
+    let first = d.dispatch(&send_mail_call(), &run).await.unwrap_err();
     let (since, retry_after) = unknown_times(&first);
     let settle = ToolPolicy::default().verify_after;
     assert_eq!(retry_after, Some(since.plus(settle)), "{first}");
@@ -103,13 +82,13 @@ async fn a_late_commit_is_not_sent_twice() {
     // The agent retries at once: the provider has not committed yet, so a hook asked now
     // would say "not applied". The call must wait instead.
     clock.advance(Duration::from_secs(1));
-    let early = d.dispatch(&call(), &run).await.unwrap_err();
+    let early = d.dispatch(&send_mail_call(), &run).await.unwrap_err();
     assert_eq!(unknown_times(&early), (since, retry_after));
     assert_eq!(mailer.requests.load(Ordering::SeqCst), 1, "nothing re-sent");
 
     mailer.commit();
     clock.advance(settle);
-    let settled = d.dispatch(&call(), &run).await.unwrap();
+    let settled = d.dispatch(&send_mail_call(), &run).await.unwrap();
     assert!(settled.deduplicated);
     assert_eq!(settled.output["verified"], json!(true));
     assert_eq!(mailer.requests.load(Ordering::SeqCst), 1);
@@ -120,16 +99,27 @@ async fn a_late_commit_is_not_sent_twice() {
 async fn after_the_delay_a_not_applied_call_runs_once_more() {
     let mailer = Arc::new(SlowMailer::default());
     let clock = Arc::new(ManualClock::new());
-    let d = dispatcher(mailer.clone(), clock.clone(), Some(60));
+    let policy = ToolPolicy {
+        verify_after: Duration::from_secs(60),
+        ..ToolPolicy::default()
+    };
+    let d = with_tool(
+        send_mail(mailer.clone(), policy),
+        Arc::new(MemoryStore::new().with_clock(clock.clone())),
+    );
     let run = RunContext::new("t");
-    let (since, retry_after) = unknown_times(&d.dispatch(&call(), &run).await.unwrap_err());
+    let (since, retry_after) =
+        unknown_times(&d.dispatch(&send_mail_call(), &run).await.unwrap_err());
     assert_eq!(retry_after, Some(since.plus(Duration::from_secs(60))));
     // The provider dropped the message: it never commits.
     mailer.pending.lock().unwrap().clear();
     clock.advance(Duration::from_secs(59));
-    assert!(d.dispatch(&call(), &run).await.is_err(), "still too early");
+    assert!(
+        d.dispatch(&send_mail_call(), &run).await.is_err(),
+        "still too early"
+    );
     clock.advance(Duration::from_secs(1));
-    let again = d.dispatch(&call(), &run).await.unwrap();
+    let again = d.dispatch(&send_mail_call(), &run).await.unwrap();
     assert!(!again.deduplicated, "certainly not sent, so sent now");
     assert_eq!(mailer.delivered(), 1);
 }
@@ -161,9 +151,9 @@ async fn an_orphan_waits_the_same_delay_counted_from_when_it_was_found() {
         })
         .build()
         .unwrap();
-    let d = one_tool::dispatcher(tool, store.clone());
+    let d = with_tool(tool, store.clone());
     let run = RunContext::new("t");
-    let key = d.record_key(&call(), &run).unwrap().unwrap();
+    let key = d.record_key(&send_mail_call(), &run).unwrap().unwrap();
     // A holder that claimed and died.
     let request = ClaimRequest {
         key: key.clone(),
@@ -179,26 +169,27 @@ async fn an_orphan_waits_the_same_delay_counted_from_when_it_was_found() {
         Claim::Acquired { .. }
     ));
     clock.advance(Duration::from_secs(2));
-    let (since, retry_after) = unknown_times(&d.dispatch(&call(), &run).await.unwrap_err());
+    let (since, retry_after) =
+        unknown_times(&d.dispatch(&send_mail_call(), &run).await.unwrap_err());
     assert_eq!(retry_after, Some(since.plus(Duration::from_secs(30))));
     clock.advance(Duration::from_secs(29));
-    assert!(d.dispatch(&call(), &run).await.is_err());
+    assert!(d.dispatch(&send_mail_call(), &run).await.is_err());
     clock.advance(Duration::from_secs(1));
     // The dead holder never reached the provider: the hook says not applied, and the call
     // is released and runs.
-    let ran = d.dispatch(&call(), &run).await.unwrap();
+    let ran = d.dispatch(&send_mail_call(), &run).await.unwrap();
     assert!(!ran.deduplicated);
 }
 
 #[tokio::test]
 async fn without_a_hook_the_error_says_an_operator_must_settle_it() {
     let clock = Arc::new(ManualClock::new());
-    let d = one_tool::dispatcher(
-        one_tool::timing_out("send_mail"),
+    let d = with_tool(
+        timing_out("send_mail"),
         Arc::new(MemoryStore::new().with_clock(clock)),
     );
     let e = d
-        .dispatch(&call(), &RunContext::new("t"))
+        .dispatch(&send_mail_call(), &RunContext::new("t"))
         .await
         .unwrap_err();
     let (_, retry_after) = unknown_times(&e);

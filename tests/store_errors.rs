@@ -2,49 +2,39 @@
 //! large to record, a store full of records it may not evict, a record that cannot be read
 //! back. Each leaves the records as ARCHITECTURE §5 says: nothing held, nothing lost.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod support;
 
-use idem::prelude::*;
+use std::sync::Arc;
 use std::time::Duration;
 
-use idem::store::{Claim, ClaimRequest};
+use idem::prelude::*;
+
+use idem::store::ClaimRequest;
 use idem::{
     Fingerprint, KeyMaterial, ListFilter, LogicalKey, OrphanPolicy, Outcome, StateKind, StoreError,
 };
 use serde_json::json;
+use support::claims::acquire;
+use support::tally::Tally;
 
-/// How many times each label's body ran.
-static RUNS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
+/// Each run of a label's body.
+static RUNS: Tally = Tally::new();
 
-fn ran(label: &str) {
-    *RUNS
-        .lock()
-        .unwrap()
-        .get_or_insert_with(HashMap::new)
-        .entry(label.to_owned())
-        .or_insert(0) += 1;
-}
-
-fn runs(label: &str) -> u32 {
-    RUNS.lock()
-        .unwrap()
-        .as_ref()
-        .and_then(|m| m.get(label).copied())
-        .unwrap_or(0)
+fn runs(label: &str) -> usize {
+    RUNS.count(label)
 }
 
 /// Charges once and answers with a receipt of `bytes` characters.
 #[tool(class = "non_idempotent_write")]
 fn charge(label: String, bytes: usize) -> Result<String, ToolError> {
-    ran(&label);
+    RUNS.note(&label, "");
     Ok("r".repeat(bytes))
 }
 
 /// Stores a document and echoes `bytes` characters of it.
 #[tool(class = "idempotent_write")]
 fn put(label: String, bytes: usize) -> Result<String, ToolError> {
-    ran(&label);
+    RUNS.note(&label, "");
     Ok("d".repeat(bytes))
 }
 
@@ -179,21 +169,16 @@ async fn a_recorded_output_that_is_not_json_is_reported_corrupt_with_its_key() {
             run_id: None,
         },
     );
-    let claim = store
-        .claim(&ClaimRequest {
-            key: key.clone(),
-            tool: "charge".into(),
-            tenant: "tenant-store-errors".into(),
-            fingerprint: Fingerprint::of(&args),
-            lease: Duration::from_secs(30),
-            orphans: OrphanPolicy::MarkUnknown,
-            arguments: None,
-        })
-        .await
-        .unwrap();
-    let Claim::Acquired { fence, .. } = claim else {
-        panic!("expected to acquire, got {claim:?}");
+    let request = ClaimRequest {
+        key: key.clone(),
+        tool: "charge".into(),
+        tenant: "tenant-store-errors".into(),
+        fingerprint: Fingerprint::of(&args),
+        lease: Duration::from_secs(30),
+        orphans: OrphanPolicy::MarkUnknown,
+        arguments: None,
     };
+    let fence = acquire(store.as_ref(), &request).await;
     let text = Outcome::Success("receipt 42".into());
     store
         .complete(&key, fence, &text, Duration::from_secs(60))

@@ -9,11 +9,12 @@ use idem::{ListFilter, MemoryStore, Outcome, RecordState, StoreError, TenantStor
 use serde_json::json;
 
 mod support;
-use support::one_tool::{dispatcher, timing_out};
+use support::dispatcher::with_tool;
+use support::providers::timing_out;
 
 async fn two_unknown_calls() -> (Dispatcher, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::new());
-    let d = dispatcher(timing_out("refund"), store.clone());
+    let d = with_tool(timing_out("refund"), store.clone());
     for tenant in ["acme", "globex"] {
         let call = ToolCall::new("refund", json!({})).with_call_id("call-1");
         assert!(d.dispatch(&call, &RunContext::new(tenant)).await.is_err());

@@ -6,9 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+mod support;
+
 use idem::prelude::*;
 use idem::{RegistryError, ToolDef, ToolSpec};
 use serde_json::{Value, json};
+use support::dispatcher::with_tool;
 
 fn spec(extra: Value) -> ToolSpec {
     let mut spec = json!({
@@ -38,11 +41,6 @@ fn def(spec: ToolSpec, runs: &Arc<AtomicU32>) -> Result<ToolDef, RegistryError> 
         let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
         async move { Ok(json!({ "ticket": run, "subject": args["subject"] })) }
     })
-}
-
-fn dispatcher(def: ToolDef) -> Dispatcher {
-    let registry = Registry::builder().try_add(Ok(def)).build().unwrap();
-    Dispatcher::new(registry, Arc::new(MemoryStore::new()))
 }
 
 fn run() -> RunContext {
@@ -89,12 +87,13 @@ fn the_policy_fields_set_the_policy() {
 #[tokio::test]
 async fn a_natural_key_finds_the_call_already_made_whatever_its_ids() {
     let runs = Arc::new(AtomicU32::new(0));
-    let d = dispatcher(
+    let d = with_tool(
         def(
             spec(json!({ "natural_key": ["/customer", "/subject"], "on_key_reuse": "replay" })),
             &runs,
         )
         .unwrap(),
+        Arc::new(MemoryStore::new()),
     );
     let args = json!({ "customer": "c-17", "subject": "Refund", "body": "Please refund." });
     let first = dispatched(&d, "open_ticket", args, "call-1").await;
@@ -115,12 +114,13 @@ async fn a_natural_key_finds_the_call_already_made_whatever_its_ids() {
 #[tokio::test]
 async fn a_call_without_the_natural_key_values_is_keyed_by_its_ids() {
     let runs = Arc::new(AtomicU32::new(0));
-    let d = dispatcher(
+    let d = with_tool(
         def(
             spec(json!({ "natural_key": ["/customer", "/order/id"] })),
             &runs,
         )
         .unwrap(),
+        Arc::new(MemoryStore::new()),
     );
     // A nested pointer works; a missing value or a null one means no natural key.
     for (i, args) in [
@@ -158,7 +158,7 @@ async fn natural_key_pointers_follow_rfc_6901() {
         "natural_key": ["/from~1to", "/a~0b"]
     }))
     .unwrap();
-    let d = dispatcher(def(spec, &runs).unwrap());
+    let d = with_tool(def(spec, &runs).unwrap(), Arc::new(MemoryStore::new()));
     let call = |note: &str, id: &str| {
         ToolCall::new(
             "route",
@@ -191,7 +191,7 @@ async fn natural_key_pointers_follow_rfc_6901() {
         "on_key_reuse": "replay"
     }))
     .unwrap();
-    let d = dispatcher(def(spec, &odd).unwrap());
+    let d = with_tool(def(spec, &odd).unwrap(), Arc::new(MemoryStore::new()));
     for (id, note) in [("o-1", "first"), ("o-2", "second")] {
         let args = json!({ "~1": "tilde-one", "": "empty", "note": note });
         let out = dispatched(&d, "odd_names", args, id).await;
@@ -205,7 +205,10 @@ async fn natural_key_pointers_follow_rfc_6901() {
 
     // `""` points at the whole arguments: the tool says they are the effect's identity.
     let whole = Arc::new(AtomicU32::new(0));
-    let d = dispatcher(def(spec_with_key(json!([""])), &whole).unwrap());
+    let d = with_tool(
+        def(spec_with_key(json!([""])), &whole).unwrap(),
+        Arc::new(MemoryStore::new()),
+    );
     let args = json!({ "customer": "c-9", "subject": "Hi" });
     let first = ToolCall::new("open_ticket", args.clone()).with_call_id("w-1");
     let second = ToolCall::new("open_ticket", args).with_call_id("w-2");

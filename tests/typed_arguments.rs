@@ -2,39 +2,24 @@
 //! read to check and normalise them is the one the body gets, unless they had to be
 //! normalised (defaults applied), and a retry reads them again from the normal JSON.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+mod support;
+
+use std::sync::Arc;
 
 use idem::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
+use support::dispatcher::linked;
+use support::tally::Tally;
 
-/// How many times each label was deserialised.
-static READS: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
-/// How many times each label's body ran.
-static RUNS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
-
-fn bump<T: Copy + std::ops::Add<Output = T> + From<u8>>(
-    map: &Mutex<Option<HashMap<String, T>>>,
-    label: &str,
-) -> T {
-    let mut guard = map.lock().unwrap();
-    let n = guard
-        .get_or_insert_with(HashMap::new)
-        .entry(label.to_owned())
-        .or_insert(T::from(0));
-    *n = *n + T::from(1);
-    *n
-}
+/// Each deserialisation of a label.
+static READS: Tally = Tally::new();
+/// Each run of a label's body.
+static RUNS: Tally = Tally::new();
 
 fn reads(label: &str) -> usize {
-    READS
-        .lock()
-        .unwrap()
-        .as_ref()
-        .and_then(|m| m.get(label).copied())
-        .unwrap_or(0)
+    READS.count(label)
 }
 
 /// A label that counts its deserialisations.
@@ -45,7 +30,7 @@ struct Label(String);
 impl<'de> Deserialize<'de> for Label {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let label = String::deserialize(d)?;
-        bump(&READS, &label);
+        READS.note(&label, "");
         Ok(Label(label))
     }
 }
@@ -57,8 +42,8 @@ async fn counted_write(
     #[serde(default)] fail_first: u32,
     #[serde(default = "default_note")] note: String,
 ) -> Result<serde_json::Value, ToolError> {
-    let run = bump(&RUNS, &label.0);
-    if run <= fail_first {
+    let run = RUNS.note(&label.0, "");
+    if run <= fail_first as usize {
         return Err(ToolError::retryable("not yet"));
     }
     Ok(json!({ "label": label.0, "note": note, "run": run }))
@@ -74,24 +59,13 @@ fn counted_read(label: Label) -> Result<String, ToolError> {
     Ok(label.0)
 }
 
-fn dispatcher() -> Dispatcher {
-    Dispatcher::new(
-        Registry::builder()
-            .tool::<counted_write>()
-            .tool::<counted_read>()
-            .build()
-            .unwrap(),
-        std::sync::Arc::new(MemoryStore::new()),
-    )
-}
-
 fn run() -> RunContext {
     RunContext::new("tenant-typed")
 }
 
 #[tokio::test]
 async fn a_first_execution_reads_its_arguments_once_and_a_replay_once() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new()));
     let args = json!({ "label": "typed-once", "fail_first": 0, "note": "hi" });
     let call = ToolCall::new("counted_write", args).with_call_id("call-typed-once");
     let first = d.dispatch(&call, &run()).await.unwrap();
@@ -110,7 +84,7 @@ async fn a_first_execution_reads_its_arguments_once_and_a_replay_once() {
 
 #[tokio::test]
 async fn a_read_tool_runs_from_the_value_it_checked() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new()));
     let call = ToolCall::new("counted_read", json!({ "label": "typed-read" }));
     let out = d.dispatch(&call, &run()).await.unwrap();
     assert_eq!(out.output, json!("typed-read"));
@@ -119,7 +93,7 @@ async fn a_read_tool_runs_from_the_value_it_checked() {
 
 #[tokio::test]
 async fn a_retry_reads_the_arguments_again() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new()));
     let args = json!({ "label": "typed-retry", "fail_first": 2, "note": "again" });
     let call = ToolCall::new("counted_write", args).with_call_id("call-typed-retry");
     let out = d.dispatch(&call, &run()).await.unwrap();
@@ -138,7 +112,7 @@ async fn a_retry_reads_the_arguments_again() {
 
 #[tokio::test]
 async fn arguments_that_needed_defaults_reach_the_body_normalised() {
-    let d = dispatcher();
+    let d = linked(Arc::new(MemoryStore::new()));
     let call = ToolCall::new("counted_write", json!({ "label": "typed-defaults" }))
         .with_call_id("call-typed-defaults");
     let out = d.dispatch(&call, &run()).await.unwrap();

@@ -1,18 +1,22 @@
 //! Verify hooks settle Unknown outcomes by asking the downstream system.
 
+mod support;
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{ManualClock, MemoryStore, RecordState, ToolDef, ToolPolicy, Verified};
+use idem::{ManualClock, MemoryStore, RecordState, ToolPolicy, Verified};
 use serde_json::{Value, json};
+use support::dispatcher::with_tool;
+use support::providers::{Mailer, send_mail, send_mail_call};
 
 /// A mail provider whose API may time out after accepting a message; it can be asked
 /// whether a Message-ID was sent.
 #[derive(Default)]
-struct Mailer {
+struct TimingOutMailer {
     sent: Mutex<HashSet<String>>,
     requests: AtomicUsize,
     /// Time out after sending (true) or before sending (false), on the next request only.
@@ -20,7 +24,7 @@ struct Mailer {
     verify_fails: Mutex<bool>,
 }
 
-impl Mailer {
+impl Mailer for TimingOutMailer {
     fn send(&self, key: &str) -> Result<Value, ToolError> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         match self.next_timeout.lock().unwrap().take() {
@@ -48,28 +52,13 @@ impl Mailer {
     }
 }
 
-/// A dispatcher on a store whose clock the test moves past the settle delay.
-fn dispatcher(mailer: Arc<Mailer>) -> (Dispatcher, Arc<ManualClock>) {
-    let (send, check) = (mailer.clone(), mailer);
-    let tool = ToolDef::builder("send_mail", ToolClass::NonIdempotentWrite)
-        .description("Send a message.")
-        .input_schema(json!({"type": "object", "properties": {"to": {"type": "string"}}}))
-        .handler(move |ctx: ToolContext, _args: Value| {
-            let m = send.clone();
-            async move { m.send(ctx.idempotency_key()) }
-        })
-        .verify(move |ctx: ToolContext, _args: Value| {
-            let m = check.clone();
-            async move { m.verify(ctx.idempotency_key()) }
-        })
-        .build()
-        .unwrap();
+/// A dispatcher of `send_mail` through `mailer`, on a store whose clock the test moves past
+/// the settle delay.
+fn on_manual_clock(mailer: &Arc<TimingOutMailer>) -> (Dispatcher, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
-    (
-        Dispatcher::new(Registry::builder().add(tool).build().unwrap(), store),
-        clock,
-    )
+    let d = with_tool(send_mail(mailer.clone(), ToolPolicy::default()), store);
+    (d, clock)
 }
 
 /// Past the settle delay (ToolPolicy::verify_after), when the hook may be asked.
@@ -77,23 +66,19 @@ fn settle(clock: &ManualClock) {
     clock.advance(ToolPolicy::default().verify_after);
 }
 
-fn call() -> ToolCall {
-    ToolCall::new("send_mail", json!({"to": "a@example.com"})).with_call_id("call-1")
-}
-
 #[tokio::test]
 async fn applied_effect_is_settled_and_replayed_without_resending() {
-    let mailer = Arc::new(Mailer::default());
-    let (d, clock) = dispatcher(mailer.clone());
+    let mailer = Arc::new(TimingOutMailer::default());
+    let (d, clock) = on_manual_clock(&mailer);
     let run = RunContext::new("t");
     *mailer.next_timeout.lock().unwrap() = Some(true);
-    let first = d.dispatch(&call(), &run).await.unwrap_err();
+    let first = d.dispatch(&send_mail_call(), &run).await.unwrap_err();
     assert!(
         matches!(first, DispatchError::OutcomeUnknown { .. }),
         "{first:?}"
     );
     settle(&clock);
-    let again = d.dispatch(&call(), &run).await.unwrap();
+    let again = d.dispatch(&send_mail_call(), &run).await.unwrap();
     assert!(
         again.deduplicated,
         "the verified effect is replayed, not re-sent"
@@ -106,7 +91,7 @@ async fn applied_effect_is_settled_and_replayed_without_resending() {
     );
     let rec = d
         .store()
-        .get(&d.record_key(&call(), &run).unwrap().unwrap())
+        .get(&d.record_key(&send_mail_call(), &run).unwrap().unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -115,16 +100,16 @@ async fn applied_effect_is_settled_and_replayed_without_resending() {
 
 #[tokio::test]
 async fn effect_verified_not_applied_runs_once_more() {
-    let mailer = Arc::new(Mailer::default());
-    let (d, clock) = dispatcher(mailer.clone());
+    let mailer = Arc::new(TimingOutMailer::default());
+    let (d, clock) = on_manual_clock(&mailer);
     let run = RunContext::new("t");
     *mailer.next_timeout.lock().unwrap() = Some(false);
     assert!(matches!(
-        d.dispatch(&call(), &run).await,
+        d.dispatch(&send_mail_call(), &run).await,
         Err(DispatchError::OutcomeUnknown { .. })
     ));
     settle(&clock);
-    let again = d.dispatch(&call(), &run).await.unwrap();
+    let again = d.dispatch(&send_mail_call(), &run).await.unwrap();
     assert!(
         !again.deduplicated,
         "certainly not sent, so it was sent now"
@@ -135,22 +120,27 @@ async fn effect_verified_not_applied_runs_once_more() {
         1,
         "one message in the end"
     );
-    assert!(d.dispatch(&call(), &run).await.unwrap().deduplicated);
+    assert!(
+        d.dispatch(&send_mail_call(), &run)
+            .await
+            .unwrap()
+            .deduplicated
+    );
 }
 
 #[tokio::test]
 async fn a_failing_verify_hook_leaves_the_outcome_unknown() {
-    let mailer = Arc::new(Mailer::default());
-    let (d, clock) = dispatcher(mailer.clone());
+    let mailer = Arc::new(TimingOutMailer::default());
+    let (d, clock) = on_manual_clock(&mailer);
     let run = RunContext::new("t");
     *mailer.next_timeout.lock().unwrap() = Some(true);
     *mailer.verify_fails.lock().unwrap() = true;
     assert!(matches!(
-        d.dispatch(&call(), &run).await,
+        d.dispatch(&send_mail_call(), &run).await,
         Err(DispatchError::OutcomeUnknown { .. })
     ));
     settle(&clock);
-    match d.dispatch(&call(), &run).await {
+    match d.dispatch(&send_mail_call(), &run).await {
         Err(DispatchError::OutcomeUnknown { reason, .. }) => {
             assert!(reason.contains("verification failed"), "{reason}")
         }
@@ -191,11 +181,7 @@ async fn send_once(to: String) -> Result<String, ToolError> {
 async fn a_tool_attribute_hook_reads_the_arguments_from_its_context() {
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
-    let registry = Registry::builder()
-        .add(<send_once as idem::StaticTool>::definition())
-        .build()
-        .unwrap();
-    let d = Dispatcher::new(registry, store);
+    let d = with_tool(<send_once as idem::StaticTool>::definition(), store);
     let call = ToolCall::new("send_once", json!({"to": "kim@example.com"})).with_call_id("c9");
     let run = RunContext::new("t");
     assert!(matches!(

@@ -6,530 +6,407 @@
 
 #![cfg(all(feature = "postgres", feature = "conformance"))]
 
-use std::future::Future;
+mod support;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_core::store::conformance::{self, Subject};
 use idem_core::store::postgres::PostgresStore;
 use idem_core::store::postgres::deadpool_postgres::tokio_postgres::{self, NoTls};
 use idem_core::{
-    Claim, ClaimRequest, Fingerprint, KeyMaterial, ListFilter, LogicalKey, OrphanPolicy, Outcome,
-    RecordState, Store, StoreError,
+    Claim, Fingerprint, ListFilter, OrphanPolicy, Outcome, RecordState, Store, StoreError,
 };
 use serde_json::json;
+use support::claims::{LEASE, TTL, acquire, claim_request, record_key};
+use support::postgres_schemas::postgres_schemas;
+use support::services::{POSTGRES_URL, service_url};
 use tokio::sync::Barrier;
-
-/// The server's URL, or `None` (after saying why) when the tests that need one are skipped.
-fn postgres_url(test: &str) -> Option<String> {
-    match std::env::var("IDEM_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("IDEM_REQUIRE_SERVICES").as_deref() == Ok("1") => panic!(
-            "{test}: IDEM_REQUIRE_SERVICES=1 but IDEM_POSTGRES_URL is not set; \
-             the PostgreSQL service is required"
-        ),
-        _ => {
-            eprintln!(
-                "skipping {test}: set IDEM_POSTGRES_URL (e.g. \
-                 postgres://postgres@127.0.0.1:5432/test) to run it against a PostgreSQL server"
-            );
-            None
-        }
-    }
-}
-
-static SCHEMAS: AtomicU64 = AtomicU64::new(0);
-
-/// A schema name no other test or run uses.
-fn unique_schema() -> String {
-    let n = SCHEMAS.fetch_add(1, Ordering::Relaxed);
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    format!("idem_test_{}_{millis}_{n}", std::process::id())
-}
-
-/// Run `body` with a fresh schema name, then drop every schema it recorded, even if it
-/// panicked (the panic is re-raised afterwards).
-async fn with_schemas<F, Fut>(url: &str, body: F)
-where
-    F: FnOnce(Arc<std::sync::Mutex<Vec<String>>>) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let created = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let outcome = tokio::spawn(body(created.clone())).await;
-    let schemas = created.lock().map(|s| s.clone()).unwrap_or_default();
-    drop_schemas(url, &schemas).await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
-}
-
-async fn drop_schemas(url: &str, schemas: &[String]) {
-    if schemas.is_empty() {
-        return;
-    }
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .expect("connect to drop the test schemas");
-    tokio::spawn(connection);
-    for schema in schemas {
-        client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-            .await
-            .expect("drop a test schema");
-    }
-}
-
-fn record(created: &std::sync::Mutex<Vec<String>>, schema: &str) {
-    if let Ok(mut list) = created.lock() {
-        list.push(schema.to_owned());
-    }
-}
-
-fn request(name: &str, lease: Duration) -> ClaimRequest {
-    let key = LogicalKey::new(
-        "idem-postgres-tests",
-        unique_schema(),
-        "send_email",
-        KeyMaterial::Explicit { key: name.into() },
-    )
-    .record_key();
-    ClaimRequest {
-        key,
-        tool: "send_email".into(),
-        tenant: "tenant".into(),
-        fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
-        lease,
-        orphans: OrphanPolicy::TakeOver,
-        arguments: Some(r#"{"to":"a@example.com"}"#.into()),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_store_conforms() {
-    let Some(url) = postgres_url("postgres_store_conforms") else {
+    let Some(url) = service_url(POSTGRES_URL, "postgres_store_conforms") else {
         return;
     };
-    let connect_url = url.clone();
-    with_schemas(&url, move |created| async move {
-        conformance::run_all("postgres", || {
-            let schema = unique_schema();
-            record(&created, &schema);
-            let url = connect_url.clone();
-            // Each case may connect a second time, as another worker on another host.
-            async move {
-                Subject::reopenable((url, schema), |(url, schema)| async move {
-                    PostgresStore::connect(&url, &schema).await
-                })
-                .await
-                .expect("connect to PostgreSQL")
-            }
-        })
-        .await;
+    let schemas = postgres_schemas(&url);
+    conformance::run_all("postgres", || {
+        let schema = schemas.fresh("idem_test");
+        let url = url.clone();
+        // Each case may connect a second time, as another worker on another host.
+        async move {
+            Subject::reopenable((url, schema), |(url, schema)| async move {
+                PostgresStore::connect(&url, &schema).await
+            })
+            .await
+            .expect("connect to PostgreSQL")
+        }
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_workers_set_up_one_schema_at_once() {
-    let Some(url) = postgres_url("many_workers_set_up_one_schema_at_once") else {
+    let Some(url) = service_url(POSTGRES_URL, "many_workers_set_up_one_schema_at_once") else {
         return;
     };
-    let connect_url = url.clone();
-    with_schemas(&url, move |created| async move {
-        let schema = unique_schema();
-        record(&created, &schema);
-        let start = Arc::new(Barrier::new(8));
-        let mut workers = Vec::new();
-        for _ in 0..8 {
-            let (url, schema, start) = (connect_url.clone(), schema.clone(), start.clone());
-            workers.push(tokio::spawn(async move {
-                start.wait().await;
-                PostgresStore::connect(&url, &schema).await
-            }));
+    let schemas = postgres_schemas(&url);
+    let schema = schemas.fresh("idem_test");
+    let start = Arc::new(Barrier::new(8));
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let (url, schema, start) = (url.clone(), schema.clone(), start.clone());
+        workers.push(tokio::spawn(async move {
+            start.wait().await;
+            PostgresStore::connect(&url, &schema).await
+        }));
+    }
+    let mut stores = Vec::new();
+    for w in workers {
+        let store = w
+            .await
+            .expect("worker task")
+            .expect("every worker's set-up succeeds");
+        stores.push(store);
+    }
+    // They share one table: the first claim wins, the others see its record.
+    let req = claim_request(&record_key("shared"), LEASE, OrphanPolicy::TakeOver);
+    let mut acquired = 0;
+    for store in &stores {
+        match store.claim(&req).await.expect("claim") {
+            Claim::Acquired { .. } => acquired += 1,
+            Claim::Existing(r) => assert_eq!(r.key, req.key),
         }
-        let mut stores = Vec::new();
-        for w in workers {
-            let store = w
-                .await
-                .expect("worker task")
-                .expect("every worker's set-up succeeds");
-            stores.push(store);
-        }
-        // They share one table: the first claim wins, the others see its record.
-        let req = request("shared", Duration::from_secs(60));
-        let mut acquired = 0;
-        for store in &stores {
-            match store.claim(&req).await.expect("claim") {
-                Claim::Acquired { .. } => acquired += 1,
-                Claim::Existing(r) => assert_eq!(r.key, req.key),
-            }
-        }
-        assert_eq!(acquired, 1, "eight stores on one schema share its records");
-    })
-    .await;
+    }
+    assert_eq!(acquired, 1, "eight stores on one schema share its records");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_survive_a_new_connection() {
-    let Some(url) = postgres_url("records_survive_a_new_connection") else {
+    let Some(url) = service_url(POSTGRES_URL, "records_survive_a_new_connection") else {
         return;
     };
-    let connect_url = url.clone();
-    with_schemas(&url, move |created| async move {
-        let schema = unique_schema();
-        record(&created, &schema);
-        let first = PostgresStore::connect(&connect_url, &schema)
-            .await
-            .expect("connect");
-        let req = request("durable", Duration::from_secs(60));
-        let Claim::Acquired { fence, .. } = first.claim(&req).await.expect("claim") else {
-            panic!("a fresh key is acquired");
-        };
-        first
-            .journal(&req.key, fence, "reserve", r#"{"id": 7}"#)
-            .await
-            .expect("journal");
-        let outcome = Outcome::Success("{ \"sent\" :  true }".into());
-        first
-            .complete(&req.key, fence, &outcome, Duration::from_secs(3600))
-            .await
-            .expect("complete");
-        drop(first);
+    let schemas = postgres_schemas(&url);
+    let schema = schemas.fresh("idem_test");
+    let first = PostgresStore::connect(&url, &schema)
+        .await
+        .expect("connect");
+    let req = claim_request(&record_key("durable"), LEASE, OrphanPolicy::TakeOver);
+    let fence = acquire(&first, &req).await;
+    first
+        .journal(&req.key, fence, "reserve", r#"{"id": 7}"#)
+        .await
+        .expect("journal");
+    let outcome = Outcome::Success("{ \"sent\" :  true }".into());
+    first
+        .complete(&req.key, fence, &outcome, TTL)
+        .await
+        .expect("complete");
+    drop(first);
 
-        let second = PostgresStore::connect(&connect_url, &schema)
-            .await
-            .expect("reconnect");
-        let rec = second
-            .get(&req.key)
-            .await
-            .expect("get")
-            .expect("record kept");
-        assert_eq!(rec.tool, "send_email");
-        assert_eq!(rec.fingerprint, req.fingerprint);
-        assert_eq!(rec.steps.len(), 1);
-        assert_eq!(
-            rec.steps[0].value, r#"{"id": 7}"#,
-            "journal text kept as written"
-        );
-        match rec.state {
-            RecordState::Completed { outcome: got, .. } => {
-                assert_eq!(got, outcome, "whitespace inside the outcome is kept")
-            }
-            other => panic!("expected Completed, got {other:?}"),
+    let second = PostgresStore::connect(&url, &schema)
+        .await
+        .expect("reconnect");
+    let rec = second
+        .get(&req.key)
+        .await
+        .expect("get")
+        .expect("record kept");
+    assert_eq!(rec.tool, "send_email");
+    assert_eq!(rec.fingerprint, req.fingerprint);
+    assert_eq!(rec.steps.len(), 1);
+    assert_eq!(
+        rec.steps[0].value, r#"{"id": 7}"#,
+        "journal text kept as written"
+    );
+    match rec.state {
+        RecordState::Completed { outcome: got, .. } => {
+            assert_eq!(got, outcome, "whitespace inside the outcome is kept")
         }
-        let db_now = second.now().await.expect("now").as_millis();
-        assert!(rec.created_at.as_millis() <= db_now);
-    })
-    .await;
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    let db_now = second.now().await.expect("now").as_millis();
+    assert!(rec.created_at.as_millis() <= db_now);
 }
 
 /// A table created by the idem that had no tenants gains the column when a store connects:
 /// its records read back with no tenant, new ones with theirs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_from_before_tenants_gains_the_column() {
-    let Some(url) = postgres_url("a_table_from_before_tenants_gains_the_column") else {
+    let Some(url) = service_url(POSTGRES_URL, "a_table_from_before_tenants_gains_the_column")
+    else {
         return;
     };
-    let connect_url = url.clone();
-    with_schemas(&url, move |created| async move {
-        let schema = unique_schema();
-        record(&created, &schema);
-        let (client, connection) = tokio_postgres::connect(&connect_url, NoTls)
-            .await
-            .expect("raw connection");
-        tokio::spawn(connection);
-        client
-            .batch_execute(&format!(
-                r#"
+    let schemas = postgres_schemas(&url);
+    let schema = schemas.fresh("idem_test");
+    let (client, connection) = tokio_postgres::connect(&url, NoTls)
+        .await
+        .expect("raw connection");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            r#"
 CREATE SCHEMA "{schema}";
 CREATE TABLE "{schema}".records (
-    key text COLLATE "C" PRIMARY KEY, tool text NOT NULL, fingerprint text NOT NULL,
-    fence bigint NOT NULL CHECK (fence >= 1),
-    state text NOT NULL CHECK (state IN ('in_progress', 'completed', 'unknown')),
-    lease_until bigint, outcome text, expires_at bigint, unknown_since bigint, last_error text,
-    steps jsonb NOT NULL DEFAULT '[]'::jsonb, arguments text,
-    created_at bigint NOT NULL, updated_at bigint NOT NULL,
-    last_claim text NOT NULL DEFAULT 'inserted');
+key text COLLATE "C" PRIMARY KEY, tool text NOT NULL, fingerprint text NOT NULL,
+fence bigint NOT NULL CHECK (fence >= 1),
+state text NOT NULL CHECK (state IN ('in_progress', 'completed', 'unknown')),
+lease_until bigint, outcome text, expires_at bigint, unknown_since bigint, last_error text,
+steps jsonb NOT NULL DEFAULT '[]'::jsonb, arguments text,
+created_at bigint NOT NULL, updated_at bigint NOT NULL,
+last_claim text NOT NULL DEFAULT 'inserted');
 CREATE INDEX records_expiry ON "{schema}".records (expires_at) WHERE state = 'completed';
 CREATE INDEX records_open ON "{schema}".records (created_at, key) WHERE state <> 'completed';
 "#
-            ))
+        ))
+        .await
+        .expect("a table from before tenants");
+    let old = claim_request(&record_key("old"), LEASE, OrphanPolicy::TakeOver);
+    client
+        .execute(
+            &format!(
+                "INSERT INTO \"{schema}\".records (key, tool, fingerprint, fence, state, \
+                 unknown_since, last_error, created_at, updated_at) \
+                 VALUES ($1, 'send_email', $2, 7, 'unknown', 1000, 'timed out', 1000, 1000)"
+            ),
+            &[&old.key.as_str(), &old.fingerprint.to_hex()],
+        )
+        .await
+        .expect("an old record");
+    let mut new = claim_request(&record_key("new"), LEASE, OrphanPolicy::TakeOver);
+    new.tenant = "acme".into();
+    for _ in 0..2 {
+        // Connecting again finds the column there and changes nothing.
+        let store = PostgresStore::connect(&url, &schema)
             .await
-            .expect("a table from before tenants");
-        let old = request("old", Duration::from_secs(60));
-        client
-            .execute(
-                &format!(
-                    "INSERT INTO \"{schema}\".records (key, tool, fingerprint, fence, state, \
-                     unknown_since, last_error, created_at, updated_at) \
-                     VALUES ($1, 'send_email', $2, 7, 'unknown', 1000, 'timed out', 1000, 1000)"
-                ),
-                &[&old.key.as_str(), &old.fingerprint.to_hex()],
+            .expect("connect to a table from before tenants");
+        let rec = store
+            .get(&old.key)
+            .await
+            .expect("get")
+            .expect("the old record");
+        assert_eq!(rec.tenant, "", "a record from before tenants has none");
+        assert_eq!(rec.fence, 7);
+        assert!(matches!(rec.state, RecordState::Unknown { .. }));
+        store.claim(&new).await.expect("claim");
+        let listed = store
+            .list(ListFilter {
+                tenant: Some("acme".into()),
+                ..ListFilter::default()
+            })
+            .await
+            .expect("list");
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].tenant, "acme");
+    }
+    for index in ["records_tenant_open", "records_unknown"] {
+        let row = client
+            .query_one(
+                "SELECT to_regclass($1::text) IS NOT NULL",
+                &[&format!("\"{schema}\".{index}")],
             )
             .await
-            .expect("an old record");
-        let mut new = request("new", Duration::from_secs(60));
-        new.tenant = "acme".into();
-        for _ in 0..2 {
-            // Connecting again finds the column there and changes nothing.
-            let store = PostgresStore::connect(&connect_url, &schema)
-                .await
-                .expect("connect to a table from before tenants");
-            let rec = store
-                .get(&old.key)
-                .await
-                .expect("get")
-                .expect("the old record");
-            assert_eq!(rec.tenant, "", "a record from before tenants has none");
-            assert_eq!(rec.fence, 7);
-            assert!(matches!(rec.state, RecordState::Unknown { .. }));
-            store.claim(&new).await.expect("claim");
-            let listed = store
-                .list(ListFilter {
-                    tenant: Some("acme".into()),
-                    ..ListFilter::default()
-                })
-                .await
-                .expect("list");
-            assert_eq!(listed.len(), 1, "{listed:?}");
-            assert_eq!(listed[0].tenant, "acme");
-        }
-        for index in ["records_tenant_open", "records_unknown"] {
-            let row = client
-                .query_one(
-                    "SELECT to_regclass($1::text) IS NOT NULL",
-                    &[&format!("\"{schema}\".{index}")],
-                )
-                .await
-                .expect("catalog");
-            assert!(row.get::<_, bool>(0), "the table gained the index {index}");
-        }
-    })
-    .await;
+            .expect("catalog");
+        assert!(row.get::<_, bool>(0), "the table gained the index {index}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outcome_limit_is_configurable() {
-    let Some(url) = postgres_url("outcome_limit_is_configurable") else {
+    let Some(url) = service_url(POSTGRES_URL, "outcome_limit_is_configurable") else {
         return;
     };
-    let connect_url = url.clone();
-    with_schemas(&url, move |created| async move {
-        let schema = unique_schema();
-        record(&created, &schema);
-        let store = PostgresStore::connect(&connect_url, &schema)
-            .await
-            .expect("connect")
-            .with_max_outcome_bytes(8);
-        let req = request("limit", Duration::from_secs(60));
-        let Claim::Acquired { fence, .. } = store.claim(&req).await.expect("claim") else {
-            panic!("a fresh key is acquired");
-        };
-        let err = store
-            .complete(
-                &req.key,
-                fence,
-                &Outcome::Success("\"123456789\"".into()),
-                Duration::from_secs(60),
-            )
-            .await;
-        assert!(
-            matches!(
-                err,
-                Err(StoreError::TooLarge {
-                    bytes: 11,
-                    limit: 8
-                })
-            ),
-            "got {err:?}"
-        );
-        store
-            .complete(
-                &req.key,
-                fence,
-                &Outcome::Success("\"1234\"".into()),
-                Duration::from_secs(60),
-            )
-            .await
-            .expect("a small outcome fits");
-    })
-    .await;
+    let schemas = postgres_schemas(&url);
+    let schema = schemas.fresh("idem_test");
+    let store = PostgresStore::connect(&url, &schema)
+        .await
+        .expect("connect")
+        .with_max_outcome_bytes(8);
+    let req = claim_request(&record_key("limit"), LEASE, OrphanPolicy::TakeOver);
+    let fence = acquire(&store, &req).await;
+    let err = store
+        .complete(
+            &req.key,
+            fence,
+            &Outcome::Success("\"123456789\"".into()),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        matches!(
+            err,
+            Err(StoreError::TooLarge {
+                bytes: 11,
+                limit: 8
+            })
+        ),
+        "got {err:?}"
+    );
+    store
+        .complete(
+            &req.key,
+            fence,
+            &Outcome::Success("\"1234\"".into()),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("a small outcome fits");
 }
 
 /// Rules of the state machine the shared conformance suite does not pin down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_follows_the_state_machine_at_its_edges() {
-    let Some(url) = postgres_url("claim_follows_the_state_machine_at_its_edges") else {
+    let Some(url) = service_url(POSTGRES_URL, "claim_follows_the_state_machine_at_its_edges")
+    else {
         return;
     };
-    let connect_url = url.clone();
-    with_schemas(&url, move |created| async move {
-        let schema = unique_schema();
-        record(&created, &schema);
-        let store = PostgresStore::connect(&connect_url, &schema)
-            .await
-            .expect("connect");
-        let short = Duration::from_millis(300);
-        let past_short = Duration::from_millis(700);
-        let other_arguments = Fingerprint::of(&json!({"to": "b@example.com"}));
+    let schemas = postgres_schemas(&url);
+    let schema = schemas.fresh("idem_test");
+    let store = PostgresStore::connect(&url, &schema)
+        .await
+        .expect("connect");
+    let short = Duration::from_millis(300);
+    let past_short = Duration::from_millis(700);
+    let other_arguments = Fingerprint::of(&json!({"to": "b@example.com"}));
 
-        // An orphan is never taken over (nor turned Unknown) by a call with other arguments.
-        let orphan = request("orphan-other-args", short);
-        let Claim::Acquired { fence, .. } = store.claim(&orphan).await.expect("claim") else {
-            panic!("a fresh key is acquired");
-        };
-        tokio::time::sleep(past_short).await;
-        for orphans in [OrphanPolicy::TakeOver, OrphanPolicy::MarkUnknown] {
-            let mut other = orphan.clone();
-            other.fingerprint = other_arguments;
-            other.orphans = orphans;
-            match store.claim(&other).await.expect("claim") {
-                Claim::Existing(r) => {
-                    assert_eq!(r.fence, fence, "{orphans:?}: fence unchanged");
-                    assert_eq!(r.fingerprint, orphan.fingerprint);
-                    assert!(
-                        matches!(r.state, RecordState::InProgress { .. }),
-                        "{orphans:?}: the orphan is left as it is, got {:?}",
-                        r.state
-                    );
-                }
-                got => panic!("{orphans:?}: other arguments took an orphan over: {got:?}"),
+    // An orphan is never taken over (nor turned Unknown) by a call with other arguments.
+    let orphan = claim_request(
+        &record_key("orphan-other-args"),
+        short,
+        OrphanPolicy::TakeOver,
+    );
+    let fence = acquire(&store, &orphan).await;
+    tokio::time::sleep(past_short).await;
+    for orphans in [OrphanPolicy::TakeOver, OrphanPolicy::MarkUnknown] {
+        let mut other = orphan.clone();
+        other.fingerprint = other_arguments;
+        other.orphans = orphans;
+        match store.claim(&other).await.expect("claim") {
+            Claim::Existing(r) => {
+                assert_eq!(r.fence, fence, "{orphans:?}: fence unchanged");
+                assert_eq!(r.fingerprint, orphan.fingerprint);
+                assert!(
+                    matches!(r.state, RecordState::InProgress { .. }),
+                    "{orphans:?}: the orphan is left as it is, got {:?}",
+                    r.state
+                );
             }
+            got => panic!("{orphans:?}: other arguments took an orphan over: {got:?}"),
         }
+    }
 
-        // A completed record past its expiry is reclaimed by any call: next fence, a fresh
-        // journal, the new call's arguments.
-        let done = request("reclaim", Duration::from_secs(60));
-        let Claim::Acquired { fence, .. } = store.claim(&done).await.expect("claim") else {
-            panic!("a fresh key is acquired");
-        };
-        store
-            .journal(&done.key, fence, "reserve", "1")
-            .await
-            .expect("journal");
-        store
-            .complete(&done.key, fence, &Outcome::Success("1".into()), short)
-            .await
-            .expect("complete");
-        tokio::time::sleep(past_short).await;
-        let mut again = done.clone();
-        again.fingerprint = other_arguments;
-        again.arguments = Some(r#"{"to":"b@example.com"}"#.into());
-        match store.claim(&again).await.expect("claim") {
-            Claim::Acquired {
-                fence: next,
-                steps,
-                takeover,
-            } => {
-                assert_eq!(next, fence + 1, "the fence keeps increasing");
-                assert!(steps.is_empty(), "an expired call's journal is not resumed");
-                assert!(!takeover);
-            }
-            got => panic!("an expired record is reclaimed, got {got:?}"),
+    // A completed record past its expiry is reclaimed by any call: next fence, a fresh
+    // journal, the new call's arguments.
+    let done = claim_request(&record_key("reclaim"), LEASE, OrphanPolicy::TakeOver);
+    let fence = acquire(&store, &done).await;
+    store
+        .journal(&done.key, fence, "reserve", "1")
+        .await
+        .expect("journal");
+    store
+        .complete(&done.key, fence, &Outcome::Success("1".into()), short)
+        .await
+        .expect("complete");
+    tokio::time::sleep(past_short).await;
+    let mut again = done.clone();
+    again.fingerprint = other_arguments;
+    again.arguments = Some(r#"{"to":"b@example.com"}"#.into());
+    match store.claim(&again).await.expect("claim") {
+        Claim::Acquired {
+            fence: next,
+            steps,
+            takeover,
+        } => {
+            assert_eq!(next, fence + 1, "the fence keeps increasing");
+            assert!(steps.is_empty(), "an expired call's journal is not resumed");
+            assert!(!takeover);
         }
-        let rec = store.get(&done.key).await.expect("get").expect("record");
-        assert_eq!(rec.fingerprint, other_arguments);
-        assert_eq!(rec.arguments, again.arguments);
-        assert!(rec.steps.is_empty());
-        assert!(matches!(rec.state, RecordState::InProgress { .. }));
-    })
-    .await;
+        got => panic!("an expired record is reclaimed, got {got:?}"),
+    }
+    let rec = store.get(&done.key).await.expect("get").expect("record");
+    assert_eq!(rec.fingerprint, other_arguments);
+    assert_eq!(rec.arguments, again.arguments);
+    assert!(rec.steps.is_empty());
+    assert!(matches!(rec.state, RecordState::InProgress { .. }));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_journaled_again_keeps_its_place() {
-    let Some(url) = postgres_url("a_step_journaled_again_keeps_its_place") else {
+    let Some(url) = service_url(POSTGRES_URL, "a_step_journaled_again_keeps_its_place") else {
         return;
     };
-    let connect_url = url.clone();
-    with_schemas(&url, move |created| async move {
-        let schema = unique_schema();
-        record(&created, &schema);
-        let store = PostgresStore::connect(&connect_url, &schema)
+    let schemas = postgres_schemas(&url);
+    let schema = schemas.fresh("idem_test");
+    let store = PostgresStore::connect(&url, &schema)
+        .await
+        .expect("connect");
+    let req = claim_request(&record_key("rejournal"), LEASE, OrphanPolicy::TakeOver);
+    let fence = acquire(&store, &req).await;
+    for (step, value) in [
+        ("reserve", "1"),
+        ("charge", "\"pending\""),
+        ("ship", "null"),
+        ("charge", "\"paid\""),
+    ] {
+        store
+            .journal(&req.key, fence, step, value)
             .await
-            .expect("connect");
-        let req = request("rejournal", Duration::from_secs(60));
-        let Claim::Acquired { fence, .. } = store.claim(&req).await.expect("claim") else {
-            panic!("a fresh key is acquired");
-        };
-        for (step, value) in [
-            ("reserve", "1"),
-            ("charge", "\"pending\""),
-            ("ship", "null"),
-            ("charge", "\"paid\""),
-        ] {
-            store
-                .journal(&req.key, fence, step, value)
-                .await
-                .expect("journal");
-        }
-        let rec = store.get(&req.key).await.expect("get").expect("record");
-        let steps: Vec<_> = rec
-            .steps
-            .iter()
-            .map(|e| (e.step.as_str(), e.value.as_str()))
-            .collect();
-        assert_eq!(
-            steps,
-            vec![("reserve", "1"), ("charge", "\"paid\""), ("ship", "null")]
-        );
-    })
-    .await;
+            .expect("journal");
+    }
+    let rec = store.get(&req.key).await.expect("get").expect("record");
+    let steps: Vec<_> = rec
+        .steps
+        .iter()
+        .map(|e| (e.step.as_str(), e.value.as_str()))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![("reserve", "1"), ("charge", "\"paid\""), ("ship", "null")]
+    );
 }
 
 /// PostgreSQL text cannot hold U+0000: such a write fails closed and changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nul_characters_are_refused_without_a_write() {
-    let Some(url) = postgres_url("nul_characters_are_refused_without_a_write") else {
+    let Some(url) = service_url(POSTGRES_URL, "nul_characters_are_refused_without_a_write") else {
         return;
     };
-    let connect_url = url.clone();
-    with_schemas(&url, move |created| async move {
-        let schema = unique_schema();
-        record(&created, &schema);
-        let store = PostgresStore::connect(&connect_url, &schema)
-            .await
-            .expect("connect");
-        let mut bad = request("nul-arguments", Duration::from_secs(60));
-        bad.arguments = Some("{\"to\":\"a\u{0}b\"}".into());
-        let err = store.claim(&bad).await.expect_err("NUL in arguments");
-        assert!(err.is_unavailable(), "got {err:?}");
-        assert_eq!(
-            store.get(&bad.key).await.expect("get"),
-            None,
-            "nothing written"
-        );
+    let schemas = postgres_schemas(&url);
+    let schema = schemas.fresh("idem_test");
+    let store = PostgresStore::connect(&url, &schema)
+        .await
+        .expect("connect");
+    let mut bad = claim_request(&record_key("nul-arguments"), LEASE, OrphanPolicy::TakeOver);
+    bad.arguments = Some("{\"to\":\"a\u{0}b\"}".into());
+    let err = store.claim(&bad).await.expect_err("NUL in arguments");
+    assert!(err.is_unavailable(), "got {err:?}");
+    assert_eq!(
+        store.get(&bad.key).await.expect("get"),
+        None,
+        "nothing written"
+    );
 
-        let req = request("nul-journal", Duration::from_secs(60));
-        let Claim::Acquired { fence, .. } = store.claim(&req).await.expect("claim") else {
-            panic!("a fresh key is acquired");
-        };
-        let err = store
-            .journal(&req.key, fence, "step", "\"a\u{0}\"")
-            .await
-            .expect_err("NUL in a journal value");
-        assert!(err.is_unavailable(), "got {err:?}");
-        let rec = store.get(&req.key).await.expect("get").expect("record");
-        assert!(rec.steps.is_empty(), "the refused step was not journaled");
-        // An escaped NUL is ordinary JSON text and round-trips.
-        store
-            .journal(&req.key, fence, "step", "\"a\\u0000\"")
-            .await
-            .expect("escaped NUL");
-        let rec = store.get(&req.key).await.expect("get").expect("record");
-        assert_eq!(rec.steps[0].value, "\"a\\u0000\"");
-    })
-    .await;
+    let req = claim_request(&record_key("nul-journal"), LEASE, OrphanPolicy::TakeOver);
+    let fence = acquire(&store, &req).await;
+    let err = store
+        .journal(&req.key, fence, "step", "\"a\u{0}\"")
+        .await
+        .expect_err("NUL in a journal value");
+    assert!(err.is_unavailable(), "got {err:?}");
+    let rec = store.get(&req.key).await.expect("get").expect("record");
+    assert!(rec.steps.is_empty(), "the refused step was not journaled");
+    // An escaped NUL is ordinary JSON text and round-trips.
+    store
+        .journal(&req.key, fence, "step", "\"a\\u0000\"")
+        .await
+        .expect("escaped NUL");
+    let rec = store.get(&req.key).await.expect("get").expect("record");
+    assert_eq!(rec.steps[0].value, "\"a\\u0000\"");
 }
 
 #[tokio::test]
 async fn invalid_schema_names_are_refused_with_a_clear_error() {
     // The name is checked before any connection is made, so no server is needed.
-    let url = std::env::var("IDEM_POSTGRES_URL")
+    let url = std::env::var(POSTGRES_URL)
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:1/test".into());
     for bad in [
         "",

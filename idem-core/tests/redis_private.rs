@@ -6,51 +6,17 @@
 
 #![cfg(feature = "redis")]
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
+mod support;
 
 use std::time::Duration;
 
 use idem_core::store::redis::{RedisOptions, RedisStore};
-use idem_core::{
-    Claim, ClaimRequest, Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, Outcome, RecordKey,
-    Store, StoreError, Timestamp,
-};
-use redis_server::RedisServer;
+use idem_core::{Claim, OrphanPolicy, Outcome, RecordKey, Store, StoreError, Timestamp};
 use serde_json::json;
+use support::claims::{LEASE, TTL, acquire, claim_request, record_key};
+use support::redis_server::{self, RedisServer};
 
 const PREFIX: &str = "idem-private";
-const LONG: Duration = Duration::from_secs(60);
-const TTL: Duration = Duration::from_secs(3600);
-
-fn key(case: &str) -> RecordKey {
-    LogicalKey::new(
-        "idem-redis-private",
-        "tenant-a",
-        case,
-        KeyMaterial::Explicit { key: "k".into() },
-    )
-    .record_key()
-}
-
-fn request(key: &RecordKey) -> ClaimRequest {
-    ClaimRequest {
-        key: key.clone(),
-        tool: "private_tool".into(),
-        tenant: "tenant-a".into(),
-        fingerprint: Fingerprint::of(&json!({"n": 1})),
-        lease: LONG,
-        orphans: OrphanPolicy::TakeOver,
-        arguments: None,
-    }
-}
-
-async fn acquire(store: &RedisStore, req: &ClaimRequest) -> u64 {
-    match store.claim(req).await.expect("claim") {
-        Claim::Acquired { fence, .. } => fence,
-        other => panic!("expected to acquire, got {other:?}"),
-    }
-}
 
 async fn flushall(server: &RedisServer) {
     let mut conn = server.connection().await;
@@ -96,7 +62,11 @@ async fn a_server_that_evicts_is_refused() {
     )
     .await
     .expect("assume_noeviction skips the check");
-    acquire(&store, &request(&key("assumed"))).await;
+    acquire(
+        &store,
+        &claim_request(&record_key("assumed"), LEASE, OrphanPolicy::TakeOver),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -118,7 +88,11 @@ async fn a_server_that_never_evicts_is_accepted() {
     let store = RedisStore::connect(&server.url(), PREFIX)
         .await
         .expect("noeviction is accepted");
-    acquire(&store, &request(&key("accepted"))).await;
+    acquire(
+        &store,
+        &claim_request(&record_key("accepted"), LEASE, OrphanPolicy::TakeOver),
+    )
+    .await;
 }
 
 // ---- 2. Fences after data loss -----------------------------------------------------------
@@ -132,11 +106,11 @@ async fn fences_keep_increasing_after_the_data_is_flushed() {
     let store = RedisStore::connect(&server.url(), PREFIX)
         .await
         .expect("connect");
-    let k = key("flushed");
+    let k = record_key("flushed");
     let before = Timestamp::now().as_millis();
-    let stale = acquire(&store, &request(&k)).await;
+    let stale = acquire(&store, &claim_request(&k, LEASE, OrphanPolicy::TakeOver)).await;
     flushall(&server).await;
-    let fresh = acquire(&store, &request(&k)).await;
+    let fresh = acquire(&store, &claim_request(&k, LEASE, OrphanPolicy::TakeOver)).await;
     let late = store
         .complete(&k, stale, &Outcome::success(&json!("stale")), TTL)
         .await;
@@ -168,15 +142,18 @@ async fn fences_keep_increasing_after_a_restart_without_persistence() {
     let store = RedisStore::connect(&server.url(), PREFIX)
         .await
         .expect("connect");
-    let k = key("restarted");
-    let stale = acquire(&store, &request(&k)).await;
+    let k = record_key("restarted");
+    let stale = acquire(&store, &claim_request(&k, LEASE, OrphanPolicy::TakeOver)).await;
     server.restart().await;
 
     // The first command after the restart may meet the dropped connection; a claim that
     // certainly never reached the server is safe to send again.
     let mut fresh = None;
     for _ in 0..20 {
-        match store.claim(&request(&k)).await {
+        match store
+            .claim(&claim_request(&k, LEASE, OrphanPolicy::TakeOver))
+            .await
+        {
             Ok(Claim::Acquired { fence, .. }) => {
                 fresh = Some(fence);
                 break;
@@ -223,7 +200,11 @@ async fn a_server_that_hides_its_policy_is_refused() {
     )
     .await
     .expect("an asserted policy is not asked for");
-    acquire(&store, &request(&key("asserted"))).await;
+    acquire(
+        &store,
+        &claim_request(&record_key("asserted"), LEASE, OrphanPolicy::TakeOver),
+    )
+    .await;
 }
 
 // ---- 3. Replication ----------------------------------------------------------------------
@@ -294,8 +275,8 @@ async fn writes_wait_for_the_replicas() {
         .expect("SCRIPT FLUSH on the private primary");
 
     // Acknowledged: each write is on the replica when it returns.
-    let k = key("replicated");
-    let fence = acquire(&store, &request(&k)).await;
+    let k = record_key("replicated");
+    let fence = acquire(&store, &claim_request(&k, LEASE, OrphanPolicy::TakeOver)).await;
     assert_eq!(
         on_replica(&replica, &k, "state").await.as_deref(),
         Some("in_progress")
@@ -310,11 +291,17 @@ async fn writes_wait_for_the_replicas() {
     );
 
     // The replica stops acknowledging: no write is reported done.
-    let held = key("held-while-frozen");
-    let held_fence = acquire(&store, &request(&held)).await;
+    let held = record_key("held-while-frozen");
+    let held_fence = acquire(&store, &claim_request(&held, LEASE, OrphanPolicy::TakeOver)).await;
     replica.freeze();
-    let claimed = store.claim(&request(&key("claimed-while-frozen"))).await;
-    let renewed = store.renew(&held, held_fence, LONG).await;
+    let claimed = store
+        .claim(&claim_request(
+            &record_key("claimed-while-frozen"),
+            LEASE,
+            OrphanPolicy::TakeOver,
+        ))
+        .await;
+    let renewed = store.renew(&held, held_fence, LEASE).await;
     let journaled = store.journal(&held, held_fence, "step", "1").await;
     let completed = store
         .complete(&held, held_fence, &Outcome::success(&json!(2)), TTL)
@@ -340,7 +327,7 @@ async fn writes_wait_for_the_replicas() {
     // told it has no claim.
     assert!(
         store
-            .get(&key("claimed-while-frozen"))
+            .get(&record_key("claimed-while-frozen"))
             .await
             .expect("get")
             .is_none(),
@@ -359,8 +346,11 @@ async fn more_replicas_than_exist_is_an_error() {
     }
     let (primary, _replica) = primary_and_replica().await;
     let store = replicated_store(&primary.url(), 2, Duration::from_secs(1)).await;
-    let k = key("too-many");
-    match store.claim(&request(&k)).await {
+    let k = record_key("too-many");
+    match store
+        .claim(&claim_request(&k, LEASE, OrphanPolicy::TakeOver))
+        .await
+    {
         Err(StoreError::Unavailable(why)) => {
             // One replica exists; on a loaded machine it may not even answer in time.
             assert!(why.contains(" of 2 replicas"), "{why:?}")

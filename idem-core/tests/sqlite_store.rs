@@ -3,17 +3,18 @@
 //! as two processes would), plus what only a file on disk can show (persistence, locks held
 //! by others, damaged files, files from an older schema).
 
+mod support;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idem_core::store::conformance::{self, Subject};
 use idem_core::store::sqlite::{SqliteStore, Synchronous};
-use idem_core::store::{Claim, ClaimRequest, ListFilter, Store, StoreError};
-use idem_core::{
-    Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, Outcome, RecordKey, RecordState, ToolError,
-};
+use idem_core::store::{Claim, ListFilter, Store, StoreError};
+use idem_core::{Fingerprint, OrphanPolicy, Outcome, RecordState, ToolError};
 use serde_json::json;
+use support::claims::{LEASE, TTL, acquire, claim_request, record_key};
 
 /// A directory of its own for each test, removed when the test ends.
 fn temp_dir(name: &str) -> tempfile::TempDir {
@@ -21,38 +22,6 @@ fn temp_dir(name: &str) -> tempfile::TempDir {
         .prefix(&format!("idem-sqlite-test-{name}-"))
         .tempdir()
         .expect("create a temporary directory")
-}
-
-fn key(name: &str) -> RecordKey {
-    LogicalKey::new(
-        "idem-sqlite-test",
-        "tenant",
-        "tool",
-        KeyMaterial::Explicit { key: name.into() },
-    )
-    .record_key()
-}
-
-fn request(key: &RecordKey, lease: Duration) -> ClaimRequest {
-    ClaimRequest {
-        key: key.clone(),
-        tool: "send_email".into(),
-        tenant: "tenant".into(),
-        fingerprint: Fingerprint::of(&json!({"to": "a@example.com"})),
-        lease,
-        orphans: OrphanPolicy::MarkUnknown,
-        arguments: Some(r#"{"to":"a@example.com"}"#.into()),
-    }
-}
-
-const LEASE: Duration = Duration::from_secs(60);
-const TTL: Duration = Duration::from_secs(3600);
-
-async fn acquire(store: &SqliteStore, req: &ClaimRequest) -> u64 {
-    match store.claim(req).await.expect("claim") {
-        Claim::Acquired { fence, .. } => fence,
-        other => panic!("expected to acquire the key, got {other:?}"),
-    }
 }
 
 /// Count the rows in the table, from outside the store.
@@ -84,8 +53,8 @@ async fn sqlite_store_conforms() {
 async fn records_survive_closing_and_reopening() {
     let dir = temp_dir("reopen");
     let path = dir.path().join("idem.db");
-    let done = key("done");
-    let journaled = key("journaled");
+    let done = record_key("done");
+    let journaled = record_key("journaled");
     let failure = Outcome::Failure(
         ToolError::terminal("insufficient funds").with_details(json!({"balance": 0})),
     );
@@ -93,18 +62,30 @@ async fn records_survive_closing_and_reopening() {
     let journaled_fence;
     {
         let store = SqliteStore::open(&path).expect("open");
-        let fence = acquire(&store, &request(&done, LEASE)).await;
+        let fence = acquire(
+            &store,
+            &claim_request(&done, LEASE, OrphanPolicy::MarkUnknown),
+        )
+        .await;
         store
             .complete(&done, fence, &success, TTL)
             .await
             .expect("complete");
-        journaled_fence = acquire(&store, &request(&journaled, LEASE)).await;
+        journaled_fence = acquire(
+            &store,
+            &claim_request(&journaled, LEASE, OrphanPolicy::MarkUnknown),
+        )
+        .await;
         store
             .journal(&journaled, journaled_fence, "reserve", r#"{"id":1}"#)
             .await
             .expect("journal");
-        let failed = key("failed");
-        let f = acquire(&store, &request(&failed, LEASE)).await;
+        let failed = record_key("failed");
+        let f = acquire(
+            &store,
+            &claim_request(&failed, LEASE, OrphanPolicy::MarkUnknown),
+        )
+        .await;
         store
             .complete(&failed, f, &failure, TTL)
             .await
@@ -128,12 +109,16 @@ async fn records_survive_closing_and_reopening() {
         record.arguments.as_deref(),
         Some(r#"{"to":"a@example.com"}"#)
     );
-    match store.claim(&request(&done, LEASE)).await.expect("claim") {
+    match store
+        .claim(&claim_request(&done, LEASE, OrphanPolicy::MarkUnknown))
+        .await
+        .expect("claim")
+    {
         Claim::Existing(r) => assert!(matches!(r.state, RecordState::Completed { .. })),
         other => panic!("a completed key is not claimed again after a restart, got {other:?}"),
     }
     match store
-        .get(&key("failed"))
+        .get(&record_key("failed"))
         .await
         .expect("get")
         .map(|r| r.state)
@@ -180,8 +165,10 @@ async fn a_claim_waits_for_another_connections_write_lock() {
         tx.commit().expect("commit");
     });
     locked_rx.recv().expect("lock taken");
-    let k = key("busy");
-    let claim = store.claim(&request(&k, LEASE)).await;
+    let k = record_key("busy");
+    let claim = store
+        .claim(&claim_request(&k, LEASE, OrphanPolicy::MarkUnknown))
+        .await;
     assert!(
         matches!(claim, Ok(Claim::Acquired { .. })),
         "the claim waits for the lock instead of failing, got {claim:?}"
@@ -243,7 +230,7 @@ fn a_newer_schema_is_refused() {
 async fn a_file_from_before_tenants_gains_the_column() {
     let dir = temp_dir("schema-v1");
     let path = dir.path().join("idem.db");
-    let old = key("old");
+    let old = record_key("old");
     {
         let raw = rusqlite::Connection::open(&path).expect("raw connection");
         raw.execute_batch(
@@ -275,8 +262,8 @@ async fn a_file_from_before_tenants_gains_the_column() {
         assert_eq!(record.tenant, "", "a record from before tenants has none");
         assert_eq!(record.fence, 7);
         assert!(matches!(record.state, RecordState::Unknown { .. }));
-        let new = key("new");
-        let mut req = request(&new, LEASE);
+        let new = record_key("new");
+        let mut req = claim_request(&new, LEASE, OrphanPolicy::MarkUnknown);
         req.tenant = "acme".into();
         if let Claim::Acquired { .. } = store.claim(&req).await.expect("claim") {
             let listed = store
@@ -303,14 +290,22 @@ async fn a_corrupt_row_is_reported_not_replayed() {
     let dir = temp_dir("corrupt");
     let path = dir.path().join("idem.db");
     let store = SqliteStore::open(&path).expect("open");
-    let damaged = key("damaged");
-    let fence = acquire(&store, &request(&damaged, LEASE)).await;
+    let damaged = record_key("damaged");
+    let fence = acquire(
+        &store,
+        &claim_request(&damaged, LEASE, OrphanPolicy::MarkUnknown),
+    )
+    .await;
     store
         .complete(&damaged, fence, &Outcome::success(&json!({"id": 1})), TTL)
         .await
         .expect("complete");
-    let bad_fence = key("bad-fence");
-    acquire(&store, &request(&bad_fence, LEASE)).await;
+    let bad_fence = record_key("bad-fence");
+    acquire(
+        &store,
+        &claim_request(&bad_fence, LEASE, OrphanPolicy::MarkUnknown),
+    )
+    .await;
 
     let raw = rusqlite::Connection::open(&path).expect("raw connection");
     raw.execute(
@@ -334,7 +329,9 @@ async fn a_corrupt_row_is_reported_not_replayed() {
         }
         other => panic!("expected Corrupt, got {other:?}"),
     }
-    let claim = store.claim(&request(&damaged, LEASE)).await;
+    let claim = store
+        .claim(&claim_request(&damaged, LEASE, OrphanPolicy::MarkUnknown))
+        .await;
     assert!(
         matches!(claim, Err(StoreError::Corrupt { .. })),
         "a corrupt record is neither replayed nor overwritten, got {claim:?}"
@@ -357,8 +354,8 @@ async fn claims_evict_expired_records() {
     let path = dir.path().join("idem.db");
     let store = SqliteStore::open(&path).expect("open");
     for i in 0..3 {
-        let k = key(&format!("short-{i}"));
-        let fence = acquire(&store, &request(&k, LEASE)).await;
+        let k = record_key(&format!("short-{i}"));
+        let fence = acquire(&store, &claim_request(&k, LEASE, OrphanPolicy::MarkUnknown)).await;
         store
             .complete(&k, fence, &Outcome::success(&json!(i)), TTL)
             .await
@@ -370,9 +367,17 @@ async fn claims_evict_expired_records() {
     raw.execute("UPDATE idem_records SET expires_at = 0", [])
         .expect("expire");
     drop(raw);
-    assert_eq!(store.get(&key("short-0")).await.expect("get"), None);
-    acquire(&store, &request(&key("new-0"), LEASE)).await;
-    acquire(&store, &request(&key("new-1"), LEASE)).await;
+    assert_eq!(store.get(&record_key("short-0")).await.expect("get"), None);
+    acquire(
+        &store,
+        &claim_request(&record_key("new-0"), LEASE, OrphanPolicy::MarkUnknown),
+    )
+    .await;
+    acquire(
+        &store,
+        &claim_request(&record_key("new-1"), LEASE, OrphanPolicy::MarkUnknown),
+    )
+    .await;
     assert_eq!(
         rows(&path),
         2,
@@ -389,8 +394,8 @@ async fn builders_apply() {
         .with_synchronous(Synchronous::Normal)
         .expect("synchronous normal")
         .with_max_outcome_bytes(8);
-    let k = key("limited");
-    let fence = acquire(&store, &request(&k, LEASE)).await;
+    let k = record_key("limited");
+    let fence = acquire(&store, &claim_request(&k, LEASE, OrphanPolicy::MarkUnknown)).await;
     let big = store
         .complete(&k, fence, &Outcome::Success("\"123456789\"".into()), TTL)
         .await;

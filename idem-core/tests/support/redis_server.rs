@@ -5,12 +5,12 @@
 //! unless the test asks for it, and is killed (by the child handle this helper spawned) when
 //! dropped.
 
-#![allow(dead_code)]
-
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::services::unavailable;
 
 /// How long a server may take to answer its first `PING`.
 const START_BUDGET: Duration = Duration::from_secs(10);
@@ -26,10 +26,11 @@ pub fn available(test: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !found {
-        if std::env::var("IDEM_REQUIRE_SERVICES").as_deref() == Ok("1") {
-            panic!("{test}: `redis-server` is not installed and IDEM_REQUIRE_SERVICES=1");
-        }
-        eprintln!("skipping {test}: install `redis-server` to run it");
+        unavailable(
+            test,
+            "`redis-server` is not installed",
+            "install `redis-server` to run it",
+        );
     }
     found
 }
