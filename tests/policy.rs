@@ -1,4 +1,4 @@
-//! The policy table of ARCHITECTURE §3–§5 and §8, one behaviour at a time, through the
+//! The policy of ARCHITECTURE.md ("Classes", "Keys", "Records", "The path of one call"), one behaviour at a time, through the
 //! facade's public API on the memory store.
 
 mod support;

@@ -1,6 +1,6 @@
 //! A store's refusal reaches the caller as the store's own error, not as text: an output too
 //! large to record, a store full of records it may not evict, a record that cannot be read
-//! back. Each leaves the records as ARCHITECTURE §5 says: nothing held, nothing lost.
+//! back. Each leaves the records as ARCHITECTURE.md ("Invariants") says: nothing held, nothing lost.
 
 mod support;
 
