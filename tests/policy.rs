@@ -1,5 +1,5 @@
-//! The policy of ARCHITECTURE.md ("Classes", "Keys", "Records", "The path of one call"), one behaviour at a time, through the
-//! facade's public API on the memory store.
+//! The policy of ARCHITECTURE.md ("Classes", "Keys", "Records", "The path of one call"),
+//! one behaviour at a time, through the facade's public API on the memory store.
 
 mod support;
 
