@@ -15,6 +15,8 @@ use crate::class::OrphanPolicy;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, StateKind, Timestamp};
 
+pub(crate) mod codec;
+pub mod layer;
 pub mod machine;
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -24,6 +26,7 @@ pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod tenant;
+pub mod transition;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -178,6 +181,54 @@ impl StoreError {
     /// Whether the store could not be reached (writes fail closed on this).
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// A short, stable name of the variant, for logs and metrics (never the message, which
+    /// may quote a server's reply).
+    ///
+    /// ```
+    /// use idem_core::{RecordKey, StoreError};
+    /// let e = StoreError::NotFound(RecordKey::from_stored("k"));
+    /// assert_eq!(e.code(), "not_found");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::Fenced { .. } => "fenced",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::NotFound(_) => "not_found",
+            StoreError::WrongState { .. } => "wrong_state",
+            StoreError::TooLarge { .. } => "too_large",
+            StoreError::TooDeep { .. } => "too_deep",
+            StoreError::CapacityExceeded { .. } => "capacity_exceeded",
+            StoreError::InvalidOutcome { .. } => "invalid_outcome",
+            StoreError::Corrupt { .. } => "corrupt",
+        }
+    }
+
+    /// The holder of `key` at `fence` was fenced out.
+    pub(crate) fn fenced(key: &RecordKey, fence: Fence) -> Self {
+        StoreError::Fenced {
+            key: key.clone(),
+            fence,
+        }
+    }
+
+    /// The record under `key` cannot be read back (or written down), for `reason`.
+    pub(crate) fn corrupt(key: &RecordKey, reason: impl Into<String>) -> Self {
+        StoreError::Corrupt {
+            key: key.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// An operator's `action` found the record under `key` settled already (Completed).
+    pub(crate) fn settled(key: &RecordKey, action: &'static str) -> Self {
+        StoreError::WrongState {
+            key: key.clone(),
+            state: StateKind::Completed,
+            action,
+            needs: "an InProgress or Unknown record",
+        }
     }
 }
 
