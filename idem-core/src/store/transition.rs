@@ -9,7 +9,7 @@
 //! statement that encodes the same decisions (one round trip, ARCHITECTURE.md §6), and the
 //! conformance suite holds them to it.
 //!
-//! A transition holds its inputs borrowed from the caller or owned ([`Transition::to_owned`]),
+//! A transition holds its inputs borrowed from the caller or owned ([`Transition::detached`]),
 //! so a store that must hand an operation to another thread (SQLite, to its blocking pool)
 //! copies the inputs only then, and runs the very same transition.
 
@@ -53,7 +53,7 @@ pub trait Transition: Send + Sync {
     ) -> Result<(Write, Self::Output), StoreError>;
 
     /// The transition with its inputs copied, to run on another thread.
-    fn to_owned(&self) -> Self::Owned;
+    fn detached(&self) -> Self::Owned;
 }
 
 /// Load the record of `transition`'s key, decide at `now`, apply the decision.
@@ -70,7 +70,7 @@ pub fn run<R: Records, T: Transition>(
 }
 
 /// A copy of `input` that owns what it holds.
-fn owned<B: ToOwned + ?Sized>(input: &Cow<'_, B>) -> Cow<'static, B> {
+pub(crate) fn owned<B: ToOwned + ?Sized>(input: &Cow<'_, B>) -> Cow<'static, B> {
     Cow::Owned(input.clone().into_owned())
 }
 
@@ -101,7 +101,7 @@ impl Transition for Claim<'_> {
         Ok(machine::claim(existing, &self.0, now))
     }
 
-    fn to_owned(&self) -> Claim<'static> {
+    fn detached(&self) -> Claim<'static> {
         Claim(owned(&self.0))
     }
 }
@@ -152,7 +152,7 @@ impl Transition for Complete<'_> {
         Ok((write, ()))
     }
 
-    fn to_owned(&self) -> Complete<'static> {
+    fn detached(&self) -> Complete<'static> {
         Complete {
             key: owned(&self.key),
             fence: self.fence,
@@ -193,7 +193,7 @@ impl Transition for Release<'_> {
         Ok(machine::release(existing.as_ref(), self.fence))
     }
 
-    fn to_owned(&self) -> Release<'static> {
+    fn detached(&self) -> Release<'static> {
         Release {
             key: owned(&self.key),
             fence: self.fence,
@@ -239,7 +239,7 @@ impl Transition for Renew<'_> {
         machine::renew(existing, &self.key, self.fence, self.lease, now)
     }
 
-    fn to_owned(&self) -> Renew<'static> {
+    fn detached(&self) -> Renew<'static> {
         Renew {
             key: owned(&self.key),
             fence: self.fence,
@@ -294,7 +294,7 @@ impl Transition for Journal<'_> {
         Ok((write, ()))
     }
 
-    fn to_owned(&self) -> Journal<'static> {
+    fn detached(&self) -> Journal<'static> {
         Journal {
             key: owned(&self.key),
             fence: self.fence,
@@ -340,7 +340,7 @@ impl Transition for MarkUnknown<'_> {
         Ok((write, ()))
     }
 
-    fn to_owned(&self) -> MarkUnknown<'static> {
+    fn detached(&self) -> MarkUnknown<'static> {
         MarkUnknown {
             key: owned(&self.key),
             fence: self.fence,
@@ -384,7 +384,7 @@ impl Transition for Resolve<'_> {
         machine::resolve(existing.as_ref(), &self.key, &self.outcome, self.ttl, now)
     }
 
-    fn to_owned(&self) -> Resolve<'static> {
+    fn detached(&self) -> Resolve<'static> {
         Resolve {
             key: owned(&self.key),
             outcome: owned(&self.outcome),
@@ -447,7 +447,7 @@ impl Transition for SettleUnknown<'_> {
         ))
     }
 
-    fn to_owned(&self) -> SettleUnknown<'static> {
+    fn detached(&self) -> SettleUnknown<'static> {
         SettleUnknown {
             key: owned(&self.key),
             fence: self.fence,
@@ -485,7 +485,7 @@ impl Transition for ForceRelease<'_> {
         Ok((machine::force_release(existing.as_ref(), &self.key)?, true))
     }
 
-    fn to_owned(&self) -> ForceRelease<'static> {
+    fn detached(&self) -> ForceRelease<'static> {
         ForceRelease {
             key: owned(&self.key),
         }
