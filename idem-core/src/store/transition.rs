@@ -70,8 +70,8 @@ pub fn run<R: Records, T: Transition>(
 }
 
 /// A copy of `input` that owns what it holds.
-pub(crate) fn owned<B: ToOwned + ?Sized>(input: &Cow<'_, B>) -> Cow<'static, B> {
-    Cow::Owned(input.clone().into_owned())
+pub(crate) fn owned<B: ToOwned + ?Sized>(input: &B) -> Cow<'static, B> {
+    Cow::Owned(input.to_owned())
 }
 
 /// [`Store::claim`](contract::Store::claim).
@@ -102,7 +102,7 @@ impl Transition for Claim<'_> {
     }
 
     fn detached(&self) -> Claim<'static> {
-        Claim(owned(&self.0))
+        Claim(owned(&*self.0))
     }
 }
 
@@ -154,9 +154,9 @@ impl Transition for Complete<'_> {
 
     fn detached(&self) -> Complete<'static> {
         Complete {
-            key: owned(&self.key),
+            key: owned(&*self.key),
             fence: self.fence,
-            outcome: owned(&self.outcome),
+            outcome: owned(&*self.outcome),
             ttl: self.ttl,
         }
     }
@@ -195,7 +195,7 @@ impl Transition for Release<'_> {
 
     fn detached(&self) -> Release<'static> {
         Release {
-            key: owned(&self.key),
+            key: owned(&*self.key),
             fence: self.fence,
         }
     }
@@ -241,7 +241,7 @@ impl Transition for Renew<'_> {
 
     fn detached(&self) -> Renew<'static> {
         Renew {
-            key: owned(&self.key),
+            key: owned(&*self.key),
             fence: self.fence,
             lease: self.lease,
         }
@@ -296,10 +296,10 @@ impl Transition for Journal<'_> {
 
     fn detached(&self) -> Journal<'static> {
         Journal {
-            key: owned(&self.key),
+            key: owned(&*self.key),
             fence: self.fence,
-            step: owned(&self.step),
-            value: owned(&self.value),
+            step: owned(&*self.step),
+            value: owned(&*self.value),
         }
     }
 }
@@ -342,9 +342,9 @@ impl Transition for MarkUnknown<'_> {
 
     fn detached(&self) -> MarkUnknown<'static> {
         MarkUnknown {
-            key: owned(&self.key),
+            key: owned(&*self.key),
             fence: self.fence,
-            error: owned(&self.error),
+            error: owned(&*self.error),
         }
     }
 }
@@ -386,8 +386,8 @@ impl Transition for Resolve<'_> {
 
     fn detached(&self) -> Resolve<'static> {
         Resolve {
-            key: owned(&self.key),
-            outcome: owned(&self.outcome),
+            key: owned(&*self.key),
+            outcome: owned(&*self.outcome),
             ttl: self.ttl,
         }
     }
@@ -449,9 +449,9 @@ impl Transition for SettleUnknown<'_> {
 
     fn detached(&self) -> SettleUnknown<'static> {
         SettleUnknown {
-            key: owned(&self.key),
+            key: owned(&*self.key),
             fence: self.fence,
-            outcome: self.outcome.as_ref().map(owned),
+            outcome: self.outcome.as_deref().map(owned),
             ttl: self.ttl,
         }
     }
@@ -487,7 +487,7 @@ impl Transition for ForceRelease<'_> {
 
     fn detached(&self) -> ForceRelease<'static> {
         ForceRelease {
-            key: owned(&self.key),
+            key: owned(&*self.key),
         }
     }
 }

@@ -109,7 +109,7 @@ impl Job for Get<'_> {
     }
 
     fn detached(&self) -> Self::Owned {
-        Get(t::owned(&self.0))
+        Get(t::owned(&*self.0))
     }
 }
 
@@ -163,7 +163,7 @@ impl Job for Purge<'_> {
     }
 
     fn detached(&self) -> Self::Owned {
-        Purge(t::owned(&self.0))
+        Purge(t::owned(&*self.0))
     }
 }
 
