@@ -158,7 +158,7 @@ pub fn check_settled(outcome: &Outcome, limit: usize) -> Result<(), StoreError> 
 
 /// [`check_settled`], then the JSON text stores keep for the outcome: for a store of one's
 /// own that checks and encodes in one step (the stores idem ships check in their
-/// [`OutcomeLimits`](crate::store::layer::OutcomeLimits) layer).
+/// [`Limits`](crate::store::layer::Limits) layer).
 pub fn encode_settled(
     key: &RecordKey,
     outcome: &Outcome,
