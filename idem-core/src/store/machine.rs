@@ -2,9 +2,9 @@
 //!
 //! Stores that can run arbitrary code inside one transaction (memory under a lock, SQLite
 //! inside `BEGIN IMMEDIATE`) read the record, apply one of these functions and write what it
-//! says, so every such store makes exactly the same decisions. Stores that cannot (Redis,
-//! PostgreSQL) encode the same rules in a script or statement and are held to them by the
-//! conformance suite.
+//! says, so every such store makes exactly the same decisions; [`transition`](super::transition)
+//! holds that load → decide → apply, once. Stores that cannot (Redis, PostgreSQL) encode the
+//! same rules in a script or statement and are held to them by the conformance suite.
 
 use std::time::Duration;
 

@@ -4,6 +4,20 @@
 //! on the key being InProgress at the holder's fence; a stale holder's write is refused with
 //! [`StoreError::Fenced`] and changes nothing (a stale `release` is a no-op that returns
 //! `false`). Lease and expiry decisions use the store's own clock.
+//!
+//! # The folder
+//!
+//! - this file: the contract ([`Store`]) and its vocabulary;
+//! - [`machine`]: every decision of the record state machine, as pure functions;
+//!   [`transition`]: load → decide → apply, for the stores that run those functions
+//!   themselves; `codec`: what the stores share in writing records down and reading them back;
+//! - [`layer`]: code around every operation of a store (the outcome [`Limits`](layer::Limits)
+//!   every shipped store is behind, a [`Trace`](layer::Trace) span per operation);
+//! - one folder per store ([`memory`], `sqlite`, `redis`, `postgres`), each split by
+//!   concern: its type and settings (`mod.rs`), its statements or scripts, its connection,
+//!   its codec, its [`Store`] impl (`store.rs`);
+//! - [`tenant`]: operator operations confined to one tenant; `conformance`: the contract as
+//!   executable cases, run against every store.
 
 use std::fmt;
 use std::time::Duration;

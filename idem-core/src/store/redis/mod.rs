@@ -171,12 +171,14 @@ use keys::check_prefix;
 use replicas::ReplicaAcks;
 use scripts::Scripts;
 
+#[cfg(doc)]
+use crate::key::RecordKey;
+#[cfg(doc)]
+use crate::record::Outcome;
 use crate::store::layer::{Layer, Limited, Limits};
 use crate::store::{DEFAULT_UNKNOWN_RETENTION, StoreError};
 #[cfg(doc)]
 use crate::store::{PurgeFilter, Store};
-#[cfg(doc)]
-use crate::{key::RecordKey, record::Outcome};
 
 /// still in Redis but reported absent.
 pub const EVICTION_GRACE: Duration = Duration::from_secs(1);

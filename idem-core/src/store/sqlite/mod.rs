@@ -130,10 +130,12 @@ pub use connection::Synchronous;
 
 use connection::Database;
 
+#[cfg(doc)]
+use crate::record::Timestamp;
+#[cfg(doc)]
+use crate::store::Store;
 use crate::store::StoreError;
 use crate::store::layer::{Layer, Limited, Limits};
-#[cfg(doc)]
-use crate::{record::Timestamp, store::Store};
 
 /// A durable [`Store`] in one SQLite file (bundled SQLite, no system library needed): a
 /// [`SqliteBackend`] behind the store [`Limits`].

@@ -14,9 +14,11 @@ use serde_json::json;
 use super::connection::{CHECKPOINT_PAGES, CheckpointReservation, migrate};
 use super::statements::{EVICT_ON_CLAIM, PURGE_EXPIRED};
 use super::{SqliteStore, Synchronous};
+use crate::canonical::Fingerprint;
+use crate::class::OrphanPolicy;
+use crate::key::{KeyMaterial, LogicalKey, RecordKey};
 use crate::record::{Outcome, Record, RecordState, Timestamp};
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
-use crate::{Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, RecordKey};
 
 /// A directory of its own for each test, removed when the test ends.
 fn temp_dir(name: &str) -> tempfile::TempDir {

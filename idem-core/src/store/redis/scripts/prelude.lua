@@ -33,3 +33,13 @@ local function unknown_expiry(retention, fence_retention)
   redis.call('PEXPIREAT', sk, s(now + retention))
   redis.call('PEXPIREAT', fk, s(now + retention + fence_retention))
 end
+-- Settle the record Completed with `outcome` under a new fence, expiring after `ttl` ms (an
+-- operator's resolve, a verify hook's settlement): any holder is fenced out.
+local function settle_with(outcome, ttl, grace, retention)
+  local f = next_fence(false)
+  local expires_at = now + tonumber(ttl)
+  redis.call('HSET', rk, 'fence', s(f), 'state', 'completed', 'outcome', outcome,
+    'expires_at', s(expires_at), 'updated_at', s(now))
+  redis.call('HDEL', rk, 'lease_until', 'since', 'last_error')
+  settle_expiry(expires_at, tonumber(grace), tonumber(retention))
+end

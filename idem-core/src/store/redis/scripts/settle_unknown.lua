@@ -7,10 +7,5 @@ if ARGV[2] == '' then
   redis.call('PEXPIRE', fk, ARGV[5])
   return {'ok'}
 end
-local f = next_fence(false)
-local expires_at = now + tonumber(ARGV[3])
-redis.call('HSET', rk, 'fence', s(f), 'state', 'completed', 'outcome', ARGV[2],
-  'expires_at', s(expires_at), 'updated_at', s(now))
-redis.call('HDEL', rk, 'lease_until', 'since', 'last_error')
-settle_expiry(expires_at, tonumber(ARGV[4]), tonumber(ARGV[5]))
+settle_with(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 return {'ok'}
