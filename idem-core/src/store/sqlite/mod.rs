@@ -182,6 +182,22 @@ use crate::store::layer::{Layer, Limited, Limits};
 /// # })?;
 /// # Ok(())
 /// # }
+/// ```
+///
+/// Outcomes larger than [`DEFAULT_MAX_OUTCOME_BYTES`](crate::store::DEFAULT_MAX_OUTCOME_BYTES)
+/// are refused with [`StoreError::TooLarge`]; the limit is the store's to choose:
+///
+/// ```
+/// use idem_core::store::sqlite::SqliteStore;
+///
+/// let path = std::env::temp_dir().join(format!("idem-doc-limit-{}.db", std::process::id()));
+/// let store = SqliteStore::open(&path)?.with_max_outcome_bytes(64 * 1024);
+/// # drop(store);
+/// # for suffix in ["", "-wal", "-shm"] {
+/// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+/// # }
+/// # Ok::<(), idem_core::StoreError>(())
+/// ```
 pub type SqliteStore = Limited<SqliteBackend>;
 
 /// The file and connection of a [`SqliteStore`], without its [`Limits`]: what the layer
