@@ -22,22 +22,23 @@ struct Locked<'a> {
     at: KeyRef<'a>,
     now: Timestamp,
     per_shard: usize,
+    /// Whether the key had a record when it was loaded.
+    found: bool,
 }
 
 impl Records for Locked<'_> {
     type Error = StoreError;
 
     fn load(&mut self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        Ok(self.shard.get(self.at).map(|c| c.to_record(key.clone())))
+        let record = self.shard.get(self.at).map(|c| c.to_record(key.clone()));
+        self.found = record.is_some();
+        Ok(record)
     }
 
     fn apply(&mut self, _: &RecordKey, write: Write) -> Result<(), StoreError> {
         // Only a claim writes a key that has no record: the one write a full shard refuses,
         // once it has evicted what expired.
-        if matches!(write, Write::Put(_))
-            && self.shard.get(self.at).is_none()
-            && self.shard.len() >= self.per_shard
-        {
+        if matches!(write, Write::Put(_)) && !self.found && self.shard.len() >= self.per_shard {
             let now = self.now;
             self.shard.retain(|r| r.is_live(now));
             if self.shard.len() >= self.per_shard {
@@ -61,6 +62,7 @@ impl MemoryBackend {
             at,
             now,
             per_shard: self.per_shard,
+            found: false,
         };
         t::run(&mut records, &transition, now)
     }
