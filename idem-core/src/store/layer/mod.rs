@@ -32,7 +32,10 @@
 //!         operation: &Operation<'_>,
 //!         next: impl FnOnce() -> StoreFuture<'a, T>,
 //!     ) -> StoreFuture<'a, T> {
-//!         let read = matches!(operation, Operation::Get { .. } | Operation::List(_) | Operation::Now);
+//!         let read = matches!(
+//!             operation,
+//!             Operation::Get { .. } | Operation::List(_) | Operation::Now
+//!         );
 //!         if self.0.load(Ordering::Relaxed) && !read {
 //!             let refused = StoreError::Unavailable("the store is in maintenance".into());
 //!             return Box::pin(std::future::ready(Err(refused)));

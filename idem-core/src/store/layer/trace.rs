@@ -3,9 +3,9 @@
 //! Each operation runs inside a `debug` span named `idem.store` with two fields: `op`, the
 //! [`Store`](crate::store::Store) method, and `key`, a short hash of the record key (for the
 //! operations about one key). When it finishes, one `debug` event in the span reports
-//! `outcome` (`ok`, or the [`StoreError::code`](crate::store::StoreError::code) of its error) and `elapsed_us`. No argument,
-//! outcome, journal value or error message is recorded: those hold what tools were called
-//! with and returned.
+//! `outcome` (`ok`, or the [`code`](crate::store::StoreError::code) of its error) and
+//! `elapsed_us`. No argument, outcome, journal value or error message is recorded: those
+//! hold what tools were called with and returned.
 
 use std::time::Instant;
 

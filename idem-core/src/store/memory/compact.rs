@@ -150,7 +150,8 @@ impl Compact {
         }
     }
 
-    /// [`machine::is_live`](crate::store::machine::is_live) without building the record (a test holds the two together).
+    /// [`machine::is_live`](crate::store::machine::is_live) without building the record (a
+    /// test holds the two together).
     pub(super) fn is_live(&self, now: Timestamp) -> bool {
         match self.state {
             CompactState::Succeeded { expires_at, .. }

@@ -1,10 +1,11 @@
 //! The embedded durable store: one SQLite file, shared safely by several processes on a host.
 //!
 //! Every state change runs inside `BEGIN IMMEDIATE` ... `COMMIT`: the store reads the row,
-//! applies the same [`machine`](crate::store::machine) function the memory store applies, and writes what that
-//! function says. `BEGIN IMMEDIATE` takes the database's write lock *before* the read, so two
-//! connections (two processes) can never both decide on the same row, and SQLite makes
-//! exactly the decisions the memory store makes.
+//! applies the same [`machine`](crate::store::machine) function the memory store applies
+//! (through [`transition`](crate::store::transition)), and writes what that function says.
+//! `BEGIN IMMEDIATE` takes the database's write lock *before* the read, so two connections
+//! (two processes) can never both decide on the same row, and SQLite makes exactly the
+//! decisions the memory store makes.
 //!
 //! # Durability
 //!
