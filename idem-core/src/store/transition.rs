@@ -12,6 +12,41 @@
 //! A transition holds its inputs borrowed from the caller or owned ([`Transition::detached`]),
 //! so a store that must hand an operation to another thread (SQLite, to its blocking pool)
 //! copies the inputs only then, and runs the very same transition.
+//!
+//! A store of one's own over a map behind a lock needs only to say how to load and apply:
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use idem_core::store::machine::Write;
+//! use idem_core::store::transition::{self, Records};
+//! use idem_core::{Record, RecordKey, StoreError, Timestamp};
+//!
+//! #[derive(Default)]
+//! struct Map(HashMap<RecordKey, Record>);
+//!
+//! impl Records for Map {
+//!     type Error = StoreError;
+//!
+//!     fn load(&mut self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+//!         Ok(self.0.get(key).cloned())
+//!     }
+//!
+//!     fn apply(&mut self, key: &RecordKey, write: Write) -> Result<(), StoreError> {
+//!         match write {
+//!             Write::Unchanged => {}
+//!             Write::Put(record) => drop(self.0.insert(key.clone(), *record)),
+//!             Write::Delete => drop(self.0.remove(key)),
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let mut map = Map::default();
+//! let key = RecordKey::from_stored("k");
+//! let release = transition::Release::new(&key, 1);
+//! assert!(!transition::run(&mut map, &release, Timestamp(5))?, "nothing was held");
+//! # Ok::<(), StoreError>(())
+//! ```
 
 use std::borrow::Cow;
 use std::time::Duration;
