@@ -134,7 +134,7 @@ pub use idem_core::{
     ClassHints, DEFAULT_UNKNOWN_RETENTION, ErrorKind, Fence, Fingerprint, IdempotencyKey,
     JournalEntry, KeyMaterial, ListFilter, LogicalKey, MAX_OUTCOME_DEPTH, ORPHANED, OrphanPolicy,
     Outcome, PurgeFilter, Record, RecordKey, RecordState, StateKind, Store, StoreError, Timestamp,
-    ToolClass, ToolError, UnknownClass,
+    ToolClass, ToolError, UnknownCause, UnknownClass,
 };
 pub use idem_macros::tool;
 pub use idem_registry::dispatch::{DEFAULT_MAX_ARGUMENT_BYTES, DEFAULT_NAMESPACE};

@@ -1,13 +1,13 @@
 """Print the Lua script RedisStore runs for a claim (its prelude and body), read out of
-idem-core/src/store/redis.rs, for redis-benchmark to run the same script with EVALSHA.
+idem-core/src/store/redis/scripts/, for redis-benchmark to run the same script with EVALSHA.
 
-    python claim_script.py <redis.rs>
+    python claim_script.py <the scripts folder>
 """
 
-import re
+import os
 import sys
 
-src = open(sys.argv[1]).read()
-prelude = re.search(r'const PRELUDE: &str = r#"(.*?)"#;', src, re.S).group(1)
-claim = re.search(r'const CLAIM: &str = r#"(.*?)"#;', src, re.S).group(1)
+folder = sys.argv[1]
+prelude = open(os.path.join(folder, "prelude.lua")).read()
+claim = open(os.path.join(folder, "claim.lua")).read()
 sys.stdout.write(prelude + claim)

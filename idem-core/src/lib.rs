@@ -17,7 +17,7 @@ pub use class::{ClassHints, OrphanPolicy, ToolClass, UnknownClass};
 pub use error::{ErrorKind, ToolError};
 pub use key::{IdempotencyKey, KeyMaterial, LogicalKey, RecordKey};
 pub use record::{
-    Fence, JournalEntry, ORPHANED, Outcome, Record, RecordState, StateKind, Timestamp,
+    Fence, JournalEntry, ORPHANED, Outcome, Record, RecordState, StateKind, Timestamp, UnknownCause,
 };
 pub use store::{
     Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, ListFilter, MAX_OUTCOME_DEPTH, PurgeFilter,

@@ -9,8 +9,57 @@ use crate::error::ToolError;
 use crate::key::RecordKey;
 
 /// The `last_error` of a record a store turned Unknown because its holder's lease expired
-/// (the holder may still be running, which matters to a verify hook).
+/// (the holder may still be running, which matters to a verify hook): how
+/// [`UnknownCause::Orphaned`] is recorded. Every store writes this one constant (the Redis
+/// script and the PostgreSQL statement receive it as an argument), so its wording can change
+/// without any store's orphans losing their cause.
 pub const ORPHANED: &str = "the holder's lease expired before it recorded an outcome";
+
+/// Why a record is Unknown, read from its recorded `last_error`.
+///
+/// A record keeps the cause as text (stores written by any version read back the same), and
+/// this type tells the two kinds apart: a store turns an orphan Unknown with [`ORPHANED`];
+/// anything else is the error a holder reported.
+///
+/// ```
+/// # use idem_core as idem;
+/// use idem::{ORPHANED, UnknownCause};
+///
+/// assert_eq!(UnknownCause::of(ORPHANED), UnknownCause::Orphaned);
+/// let timeout = UnknownCause::of("mail provider timed out (ambiguous)");
+/// assert_eq!(timeout, UnknownCause::Ambiguous("mail provider timed out (ambiguous)"));
+/// assert_eq!(UnknownCause::Orphaned.recorded(), ORPHANED);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnknownCause<'a> {
+    /// The holder's lease expired before it recorded an outcome, and a claim under
+    /// [`OrphanPolicy::MarkUnknown`](crate::OrphanPolicy::MarkUnknown) found it so. The holder
+    /// may still be running: a verify hook asked now may not see an effect that is on its way.
+    Orphaned,
+    /// The holder reported an error after which the effect may or may not have happened (a
+    /// timeout after sending, a panic, a cancelled call): its message, as recorded.
+    Ambiguous(&'a str),
+}
+
+impl<'a> UnknownCause<'a> {
+    /// The cause a recorded `last_error` says. A holder's message that happens to spell
+    /// [`ORPHANED`] reads as an orphan: the dispatcher's messages never do.
+    pub fn of(last_error: &'a str) -> Self {
+        if last_error == ORPHANED {
+            UnknownCause::Orphaned
+        } else {
+            UnknownCause::Ambiguous(last_error)
+        }
+    }
+
+    /// The `last_error` a store records for this cause.
+    pub fn recorded(self) -> &'a str {
+        match self {
+            UnknownCause::Orphaned => ORPHANED,
+            UnknownCause::Ambiguous(message) => message,
+        }
+    }
+}
 
 /// A per-key counter incremented on every claim and take-over. Every holder write is
 /// conditional on it, so a stale holder can never overwrite a newer one.
@@ -69,11 +118,13 @@ impl Timestamp {
 
     /// This instant plus a duration, saturating.
     pub fn plus(self, d: Duration) -> Self {
-        Timestamp(
-            self.0
-                .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        )
+        Timestamp(self.0.saturating_add(saturating_millis(d)))
     }
+}
+
+/// A duration in whole milliseconds, `u64::MAX` for one longer than that (a "forever").
+pub(crate) fn saturating_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What a completed call produced: its output, or a terminal tool error. Both replay exactly.
@@ -156,6 +207,24 @@ impl RecordState {
             RecordState::InProgress { .. } => StateKind::InProgress,
             RecordState::Completed { .. } => StateKind::Completed,
             RecordState::Unknown { .. } => StateKind::Unknown,
+        }
+    }
+
+    /// Why an Unknown record is Unknown; `None` for the other states.
+    ///
+    /// ```
+    /// # use idem_core as idem;
+    /// use idem::{ORPHANED, RecordState, Timestamp, UnknownCause};
+    ///
+    /// let orphan = RecordState::Unknown { since: Timestamp(0), last_error: ORPHANED.into() };
+    /// assert_eq!(orphan.unknown_cause(), Some(UnknownCause::Orphaned));
+    /// let held = RecordState::InProgress { lease_until: Timestamp(0) };
+    /// assert_eq!(held.unknown_cause(), None);
+    /// ```
+    pub fn unknown_cause(&self) -> Option<UnknownCause<'_>> {
+        match self {
+            RecordState::Unknown { last_error, .. } => Some(UnknownCause::of(last_error)),
+            _ => None,
         }
     }
 }

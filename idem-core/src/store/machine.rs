@@ -2,15 +2,16 @@
 //!
 //! Stores that can run arbitrary code inside one transaction (memory under a lock, SQLite
 //! inside `BEGIN IMMEDIATE`) read the record, apply one of these functions and write what it
-//! says, so every such store makes exactly the same decisions. Stores that cannot (Redis,
-//! PostgreSQL) encode the same rules in a script or statement and are held to them by the
-//! conformance suite.
+//! says, so every such store makes exactly the same decisions; [`transition`](super::transition)
+//! holds that load → decide → apply, once. Stores that cannot (Redis, PostgreSQL) encode the
+//! same rules in a script or statement and are held to them by the conformance suite.
 
 use std::time::Duration;
 
 use crate::class::OrphanPolicy;
 use crate::key::RecordKey;
-use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, Timestamp};
+use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, Timestamp, UnknownCause};
+use crate::store::codec;
 use crate::store::{Claim, ClaimRequest, PurgeFilter, StoreError};
 
 /// What the store must do with the key after a transition.
@@ -117,7 +118,7 @@ pub fn claim(existing: Option<Record>, req: &ClaimRequest, now: Timestamp) -> (W
                 let mut r = rec;
                 r.state = RecordState::Unknown {
                     since: now,
-                    last_error: crate::record::ORPHANED.into(),
+                    last_error: UnknownCause::Orphaned.recorded().into(),
                 };
                 r.updated_at = now;
                 (Write::Put(Box::new(r.clone())), Claim::Existing(r))
@@ -136,10 +137,7 @@ fn holds(r: &Record, fence: Fence) -> bool {
 fn held(existing: Option<Record>, key: &RecordKey, fence: Fence) -> Result<Record, StoreError> {
     match existing {
         Some(r) if holds(&r, fence) => Ok(r),
-        _ => Err(StoreError::Fenced {
-            key: key.clone(),
-            fence,
-        }),
+        _ => Err(StoreError::fenced(key, fence)),
     }
 }
 
@@ -158,14 +156,16 @@ pub fn check_settled(outcome: &Outcome, limit: usize) -> Result<(), StoreError> 
     check_size(outcome, limit)
 }
 
-/// [`check_settled`], then [`encode_outcome`]: for the stores that keep an encoded outcome.
+/// [`check_settled`], then the JSON text stores keep for the outcome: for a store of one's
+/// own that checks and encodes in one step (the stores idem ships check in their
+/// [`Limits`](crate::store::layer::Limits) layer).
 pub fn encode_settled(
     key: &RecordKey,
     outcome: &Outcome,
     limit: usize,
 ) -> Result<String, StoreError> {
     check_settled(outcome, limit)?;
-    encode(key, outcome)
+    codec::outcome_json(key, outcome)
 }
 
 /// Check an outcome against a store's size limit.
@@ -178,24 +178,15 @@ pub fn check_size(outcome: &Outcome, limit: usize) -> Result<(), StoreError> {
 }
 
 /// Check an outcome against a store's size limit and encode it as the JSON text stores keep
-/// (a success's own JSON text is carried inside unchanged, so it replays byte for byte).
+/// (a success's own JSON text is carried inside unchanged, so it replays byte for byte). As
+/// [`encode_settled`], for a store of one's own.
 pub fn encode_outcome(
     key: &RecordKey,
     outcome: &Outcome,
     limit: usize,
 ) -> Result<String, StoreError> {
     check_size(outcome, limit)?;
-    encode(key, outcome)
-}
-
-/// The JSON text stores keep for an outcome already checked.
-fn encode(key: &RecordKey, outcome: &Outcome) -> Result<String, StoreError> {
-    // Serialising an `Outcome` cannot fail in practice (string keys, finite JSON values);
-    // report it rather than panic if it ever does.
-    serde_json::to_string(outcome).map_err(|e| StoreError::Corrupt {
-        key: key.clone(),
-        reason: format!("the outcome cannot be serialised: {e}"),
-    })
+    codec::outcome_json(key, outcome)
 }
 
 /// Record the outcome.
@@ -240,10 +231,7 @@ pub fn renew(
             r.updated_at = now;
             Ok((Write::Put(Box::new(r)), until))
         }
-        _ => Err(StoreError::Fenced {
-            key: key.clone(),
-            fence,
-        }),
+        _ => Err(StoreError::fenced(key, fence)),
     }
 }
 
@@ -292,12 +280,7 @@ fn unsettled<'a>(
 ) -> Result<&'a Record, StoreError> {
     let r = existing.ok_or_else(|| StoreError::NotFound(key.clone()))?;
     match r.state {
-        RecordState::Completed { .. } => Err(StoreError::WrongState {
-            key: key.clone(),
-            state: r.state.kind(),
-            action,
-            needs: "an InProgress or Unknown record",
-        }),
+        RecordState::Completed { .. } => Err(StoreError::settled(key, action)),
         _ => Ok(r),
     }
 }

@@ -4,6 +4,20 @@
 //! on the key being InProgress at the holder's fence; a stale holder's write is refused with
 //! [`StoreError::Fenced`] and changes nothing (a stale `release` is a no-op that returns
 //! `false`). Lease and expiry decisions use the store's own clock.
+//!
+//! # The folder
+//!
+//! - this file: the contract ([`Store`]) and its vocabulary;
+//! - [`machine`]: every decision of the record state machine, as pure functions;
+//!   [`transition`]: load → decide → apply, for the stores that run those functions
+//!   themselves; `codec`: what the stores share in writing records down and reading them back;
+//! - [`layer`]: code around every operation of a store (the outcome [`Limits`](layer::Limits)
+//!   every shipped store is behind, a [`Trace`](layer::Trace) span per operation);
+//! - one folder per store ([`memory`], `sqlite`, `redis`, `postgres`), each split by
+//!   concern: its type and settings (`mod.rs`), its statements or scripts, its connection,
+//!   its codec, its [`Store`] impl (`store.rs`);
+//! - [`tenant`]: operator operations confined to one tenant; `conformance`: the contract as
+//!   executable cases, run against every store.
 
 use std::fmt;
 use std::time::Duration;
@@ -15,6 +29,8 @@ use crate::class::OrphanPolicy;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, StateKind, Timestamp};
 
+pub(crate) mod codec;
+pub mod layer;
 pub mod machine;
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -24,6 +40,7 @@ pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod tenant;
+pub mod transition;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -178,6 +195,54 @@ impl StoreError {
     /// Whether the store could not be reached (writes fail closed on this).
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// A short, stable name of the variant, for logs and metrics (never the message, which
+    /// may quote a server's reply).
+    ///
+    /// ```
+    /// use idem_core::{RecordKey, StoreError};
+    /// let e = StoreError::NotFound(RecordKey::from_stored("k"));
+    /// assert_eq!(e.code(), "not_found");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::Fenced { .. } => "fenced",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::NotFound(_) => "not_found",
+            StoreError::WrongState { .. } => "wrong_state",
+            StoreError::TooLarge { .. } => "too_large",
+            StoreError::TooDeep { .. } => "too_deep",
+            StoreError::CapacityExceeded { .. } => "capacity_exceeded",
+            StoreError::InvalidOutcome { .. } => "invalid_outcome",
+            StoreError::Corrupt { .. } => "corrupt",
+        }
+    }
+
+    /// The holder of `key` at `fence` was fenced out.
+    pub(crate) fn fenced(key: &RecordKey, fence: Fence) -> Self {
+        StoreError::Fenced {
+            key: key.clone(),
+            fence,
+        }
+    }
+
+    /// The record under `key` cannot be read back (or written down), for `reason`.
+    pub(crate) fn corrupt(key: &RecordKey, reason: impl Into<String>) -> Self {
+        StoreError::Corrupt {
+            key: key.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// An operator's `action` found the record under `key` settled already (Completed).
+    pub(crate) fn settled(key: &RecordKey, action: &'static str) -> Self {
+        StoreError::WrongState {
+            key: key.clone(),
+            state: StateKind::Completed,
+            action,
+            needs: "an InProgress or Unknown record",
+        }
     }
 }
 

@@ -3,13 +3,14 @@
 //! tokio runtime, one task per concurrent caller), without idem. It runs what
 //! `redis-benchmark` runs (two `EVALSHA` of the claim script per dispatch, new keys), so the
 //! gap between idem and `redis-benchmark` splits into the client's share and idem's own.
-//! The arguments are the ones `RedisStore::claim` sends (tenant and retentions included), so
+//! The arguments are the ones `RedisStore::claim` sends (tenant, retentions and the orphan
+//! text included), so
 //! a reply is a claim, not an error; an error reply stops the run.
 
 use std::sync::Arc;
 
 use idem_bench::TENANT;
-use idem_core::DEFAULT_UNKNOWN_RETENTION;
+use idem_core::{DEFAULT_UNKNOWN_RETENTION, ORPHANED};
 use idem_core::store::redis::DEFAULT_FENCE_RETENTION;
 
 use crate::timed::{Window, drive};
@@ -70,6 +71,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                             .arg(TENANT)
                             .arg(unknown_retention)
                             .arg(fence_retention)
+                            .arg(ORPHANED)
                             .query_async(&mut conn)
                             .await
                             .map_err(|e| e.to_string())?;

@@ -1,0 +1,335 @@
+//! Cases of holders: one claim wins, orphans are taken over or turned Unknown by the class's
+//! policy, a stale holder's writes are refused and change nothing, a live lease is never
+//! taken, fences never repeat.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::fixtures::{LONG, PAST_SHORT, SHORT, TTL, acquire, fresh_key, request, state_of};
+use super::subject::Subject;
+use crate::canonical::Fingerprint;
+use crate::class::OrphanPolicy;
+use crate::record::{Outcome, RecordState, UnknownCause};
+use crate::store::{Claim, StoreError};
+
+pub(super) async fn claim_race_has_one_winner(s: Subject) {
+    let key = fresh_key("race");
+    let req = request(&key, LONG, OrphanPolicy::TakeOver);
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let store = s.store.clone();
+        let req = req.clone();
+        tasks.push(tokio::spawn(async move { store.claim(&req).await }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        match t.await.expect("task").expect("claim") {
+            Claim::Acquired { fence, .. } => {
+                winners += 1;
+                assert!(fence >= 1, "fences start at 1 or above");
+            }
+            Claim::Existing(r) => assert!(
+                matches!(r.state, RecordState::InProgress { .. }),
+                "loser sees InProgress, got {:?}",
+                r.state
+            ),
+        }
+    }
+    assert_eq!(winners, 1, "exactly one of 32 concurrent claims wins");
+}
+
+pub(super) async fn takeover_increments_fence(s: Subject) {
+    let key = fresh_key("takeover");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let first = acquire(&s, &req).await;
+    assert!(
+        matches!(
+            s.store.claim(&req).await.expect("claim"),
+            Claim::Existing(_)
+        ),
+        "a live lease is not taken over"
+    );
+    s.pass(PAST_SHORT).await;
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Acquired {
+            fence, takeover, ..
+        } => {
+            assert_eq!(fence, first + 1, "take-over increments the fence");
+            assert!(takeover, "take-over is reported");
+        }
+        other => panic!("expected a take-over, got {other:?}"),
+    }
+}
+
+pub(super) async fn orphan_becomes_unknown(s: Subject) {
+    let key = fresh_key("orphan");
+    let req = request(&key, SHORT, OrphanPolicy::MarkUnknown);
+    let fence = acquire(&s, &req).await;
+    s.pass(PAST_SHORT).await;
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Existing(r) => match &r.state {
+            RecordState::Unknown { last_error, .. } => {
+                assert_eq!(
+                    last_error,
+                    crate::record::ORPHANED,
+                    "an orphan's reason is the shared constant, so verify hooks can tell orphans apart"
+                );
+                // What a verify hook reads: a store that wrote its own wording (a script that
+                // retyped the text, say) would leave its orphans looking like ambiguous errors.
+                assert_eq!(r.state.unknown_cause(), Some(UnknownCause::Orphaned));
+            }
+            other => panic!("orphan turns Unknown, got {other:?}"),
+        },
+        other => panic!("a non-idempotent orphan must not be taken over, got {other:?}"),
+    }
+    // And it stays Unknown: the old holder cannot complete it, nobody re-acquires it.
+    let err = s
+        .store
+        .complete(&key, fence, &Outcome::success(&json!(1)), TTL)
+        .await;
+    assert!(
+        matches!(err, Err(StoreError::Fenced { .. })),
+        "old holder's complete refused, got {err:?}"
+    );
+    assert!(matches!(
+        s.store.claim(&req).await.expect("claim"),
+        Claim::Existing(_)
+    ));
+    assert!(matches!(
+        state_of(&s, &key).await,
+        Some(RecordState::Unknown { .. })
+    ));
+}
+
+pub(super) async fn stale_complete_is_refused(s: Subject) {
+    let key = fresh_key("stale-complete");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let old = acquire(&s, &req).await;
+    s.pass(PAST_SHORT).await;
+    let new = acquire(&s, &req).await;
+    let stale = s
+        .store
+        .complete(&key, old, &Outcome::success(&json!("stale")), TTL)
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::Fenced { fence, .. }) if fence == old),
+        "stale complete refused, got {stale:?}"
+    );
+    assert!(
+        matches!(
+            state_of(&s, &key).await,
+            Some(RecordState::InProgress { .. })
+        ),
+        "stale complete changed nothing"
+    );
+    s.store
+        .complete(&key, new, &Outcome::success(&json!("fresh")), TTL)
+        .await
+        .expect("current holder completes");
+    match state_of(&s, &key).await {
+        Some(RecordState::Completed { outcome, .. }) => {
+            assert_eq!(outcome, Outcome::Success("\"fresh\"".into()))
+        }
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    let again = s
+        .store
+        .complete(&key, new, &Outcome::success(&json!("twice")), TTL)
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::Fenced { .. })),
+        "a completed record cannot be completed again"
+    );
+}
+
+pub(super) async fn stale_release_changes_nothing(s: Subject) {
+    let key = fresh_key("stale-release");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let old = acquire(&s, &req).await;
+    s.pass(PAST_SHORT).await;
+    let new = acquire(&s, &req).await;
+    assert!(
+        !s.store.release(&key, old).await.expect("release"),
+        "stale release reports false"
+    );
+    let rec = s
+        .store
+        .get(&key)
+        .await
+        .expect("get")
+        .expect("record still there");
+    assert_eq!(rec.fence, new);
+    assert!(
+        s.store.release(&key, new).await.expect("release"),
+        "holder's release succeeds"
+    );
+    assert_eq!(state_of(&s, &key).await, None, "released key is gone");
+    assert!(
+        !s.store.release(&key, new).await.expect("release"),
+        "second release is a no-op"
+    );
+}
+
+pub(super) async fn expired_lease_cannot_be_renewed(s: Subject) {
+    let key = fresh_key("renew");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let fence = acquire(&s, &req).await;
+    let until = s
+        .store
+        .renew(&key, fence, LONG)
+        .await
+        .expect("a live lease renews");
+    let now = s.store.now().await.expect("now");
+    assert!(
+        until.as_millis() >= now.as_millis() + 50_000,
+        "renewal extends the lease"
+    );
+    s.store
+        .renew(&key, fence, SHORT)
+        .await
+        .expect("renew short");
+    s.pass(PAST_SHORT).await;
+    let late = s.store.renew(&key, fence, LONG).await;
+    assert!(
+        matches!(late, Err(StoreError::Fenced { .. })),
+        "expired lease not renewable, got {late:?}"
+    );
+    let wrong = s.store.renew(&key, fence + 7, LONG).await;
+    assert!(
+        matches!(wrong, Err(StoreError::Fenced { .. })),
+        "wrong fence not renewable"
+    );
+}
+
+pub(super) async fn journal_survives_takeover(s: Subject) {
+    let key = fresh_key("journal");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let old = acquire(&s, &req).await;
+    s.store
+        .journal(&key, old, "reserve", r#"{"id":7}"#)
+        .await
+        .expect("journal");
+    s.store
+        .journal(&key, old, "charge", "true")
+        .await
+        .expect("journal");
+    s.pass(PAST_SHORT).await;
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Acquired { steps, fence, .. } => {
+            let names: Vec<_> = steps
+                .iter()
+                .map(|e| (e.step.as_str(), e.value.as_str()))
+                .collect();
+            assert_eq!(
+                names,
+                vec![("reserve", r#"{"id":7}"#), ("charge", "true")],
+                "steps survive, in order"
+            );
+            let stale = s.store.journal(&key, old, "ship", "1").await;
+            assert!(
+                matches!(stale, Err(StoreError::Fenced { .. })),
+                "stale journal refused"
+            );
+            s.store
+                .journal(&key, fence, "ship", "1")
+                .await
+                .expect("new holder journals");
+            let rec = s.store.get(&key).await.expect("get").expect("record");
+            assert_eq!(rec.steps.len(), 3);
+        }
+        other => panic!("expected a take-over, got {other:?}"),
+    }
+}
+
+pub(super) async fn orphan_with_other_arguments_is_not_taken_over(s: Subject) {
+    let key = fresh_key("orphan-other-args");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    acquire(&s, &req).await;
+    s.pass(PAST_SHORT).await;
+    let mut other = req.clone();
+    other.fingerprint = Fingerprint::of(&json!({"to": "someone-else@example.com"}));
+    match s.store.claim(&other).await.expect("claim") {
+        Claim::Existing(r) => {
+            assert_eq!(r.fingerprint, req.fingerprint);
+            assert!(
+                matches!(r.state, RecordState::InProgress { .. }),
+                "left as it was, got {:?}",
+                r.state
+            );
+        }
+        other => panic!("a call with other arguments must not take a key over, got {other:?}"),
+    }
+}
+
+/// A claim whose lease has not ended is live, whatever the policy for orphans and whatever
+/// lease the second caller asks for: only the holder's lease decides. (Powertools for AWS
+/// Lambda, Python #8386 and TypeScript #5678: an in-progress record without a deadline of its
+/// own was treated as expired and run again while its first execution was still going.)
+pub(super) async fn a_live_claim_is_never_taken_for_an_orphan(s: Subject) {
+    let mut held = Vec::new();
+    for orphans in [OrphanPolicy::TakeOver, OrphanPolicy::MarkUnknown] {
+        let key = fresh_key(&format!("live-{orphans:?}"));
+        let req = request(&key, LONG, orphans);
+        let fence = acquire(&s, &req).await;
+        let before = s.store.get(&key).await.expect("get").expect("record");
+        held.push((req, fence, before));
+    }
+    // Time passes, more than the second caller's lease, less than the holder's.
+    s.pass(PAST_SHORT).await;
+    for (req, fence, before) in &held {
+        let orphans = req.orphans;
+        let mut impatient = req.clone();
+        impatient.lease = Duration::from_millis(1);
+        for second in [req, &impatient] {
+            match s.store.claim(second).await.expect("claim") {
+                Claim::Existing(r) => {
+                    assert_eq!(r.fence, *fence, "{orphans:?}: the fence is unchanged");
+                    assert_eq!(
+                        r.state, before.state,
+                        "{orphans:?}: the holder's record is left as it was"
+                    );
+                }
+                other => panic!("{orphans:?}: a live claim was taken for an orphan: {other:?}"),
+            }
+        }
+        assert_eq!(
+            s.store.get(&req.key).await.expect("get").map(|r| r.state),
+            Some(before.state.clone()),
+            "{orphans:?}: still in progress, not Unknown"
+        );
+        s.store
+            .complete(&req.key, *fence, &Outcome::success(&json!("done")), TTL)
+            .await
+            .unwrap_or_else(|e| panic!("{orphans:?}: the holder still completes: {e}"));
+    }
+}
+
+pub(super) async fn fence_is_not_reused_after_release(s: Subject) {
+    let key = fresh_key("fence-reuse");
+    let req = request(&key, LONG, OrphanPolicy::TakeOver);
+    let old = acquire(&s, &req).await;
+    // An operator frees the key while its holder is still alive; a new holder claims it.
+    assert!(s.store.force_release(&key).await.expect("force release"));
+    s.pass(Duration::from_millis(5)).await;
+    let new = acquire(&s, &req).await;
+    assert!(
+        new > old,
+        "a re-claimed key gets a greater fence ({new} after {old})"
+    );
+    let stale = s
+        .store
+        .complete(&key, old, &Outcome::success(&json!("stale")), TTL)
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::Fenced { .. })),
+        "the old holder is fenced out, got {stale:?}"
+    );
+    assert!(s.store.release(&key, new).await.expect("release"));
+    s.pass(Duration::from_millis(5)).await;
+    let third = acquire(&s, &req).await;
+    assert!(
+        third > new,
+        "released and claimed again: {third} after {new}"
+    );
+}

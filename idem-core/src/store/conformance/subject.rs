@@ -1,0 +1,129 @@
+//! The store a case runs against, how time passes for it, and how to open it again.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::store::memory::ManualClock;
+use crate::store::{Store, StoreError};
+
+/// Opens another instance of a subject's store on the same data.
+type Reopen = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Arc<dyn Store>, StoreError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A store under test, how time passes for it, and (if it can) how to open it again.
+#[derive(Clone)]
+pub struct Subject {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    clock: Option<Arc<ManualClock>>,
+    reopen: Option<Reopen>,
+}
+
+impl fmt::Debug for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subject")
+            .field("store", &self.store)
+            .field("clock", &self.clock)
+            .field("reopenable", &self.reopen.is_some())
+            .finish()
+    }
+}
+
+impl Subject {
+    /// A store whose clock is real (a server's, or the system's): time passes by sleeping.
+    pub fn real_time(store: Arc<dyn Store>) -> Self {
+        Subject {
+            store,
+            clock: None,
+            reopen: None,
+        }
+    }
+
+    /// A store on a manual clock: time passes by advancing it.
+    pub fn manual(store: Arc<dyn Store>, clock: Arc<ManualClock>) -> Self {
+        Subject {
+            store,
+            clock: Some(clock),
+            reopen: None,
+        }
+    }
+
+    /// A store on a real clock that can be opened again on the same data: `open(place)` opens
+    /// the subject's store now, and another instance whenever a case needs one (a second
+    /// process racing the first, a worker starting cold). `place` names the data: a file, a
+    /// database and schema, a server and key prefix.
+    ///
+    /// ```no_run
+    /// use idem_core::store::conformance::{self, Subject};
+    /// use idem_core::store::sqlite::SqliteStore;
+    ///
+    /// # async fn run() {
+    /// conformance::run_all("sqlite", || async {
+    ///     let path = std::env::temp_dir().join("idem-conformance.db");
+    ///     Subject::reopenable(path, |path| async move { SqliteStore::open(path) })
+    ///         .await
+    ///         .expect("open")
+    /// })
+    /// .await;
+    /// # }
+    /// ```
+    pub async fn reopenable<P, S, F, Fut>(place: P, open: F) -> Result<Self, StoreError>
+    where
+        P: Clone + Send + Sync + 'static,
+        S: Store + 'static,
+        F: Fn(P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<S, StoreError>> + Send + 'static,
+    {
+        let reopen: Reopen = Arc::new(move || {
+            let opening = open(place.clone());
+            Box::pin(async move { Ok(Arc::new(opening.await?) as Arc<dyn Store>) })
+        });
+        let store = reopen().await?;
+        Ok(Subject {
+            store,
+            clock: None,
+            reopen: Some(reopen),
+        })
+    }
+
+    /// Let `d` pass on the store's clock.
+    pub async fn pass(&self, d: Duration) {
+        match &self.clock {
+            Some(c) => c.advance(d),
+            None => tokio::time::sleep(d).await,
+        }
+    }
+
+    /// Another instance of the store on the same data, or `None` if the subject cannot open
+    /// one.
+    pub(super) async fn second_instance(&self) -> Option<Arc<dyn Store>> {
+        let reopen = self.reopen.as_ref()?;
+        Some(reopen().await.expect("open a second instance of the store"))
+    }
+
+    /// The subject after a cold start: this instance closed, a new one opened on the same
+    /// data. `None` if the subject cannot open another instance.
+    pub(super) async fn cold_start(self) -> Option<Subject> {
+        let Subject {
+            store,
+            clock,
+            reopen,
+        } = self;
+        let reopen = reopen?;
+        drop(store);
+        let store = reopen()
+            .await
+            .expect("open the store again after a cold start");
+        Some(Subject {
+            store,
+            clock,
+            reopen: Some(reopen),
+        })
+    }
+}

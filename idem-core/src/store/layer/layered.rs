@@ -1,0 +1,445 @@
+//! The seam itself: a [`Layer`] runs code around each operation of a store, and
+//! [`Layered`] is a store with a layer around it.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::key::RecordKey;
+use crate::record::{Fence, Outcome, Record, Timestamp};
+use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
+
+/// The future of one store operation, as every [`Store`] method returns it.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// One operation asked of a store, with its inputs, as a [`Layer`] sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Operation<'a> {
+    /// [`Store::claim`].
+    Claim(&'a ClaimRequest),
+    /// [`Store::complete`].
+    Complete {
+        /// The key.
+        key: &'a RecordKey,
+        /// The holder's fence.
+        fence: Fence,
+        /// The outcome to record.
+        outcome: &'a Outcome,
+        /// How long the record is kept.
+        ttl: Duration,
+    },
+    /// [`Store::release`].
+    Release {
+        /// The key.
+        key: &'a RecordKey,
+        /// The holder's fence.
+        fence: Fence,
+    },
+    /// [`Store::renew`].
+    Renew {
+        /// The key.
+        key: &'a RecordKey,
+        /// The holder's fence.
+        fence: Fence,
+        /// The new lease.
+        lease: Duration,
+    },
+    /// [`Store::journal`].
+    Journal {
+        /// The key.
+        key: &'a RecordKey,
+        /// The holder's fence.
+        fence: Fence,
+        /// The step's name.
+        step: &'a str,
+        /// The step's result.
+        value: &'a str,
+    },
+    /// [`Store::mark_unknown`].
+    MarkUnknown {
+        /// The key.
+        key: &'a RecordKey,
+        /// The holder's fence.
+        fence: Fence,
+        /// Why the outcome is unknown.
+        error: &'a str,
+    },
+    /// [`Store::get`].
+    Get {
+        /// The key.
+        key: &'a RecordKey,
+    },
+    /// [`Store::list`].
+    List(&'a ListFilter),
+    /// [`Store::resolve`].
+    Resolve {
+        /// The key.
+        key: &'a RecordKey,
+        /// The outcome to settle with.
+        outcome: &'a Outcome,
+        /// How long the record is kept.
+        ttl: Duration,
+    },
+    /// [`Store::settle_unknown`].
+    SettleUnknown {
+        /// The key.
+        key: &'a RecordKey,
+        /// The fence the record must still be Unknown at.
+        fence: Fence,
+        /// The outcome (the effect happened), or none (it did not).
+        outcome: Option<&'a Outcome>,
+        /// How long the record is kept.
+        ttl: Duration,
+    },
+    /// [`Store::force_release`].
+    ForceRelease {
+        /// The key.
+        key: &'a RecordKey,
+    },
+    /// [`Store::purge_expired`].
+    PurgeExpired(&'a PurgeFilter),
+    /// [`Store::now`].
+    Now,
+}
+
+impl Operation<'_> {
+    /// The operation's name: the [`Store`] method's.
+    ///
+    /// ```
+    /// use idem_core::store::layer::Operation;
+    /// assert_eq!(Operation::Now.name(), "now");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            Operation::Claim(_) => "claim",
+            Operation::Complete { .. } => "complete",
+            Operation::Release { .. } => "release",
+            Operation::Renew { .. } => "renew",
+            Operation::Journal { .. } => "journal",
+            Operation::MarkUnknown { .. } => "mark_unknown",
+            Operation::Get { .. } => "get",
+            Operation::List(_) => "list",
+            Operation::Resolve { .. } => "resolve",
+            Operation::SettleUnknown { .. } => "settle_unknown",
+            Operation::ForceRelease { .. } => "force_release",
+            Operation::PurgeExpired(_) => "purge_expired",
+            Operation::Now => "now",
+        }
+    }
+
+    /// The key the operation is about, if it is about one.
+    ///
+    /// ```
+    /// use idem_core::RecordKey;
+    /// use idem_core::store::layer::Operation;
+    ///
+    /// let key = RecordKey::from_stored("k");
+    /// assert_eq!(Operation::Get { key: &key }.key(), Some(&key));
+    /// assert_eq!(Operation::Now.key(), None);
+    /// ```
+    pub fn key(&self) -> Option<&RecordKey> {
+        match *self {
+            Operation::Claim(request) => Some(&request.key),
+            Operation::Complete { key, .. }
+            | Operation::Release { key, .. }
+            | Operation::Renew { key, .. }
+            | Operation::Journal { key, .. }
+            | Operation::MarkUnknown { key, .. }
+            | Operation::Get { key }
+            | Operation::Resolve { key, .. }
+            | Operation::SettleUnknown { key, .. }
+            | Operation::ForceRelease { key } => Some(key),
+            Operation::List(_) | Operation::PurgeExpired(_) | Operation::Now => None,
+        }
+    }
+}
+
+/// Code run around every operation of a store: it sees the [`Operation`], and decides
+/// whether and how the rest runs (`next` starts it).
+///
+/// A layer may refuse an operation (return an error without calling `next`: the store is
+/// never asked), or wrap the future `next` returns (a span, a timer, a fault for a test); it
+/// cannot change an operation's inputs. See the [module documentation](super) for an
+/// example.
+pub trait Layer: Send + Sync + fmt::Debug {
+    /// Run `next`, the rest of the stack for `operation`, or refuse it.
+    fn around<'a, T: Send + 'static>(
+        &'a self,
+        operation: &Operation<'_>,
+        next: impl FnOnce() -> StoreFuture<'a, T>,
+    ) -> StoreFuture<'a, T>;
+
+    /// `store` with this layer around it.
+    ///
+    /// ```
+    /// use idem_core::store::layer::{Layer, Trace};
+    /// use idem_core::store::memory::MemoryStore;
+    ///
+    /// let store = Trace.layer(MemoryStore::new());
+    /// # let _ = store;
+    /// ```
+    fn layer<S: Store>(self, store: S) -> Layered<S, Self>
+    where
+        Self: Sized,
+    {
+        Layered {
+            inner: store,
+            layer: self,
+        }
+    }
+}
+
+/// A store with a [`Layer`] around it ([`Layer::layer`] makes one): a [`Store`] itself, so
+/// layers stack.
+///
+/// ```
+/// use idem_core::store::layer::{Layer, Trace};
+/// use idem_core::store::memory::MemoryStore;
+///
+/// // A memory store is limited already: tracing outside the limits, a refused outcome shows
+/// // in the trace too.
+/// let store = Trace.layer(MemoryStore::new());
+/// # let _ = store;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Layered<S, L> {
+    pub(crate) inner: S,
+    pub(crate) layer: L,
+}
+
+impl<S, L> Layered<S, L> {
+    /// The store inside.
+    ///
+    /// ```
+    /// use idem_core::store::layer::{Layer, Trace};
+    /// use idem_core::store::memory::MemoryStore;
+    ///
+    /// let store = Trace.layer(MemoryStore::new());
+    /// assert!(store.get_ref().is_empty());
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The layer around it.
+    ///
+    /// ```
+    /// use idem_core::store::layer::{Layer, Limits};
+    /// use idem_core::store::memory::MemoryStore;
+    ///
+    /// let store = Limits::new(64).layer(MemoryStore::new());
+    /// assert_eq!(store.get_layer().max_outcome_bytes(), 64);
+    /// ```
+    pub fn get_layer(&self) -> &L {
+        &self.layer
+    }
+
+    /// The store inside, without the layer.
+    ///
+    /// ```
+    /// use idem_core::store::layer::{Layer, Trace};
+    /// use idem_core::store::memory::MemoryStore;
+    ///
+    /// let store = Trace.layer(MemoryStore::new()).into_inner();
+    /// # let _ = store;
+    /// ```
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+// Written out rather than with `#[async_trait]`, whose `async fn` would box a second future
+// around the inner store's: each method hands the layer the inner call unstarted, and returns
+// what the layer returns. The signatures are the ones `#[async_trait]` gives the trait.
+impl<S: Store, L: Layer> Store for Layered<S, L> {
+    fn claim<'s, 'r, 'f>(&'s self, request: &'r ClaimRequest) -> StoreFuture<'f, Claim>
+    where
+        's: 'f,
+        'r: 'f,
+        Self: 'f,
+    {
+        let op = Operation::Claim(request);
+        self.layer.around(&op, || self.inner.claim(request))
+    }
+
+    fn complete<'s, 'k, 'o, 'f>(
+        &'s self,
+        key: &'k RecordKey,
+        fence: Fence,
+        outcome: &'o Outcome,
+        ttl: Duration,
+    ) -> StoreFuture<'f, ()>
+    where
+        's: 'f,
+        'k: 'f,
+        'o: 'f,
+        Self: 'f,
+    {
+        let op = Operation::Complete {
+            key,
+            fence,
+            outcome,
+            ttl,
+        };
+        let next = || self.inner.complete(key, fence, outcome, ttl);
+        self.layer.around(&op, next)
+    }
+
+    fn release<'s, 'k, 'f>(&'s self, key: &'k RecordKey, fence: Fence) -> StoreFuture<'f, bool>
+    where
+        's: 'f,
+        'k: 'f,
+        Self: 'f,
+    {
+        let op = Operation::Release { key, fence };
+        self.layer.around(&op, || self.inner.release(key, fence))
+    }
+
+    fn renew<'s, 'k, 'f>(
+        &'s self,
+        key: &'k RecordKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> StoreFuture<'f, Timestamp>
+    where
+        's: 'f,
+        'k: 'f,
+        Self: 'f,
+    {
+        let op = Operation::Renew { key, fence, lease };
+        self.layer
+            .around(&op, || self.inner.renew(key, fence, lease))
+    }
+
+    fn journal<'s, 'k, 'n, 'v, 'f>(
+        &'s self,
+        key: &'k RecordKey,
+        fence: Fence,
+        step: &'n str,
+        value: &'v str,
+    ) -> StoreFuture<'f, ()>
+    where
+        's: 'f,
+        'k: 'f,
+        'n: 'f,
+        'v: 'f,
+        Self: 'f,
+    {
+        let op = Operation::Journal {
+            key,
+            fence,
+            step,
+            value,
+        };
+        let next = || self.inner.journal(key, fence, step, value);
+        self.layer.around(&op, next)
+    }
+
+    fn mark_unknown<'s, 'k, 'e, 'f>(
+        &'s self,
+        key: &'k RecordKey,
+        fence: Fence,
+        error: &'e str,
+    ) -> StoreFuture<'f, ()>
+    where
+        's: 'f,
+        'k: 'f,
+        'e: 'f,
+        Self: 'f,
+    {
+        let op = Operation::MarkUnknown { key, fence, error };
+        let next = || self.inner.mark_unknown(key, fence, error);
+        self.layer.around(&op, next)
+    }
+
+    fn get<'s, 'k, 'f>(&'s self, key: &'k RecordKey) -> StoreFuture<'f, Option<Record>>
+    where
+        's: 'f,
+        'k: 'f,
+        Self: 'f,
+    {
+        let op = Operation::Get { key };
+        self.layer.around(&op, || self.inner.get(key))
+    }
+
+    fn list<'s, 'f>(&'s self, filter: ListFilter) -> StoreFuture<'f, Vec<Record>>
+    where
+        's: 'f,
+        Self: 'f,
+    {
+        // The inner call takes the filter; the layer sees a copy (an operator's call, rare).
+        let seen = filter.clone();
+        let op = Operation::List(&seen);
+        self.layer.around(&op, || self.inner.list(filter))
+    }
+
+    fn resolve<'s, 'k, 'o, 'f>(
+        &'s self,
+        key: &'k RecordKey,
+        outcome: &'o Outcome,
+        ttl: Duration,
+    ) -> StoreFuture<'f, Record>
+    where
+        's: 'f,
+        'k: 'f,
+        'o: 'f,
+        Self: 'f,
+    {
+        let op = Operation::Resolve { key, outcome, ttl };
+        self.layer
+            .around(&op, || self.inner.resolve(key, outcome, ttl))
+    }
+
+    fn settle_unknown<'s, 'k, 'o, 'f>(
+        &'s self,
+        key: &'k RecordKey,
+        fence: Fence,
+        outcome: Option<&'o Outcome>,
+        ttl: Duration,
+    ) -> StoreFuture<'f, bool>
+    where
+        's: 'f,
+        'k: 'f,
+        'o: 'f,
+        Self: 'f,
+    {
+        let op = Operation::SettleUnknown {
+            key,
+            fence,
+            outcome,
+            ttl,
+        };
+        let next = || self.inner.settle_unknown(key, fence, outcome, ttl);
+        self.layer.around(&op, next)
+    }
+
+    fn force_release<'s, 'k, 'f>(&'s self, key: &'k RecordKey) -> StoreFuture<'f, bool>
+    where
+        's: 'f,
+        'k: 'f,
+        Self: 'f,
+    {
+        let op = Operation::ForceRelease { key };
+        self.layer.around(&op, || self.inner.force_release(key))
+    }
+
+    fn purge_expired<'s, 'p, 'f>(&'s self, filter: &'p PurgeFilter) -> StoreFuture<'f, usize>
+    where
+        's: 'f,
+        'p: 'f,
+        Self: 'f,
+    {
+        let op = Operation::PurgeExpired(filter);
+        self.layer.around(&op, || self.inner.purge_expired(filter))
+    }
+
+    fn now<'s, 'f>(&'s self) -> StoreFuture<'f, Timestamp>
+    where
+        's: 'f,
+        Self: 'f,
+    {
+        self.layer.around(&Operation::Now, || self.inner.now())
+    }
+}

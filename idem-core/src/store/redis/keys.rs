@@ -1,0 +1,83 @@
+//! Where a record lives in Redis: three keys under the record key's cluster hash tag, the
+//! prefix that may not move that tag, and the `SCAN` pattern that finds a store's records.
+
+use crate::key::RecordKey;
+use crate::store::StoreError;
+
+/// Keys asked for per `SCAN` step.
+pub(super) const SCAN_COUNT: usize = 500;
+
+/// The Redis keys of one record.
+pub(super) struct RecordKeys {
+    pub(super) rec: String,
+    pub(super) steps: String,
+    pub(super) fence: String,
+}
+
+impl RecordKeys {
+    pub(super) fn new(prefix: &str, key: &RecordKey) -> Self {
+        Self::from_base(format!("{prefix}:{{{}}}", key.as_str()))
+    }
+
+    /// From the name of a record hash found by `SCAN`.
+    pub(super) fn from_rec(rec: &str) -> Option<Self> {
+        rec.strip_suffix(":rec")
+            .map(|base| Self::from_base(base.to_owned()))
+    }
+
+    fn from_base(base: String) -> Self {
+        RecordKeys {
+            rec: format!("{base}:rec"),
+            steps: format!("{base}:steps"),
+            fence: format!("{base}:fence"),
+        }
+    }
+}
+
+pub(super) fn check_prefix(prefix: &str) -> Result<(), StoreError> {
+    if prefix.contains(['{', '}']) {
+        return Err(StoreError::Unavailable(format!(
+            "invalid Redis key prefix {prefix:?}: it may not contain `{{` or `}}`, which would \
+             move the cluster hash tag"
+        )));
+    }
+    Ok(())
+}
+
+/// Escape the glob characters of `SCAN MATCH`.
+pub(super) fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_keys_share_one_hash_tag() {
+        let k = RecordKeys::new("app", &RecordKey::from_stored("abc"));
+        assert_eq!(k.rec, "app:{abc}:rec");
+        assert_eq!(k.steps, "app:{abc}:steps");
+        assert_eq!(k.fence, "app:{abc}:fence");
+        let back = RecordKeys::from_rec(&k.rec).expect("a record hash name");
+        assert_eq!(back.fence, k.fence);
+    }
+
+    #[test]
+    fn prefixes_with_braces_are_refused() {
+        assert!(check_prefix("a{b}").is_err());
+        assert!(check_prefix("app:idem").is_ok());
+    }
+
+    #[test]
+    fn scan_patterns_escape_globs() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}

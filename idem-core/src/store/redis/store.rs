@@ -1,0 +1,389 @@
+//! The [`Store`] impl of the Redis backend: each state change is its script's arguments and
+//! the reading of its reply (what runs it is in `commands.rs`); the operator listings walk
+//! the prefix with `SCAN`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Value;
+
+use super::codec::{decode_reply_record, millis, server_time, text};
+use super::connection::Resend;
+use super::{EVICTION_GRACE, RedisBackend};
+use crate::class::OrphanPolicy;
+use crate::key::RecordKey;
+use crate::record::{Fence, Outcome, Record, StateKind, Timestamp, UnknownCause};
+use crate::store::codec::outcome_json;
+use crate::store::machine;
+use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
+
+#[async_trait]
+impl Store for RedisBackend {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Claim, StoreError> {
+        let key = &request.key;
+        let lease = millis(request.lease).to_string();
+        let policy = match request.orphans {
+            OrphanPolicy::TakeOver => "take_over",
+            OrphanPolicy::MarkUnknown => "mark_unknown",
+        };
+        let (has_args, args) = match &request.arguments {
+            Some(a) => ("1", a.as_str()),
+            None => ("0", ""),
+        };
+        let fingerprint = request.fingerprint.to_hex();
+        let (status, rest, unconfirmed) = self
+            .exec(
+                &self.scripts.claim,
+                key,
+                &[
+                    key.as_str().as_bytes(),
+                    request.tool.as_bytes(),
+                    fingerprint.as_bytes(),
+                    lease.as_bytes(),
+                    policy.as_bytes(),
+                    has_args.as_bytes(),
+                    args.as_bytes(),
+                    request.tenant.as_bytes(),
+                    self.unknown_retention_ms().to_string().as_bytes(),
+                    self.retention_ms().to_string().as_bytes(),
+                    UnknownCause::Orphaned.recorded().as_bytes(),
+                ],
+                true,
+            )
+            .await?;
+        match (status.as_str(), rest.as_slice()) {
+            ("acquired", [fence, takeover, record]) => {
+                let fence = text(fence)
+                    .and_then(|f| f.parse::<Fence>().ok())
+                    .ok_or_else(|| StoreError::corrupt(key, "claim returned no fence"))?;
+                let takeover = text(takeover).as_deref() == Some("1");
+                if let Some(u) = unconfirmed {
+                    return Err(self.give_back(key, fence, takeover, &u).await);
+                }
+                let record = decode_reply_record(key, record)?
+                    .ok_or_else(|| StoreError::corrupt(key, "claimed record is missing"))?;
+                Ok(Claim::Acquired {
+                    fence,
+                    steps: record.steps,
+                    takeover,
+                })
+            }
+            ("existing" | "marked_unknown", [record]) => {
+                if let Some(u) = unconfirmed.filter(|_| status == "marked_unknown") {
+                    return Err(u.error(
+                        key,
+                        "the orphan turned Unknown",
+                        "it stands there, and is lost if the primary fails over before it \
+                         replicates",
+                    ));
+                }
+                decode_reply_record(key, record)?
+                    .map(Claim::Existing)
+                    .ok_or_else(|| StoreError::corrupt(key, "existing record is missing"))
+            }
+            _ => Err(unexpected(key, &status)),
+        }
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let outcome = outcome_json(key, outcome)?;
+        let (status, _) = self
+            .run(
+                &self.scripts.complete,
+                key,
+                "the outcome",
+                &[
+                    fence.to_string().as_bytes(),
+                    outcome.as_bytes(),
+                    millis(ttl).to_string().as_bytes(),
+                    millis(EVICTION_GRACE).to_string().as_bytes(),
+                    self.retention_ms().to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        held(key, fence, &status)
+    }
+
+    async fn release(&self, key: &RecordKey, fence: Fence) -> Result<bool, StoreError> {
+        let (status, _) = self
+            .run(
+                &self.scripts.release,
+                key,
+                "the release",
+                &[
+                    fence.to_string().as_bytes(),
+                    self.retention_ms().to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        changed(key, &status)
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<Timestamp, StoreError> {
+        let (status, rest) = self
+            .run(
+                &self.scripts.renew,
+                key,
+                "the renewed lease",
+                &[
+                    fence.to_string().as_bytes(),
+                    millis(lease).to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        match (status.as_str(), rest.as_slice()) {
+            ("ok", [until]) => text(until)
+                .and_then(|u| u.parse().ok())
+                .map(Timestamp)
+                .ok_or_else(|| StoreError::corrupt(key, "renew returned no lease end")),
+            ("fenced", _) => Err(StoreError::fenced(key, fence)),
+            _ => Err(unexpected(key, &status)),
+        }
+    }
+
+    async fn journal(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        step: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
+        let (status, _) = self
+            .run(
+                &self.scripts.journal,
+                key,
+                "the journaled step",
+                &[
+                    fence.to_string().as_bytes(),
+                    step.as_bytes(),
+                    value.as_bytes(),
+                ],
+            )
+            .await?;
+        held(key, fence, &status)
+    }
+
+    async fn mark_unknown(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        let (status, _) = self
+            .run(
+                &self.scripts.mark_unknown,
+                key,
+                "the Unknown state",
+                &[
+                    fence.to_string().as_bytes(),
+                    error.as_bytes(),
+                    self.unknown_retention_ms().to_string().as_bytes(),
+                    self.retention_ms().to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        held(key, fence, &status)
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        let (now, mut records) = self.read(&[(self.keys(key), key.clone())]).await?;
+        Ok(records.pop().flatten().filter(|r| machine::is_live(r, now)))
+    }
+
+    async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError> {
+        let mut out = Vec::new();
+        let mut cursor = 0;
+        loop {
+            let (next, keys) = self.scan(cursor).await?;
+            if !keys.is_empty() {
+                let (now, records) = self.read(&keys).await?;
+                out.extend(records.into_iter().flatten().filter(|r| {
+                    let wanted = match filter.state {
+                        Some(kind) => r.state.kind() == kind,
+                        None => r.state.kind() != StateKind::Completed,
+                    };
+                    wanted
+                        && filter.tenant.as_ref().is_none_or(|t| *t == r.tenant)
+                        && machine::is_live(r, now)
+                }));
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        // SCAN may return a key more than once.
+        out.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        out.dedup_by(|a, b| a.key == b.key);
+        out.truncate(filter.limit);
+        Ok(out)
+    }
+
+    async fn resolve(
+        &self,
+        key: &RecordKey,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<Record, StoreError> {
+        let outcome = outcome_json(key, outcome)?;
+        let (status, rest) = self
+            .run(
+                &self.scripts.resolve,
+                key,
+                "the resolved outcome",
+                &[
+                    outcome.as_bytes(),
+                    millis(ttl).to_string().as_bytes(),
+                    millis(EVICTION_GRACE).to_string().as_bytes(),
+                    self.retention_ms().to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        match (status.as_str(), rest.as_slice()) {
+            ("ok", [record]) => decode_reply_record(key, record)?
+                .ok_or_else(|| StoreError::corrupt(key, "resolved record is missing")),
+            ("not_found", _) => Err(StoreError::NotFound(key.clone())),
+            ("wrong_state", _) => Err(StoreError::settled(key, "resolve")),
+            _ => Err(unexpected(key, &status)),
+        }
+    }
+
+    async fn settle_unknown(
+        &self,
+        key: &RecordKey,
+        fence: Fence,
+        outcome: Option<&Outcome>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let encoded = match outcome {
+            Some(o) => outcome_json(key, o)?,
+            None => String::new(),
+        };
+        let (status, _) = self
+            .run(
+                &self.scripts.settle_unknown,
+                key,
+                "the settlement",
+                &[
+                    fence.to_string().as_bytes(),
+                    encoded.as_bytes(),
+                    millis(ttl).to_string().as_bytes(),
+                    millis(EVICTION_GRACE).to_string().as_bytes(),
+                    self.retention_ms().to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        changed(key, &status)
+    }
+
+    async fn force_release(&self, key: &RecordKey) -> Result<bool, StoreError> {
+        let (status, _) = self
+            .run(
+                &self.scripts.force_release,
+                key,
+                "the release",
+                &[self.retention_ms().to_string().as_bytes()],
+            )
+            .await?;
+        match status.as_str() {
+            "ok" => Ok(true),
+            "not_found" => Err(StoreError::NotFound(key.clone())),
+            "wrong_state" => Err(StoreError::settled(key, "release")),
+            _ => Err(unexpected(key, &status)),
+        }
+    }
+
+    async fn purge_expired(&self, filter: &PurgeFilter) -> Result<usize, StoreError> {
+        let retention = millis(filter.unknown_retention).to_string();
+        let fence_retention = self.retention_ms().to_string();
+        let (has_tenant, tenant) = match &filter.tenant {
+            Some(t) => ("1", t.as_str()),
+            None => ("0", ""),
+        };
+        let mut purged = 0;
+        let mut cursor = 0;
+        while purged < filter.limit {
+            let (next, keys) = self.scan(cursor).await?;
+            if !keys.is_empty() {
+                // Read first so only candidates cost a script call; the script decides again.
+                let (now, records) = self.read(&keys).await?;
+                for record in records.into_iter().flatten() {
+                    if purged >= filter.limit {
+                        break;
+                    }
+                    if !machine::is_purgeable(&record, filter, now) {
+                        continue;
+                    }
+                    let (status, _) = self
+                        .run(
+                            &self.scripts.purge,
+                            &record.key,
+                            "the purge",
+                            &[
+                                retention.as_bytes(),
+                                fence_retention.as_bytes(),
+                                has_tenant.as_bytes(),
+                                tenant.as_bytes(),
+                            ],
+                        )
+                        .await?;
+                    if status == "ok" {
+                        purged += 1;
+                    }
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        Ok(purged)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        let time: Value = self
+            .conn
+            .call(Resend::AfterDrop, |mut conn| async move {
+                redis::cmd("TIME").query_async(&mut conn).await
+            })
+            .await?;
+        server_time(&time).ok_or_else(|| StoreError::Unavailable("Redis TIME gave no time".into()))
+    }
+}
+
+fn unexpected(key: &RecordKey, status: &str) -> StoreError {
+    StoreError::corrupt(key, format!("unexpected script status {status:?}"))
+}
+
+/// A holder's write: done, or the holder was fenced out.
+fn held(key: &RecordKey, fence: Fence, status: &str) -> Result<(), StoreError> {
+    match status {
+        "ok" => Ok(()),
+        "fenced" => Err(StoreError::fenced(key, fence)),
+        _ => Err(unexpected(key, status)),
+    }
+}
+
+/// A write that may find nothing to do: whether it changed the record.
+fn changed(key: &RecordKey, status: &str) -> Result<bool, StoreError> {
+    match status {
+        "ok" => Ok(true),
+        "unchanged" => Ok(false),
+        _ => Err(unexpected(key, status)),
+    }
+}

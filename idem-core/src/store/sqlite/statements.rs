@@ -1,0 +1,90 @@
+//! The SQL text of the SQLite store: its schema, and every statement it runs.
+
+/// The version of the schema this code reads and writes, kept in `PRAGMA user_version`.
+/// Version 2 added the `tenant` column; [`migrate`] brings a version 1 file up to date.
+pub(super) const SCHEMA_VERSION: i64 = 2;
+
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS idem_records (
+    key         TEXT PRIMARY KEY NOT NULL,
+    tool        TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    fence       INTEGER NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('in_progress', 'completed', 'unknown')),
+    lease_until INTEGER,
+    expires_at  INTEGER,
+    since       INTEGER,
+    last_error  TEXT,
+    outcome     TEXT,
+    steps       TEXT NOT NULL,
+    arguments   TEXT,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    tenant      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS idem_records_state_expires ON idem_records (state, expires_at);
+";
+
+/// What version 2 added to a version 1 table (where the column comes last, as in [`SCHEMA`]).
+pub(super) const ADD_TENANT: &str =
+    "ALTER TABLE idem_records ADD COLUMN tenant TEXT NOT NULL DEFAULT ''";
+
+/// The columns of a record, in the order [`decode`] reads them and [`put`] binds them.
+macro_rules! columns {
+    () => {
+        "key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, \
+         outcome, steps, arguments, created_at, updated_at, tenant"
+    };
+}
+
+pub(super) const SELECT_ONE: &str =
+    concat!("SELECT ", columns!(), " FROM idem_records WHERE key = ?1");
+
+pub(super) const UPSERT: &str = concat!(
+    "INSERT INTO idem_records (",
+    columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+     ON CONFLICT (key) DO UPDATE SET \
+     tool = excluded.tool, fingerprint = excluded.fingerprint, fence = excluded.fence, \
+     state = excluded.state, lease_until = excluded.lease_until, \
+     expires_at = excluded.expires_at, since = excluded.since, \
+     last_error = excluded.last_error, outcome = excluded.outcome, steps = excluded.steps, \
+     arguments = excluded.arguments, created_at = excluded.created_at, \
+     updated_at = excluded.updated_at, tenant = excluded.tenant"
+);
+
+pub(super) const DELETE_ONE: &str = "DELETE FROM idem_records WHERE key = ?1";
+
+/// Evict up to two expired completed records (see [`evict_on_claim`]). Every record is created
+/// by a claim, so evicting more than one per claim keeps the backlog of expired records bounded.
+///
+/// The limit is a literal on purpose: SQLite plans a `LIMIT ?` with the value bound to it, so
+/// it compiles the statement again whenever that parameter's binding changes, and rusqlite's
+/// statement cache clears the bindings of every statement it takes back: a bound limit would
+/// be compiled on every claim. Nothing else in this statement feeds the plan (the table has
+/// no `ANALYZE` statistics), so it is compiled once per connection.
+pub(super) const EVICT_ON_CLAIM: &str = "DELETE FROM idem_records WHERE key IN (\
+     SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT 2)";
+
+/// Delete up to `?4` records [`machine::is_purgeable`] describes: completed ones expired at
+/// `?1`, Unknown ones since `?2` or earlier (the clock less the retention), of tenant `?3`
+/// unless it is null. [`Store::purge_expired`], run by operators in batches whose size they
+/// choose (compiled again when the size changes; it is not hot).
+pub(super) const PURGE_EXPIRED: &str = "DELETE FROM idem_records WHERE key IN (\
+     SELECT key FROM idem_records \
+     WHERE ((state = 'completed' AND expires_at <= ?1) OR (state = 'unknown' AND since <= ?2)) \
+     AND (?3 IS NULL OR tenant = ?3) LIMIT ?4)";
+
+pub(super) const LIST_ATTENTION: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM idem_records WHERE state IN ('in_progress', 'unknown') \
+     AND (?2 IS NULL OR tenant = ?2) ORDER BY created_at, key LIMIT ?1"
+);
+
+pub(super) const LIST_STATE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM idem_records WHERE state = ?1 AND (state <> 'completed' OR expires_at > ?2) \
+     AND (?4 IS NULL OR tenant = ?4) ORDER BY created_at, key LIMIT ?3"
+);
