@@ -267,10 +267,10 @@ async fn fences_never_go_back_after_release_or_eviction() {
     let k = record_key("fence");
     let req = claim_request(&k, Duration::from_secs(60), OrphanPolicy::TakeOver);
     let first = acquire(&store, &req).await;
-    let server_ms = store.now().await.expect("now").as_millis();
+    let server_us = store.now().await.expect("now").as_millis() * 1000 + 999;
     assert!(
-        first <= server_ms && server_ms - first < 60_000,
-        "a key's first fence is the server clock in ms ({first}, server at {server_ms})"
+        first <= server_us && server_us - first < 60_000_000,
+        "a key's first fence is the server clock in µs ({first}, server at {server_us} µs)"
     );
     assert!(store.release(&k, first).await.expect("release"));
     let second = acquire(&store, &req).await;

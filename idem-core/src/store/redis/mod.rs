@@ -49,14 +49,15 @@
 //!
 //! # Fences
 //!
-//! A key with no record gets, as its fence, the server's `TIME` in milliseconds, or one more
+//! A key with no record gets, as its fence, the server's `TIME` in microseconds, or one more
 //! than the key's fence counter or the record's fence if either is greater (as
-//! [`machine::first_fence`](crate::store::machine::first_fence) does for the other stores); a take-over, a resolve or a
-//! settlement adds 1. The counter outlives its record, so a key released and claimed again
-//! in the same millisecond still moves on. Because a take-over needs an expired lease, a key
-//! gains at most one fence per millisecond of leases: a fence is at most the clock when it
-//! was issued, plus the few that a release, a resolve or a zero lease add within one
-//! millisecond.
+//! [`machine::first_fence`](crate::store::machine::first_fence) does in milliseconds for the
+//! other stores); a take-over, a resolve or a settlement adds 1. Microseconds because after
+//! a flush a new claim may come within the millisecond of the lost one, and must still get a
+//! greater fence; scripts run one at a time, each for longer than a microsecond. The counter
+//! outlives its record, so a key released and claimed again in the same microsecond still
+//! moves on. A fence is at most the clock in microseconds when it was issued, plus the few
+//! that a release, a resolve or a zero lease add within one microsecond.
 //!
 //! So when the data is lost (a restart without persistence, a failover to a replica that
 //! lagged, a `FLUSHALL`), the next claim of a key gets a fence greater than any fence

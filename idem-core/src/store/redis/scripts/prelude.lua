@@ -9,15 +9,19 @@ local function held(fence)
   return redis.call('HGET', rk, 'state') == 'in_progress' and redis.call('HGET', rk, 'fence') == fence
 end
 -- The next fence under the key: one more than any fence the counter or the record holds,
--- and, for a new record (`seed`), at least the clock in ms, so that a key whose record and
--- counter were lost (a restart without persistence, a failover to a lagging replica, a flush)
--- still never hands out a fence issued before. The counter is kept without expiry while the
--- record lives (SET clears any TTL).
+-- and, for a new record (`seed`), at least the clock in microseconds, so that a key whose
+-- record and counter were lost (a restart without persistence, a failover to a lagging
+-- replica, a flush) still never hands out a fence issued before. Microseconds, not the
+-- milliseconds `now` counts: a flush and a new claim can follow the first claim within the
+-- same millisecond, never within the same microsecond (scripts run one at a time, each for
+-- longer than that). Exact in Lua's doubles until 2255. The counter is kept without expiry
+-- while the record lives (SET clears any TTL).
 local function next_fence(seed)
   local f = (tonumber(redis.call('GET', fk) or '0') or 0) + 1
   local current = (num('fence') or 0) + 1
   if current > f then f = current end
-  if seed and now > f then f = now end
+  local micros = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if seed and micros > f then f = micros end
   redis.call('SET', fk, s(f))
   return f
 end
