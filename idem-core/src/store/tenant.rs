@@ -3,7 +3,7 @@
 //!
 //! Listing and purging filter by the tenant in the store. Operations by key read the record
 //! first and refuse one of another tenant as if it did not exist: a record key is derived
-//! from its tenant (ARCHITECTURE §4), so the tenant under a key never changes and the check
+//! from its tenant (ARCHITECTURE.md, "Keys"), so the tenant under a key never changes and the check
 //! cannot be raced.
 
 use std::sync::Arc;
