@@ -7,6 +7,13 @@
 //! what counts as corrupt is one decision: a store says how to read a field of its rows
 //! ([`Fields`]) and [`decode_record`] makes the [`Record`] of it.
 
+// The durable stores are features; without any of them (the memory store alone) parts of
+// the shared codec have no user.
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "redis", feature = "postgres")),
+    allow(dead_code)
+)]
+
 use std::borrow::Cow;
 use std::time::Duration;
 

@@ -34,7 +34,7 @@ mod verify;
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_core::{Fingerprint, IdempotencyKey, Outcome, RecordKey, Store, StoreError};
@@ -210,13 +210,14 @@ impl Dispatcher {
             observers: &self.observers,
             started: Instant::now(),
             tool: &call.name,
-            key: OnceLock::new(),
         };
+        // The record key, once the call has one, for the event that ends the dispatch.
+        let mut key = None;
         let result = self
-            .stages(call, run, &watch)
+            .stages(call, run, &watch, &mut key)
             .instrument(span.clone())
             .await;
-        span.in_scope(|| watch.ended(self.registry.get(&call.name), &result));
+        span.in_scope(|| watch.ended(self.registry.get(&call.name), key.as_ref(), &result));
         result
     }
 
@@ -226,6 +227,7 @@ impl Dispatcher {
         call: &ToolCall,
         run: &RunContext,
         watch: &Watch<'_>,
+        key: &mut Option<RecordKey>,
     ) -> Result<Dispatched, DispatchError> {
         let tool = self.lookup(&call.name)?;
         let PreparedArguments {
@@ -247,7 +249,7 @@ impl Dispatcher {
                     .await;
             }
         };
-        let _ = watch.key.set(record_key.clone());
+        *key = Some(record_key.clone());
         let call = RecordedCall {
             tool,
             run,
@@ -399,8 +401,6 @@ struct Watch<'a> {
     observers: &'a Observers,
     started: Instant,
     tool: &'a str,
-    /// The record key, once the call has one.
-    key: OnceLock<RecordKey>,
 }
 
 impl Watch<'_> {
@@ -417,7 +417,12 @@ impl Watch<'_> {
     }
 
     /// Tell the observers how the dispatch ended.
-    fn ended(&self, tool: Option<&Arc<ToolDef>>, result: &Result<Dispatched, DispatchError>) {
+    fn ended(
+        &self,
+        tool: Option<&Arc<ToolDef>>,
+        key: Option<&RecordKey>,
+        result: &Result<Dispatched, DispatchError>,
+    ) {
         let (kind, error) = match result {
             Ok(d) if d.deduplicated => (EventKind::Replayed, None),
             Ok(d) => (
@@ -446,7 +451,7 @@ impl Watch<'_> {
             kind,
             tool: self.tool,
             class,
-            key: self.key.get().map(key_hash),
+            key: key.map(key_hash),
             elapsed: self.elapsed(),
             error,
         });

@@ -139,21 +139,23 @@ pub struct TracingObserver;
 
 impl Observer for TracingObserver {
     fn event(&self, event: &DispatchEvent<'_>) {
-        let span = tracing::Span::current();
-        if let Some(class) = event.class {
-            span.record("class", class.as_str());
-        }
+        // Only the events that end a dispatch touch the span (emitted inside it).
+        let ended = |outcome: &str, attempts: u32, deduplicated: bool| {
+            let span = tracing::Span::current();
+            if let Some(class) = event.class {
+                span.record("class", class.as_str());
+            }
+            span.record("outcome", outcome);
+            span.record("attempts", attempts);
+            span.record("deduplicated", deduplicated);
+        };
         match event.kind {
             EventKind::Executed { attempts } => {
-                span.record("outcome", "executed");
-                span.record("attempts", attempts);
-                span.record("deduplicated", false);
+                ended("executed", attempts, false);
                 tracing::debug!("dispatched");
             }
             EventKind::Replayed => {
-                span.record("outcome", "replayed");
-                span.record("attempts", 0);
-                span.record("deduplicated", true);
+                ended("replayed", 0, true);
                 tracing::debug!("dispatched");
             }
             EventKind::Retried { attempt, error } => {
@@ -168,6 +170,10 @@ impl Observer for TracingObserver {
             | EventKind::Fenced
             | EventKind::Refused { .. } => {
                 let Some(e) = event.error else { return };
+                let span = tracing::Span::current();
+                if let Some(class) = event.class {
+                    span.record("class", class.as_str());
+                }
                 span.record("outcome", e.code());
                 if let DispatchError::ToolFailed {
                     attempts,
