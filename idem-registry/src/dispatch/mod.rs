@@ -12,7 +12,7 @@
 //! | key | `key.rs` | secrets sealed, key material, record and downstream keys, fingerprint |
 //! | approve | `approve.rs` | an irreversible call carries its approval (a completed one replays) |
 //! | claim | `claim.rs` | take the key, replay, wait for a holder, or verify an Unknown (`verify.rs`) |
-//! | execute | `execute.rs` | run the body under a [`hold`](hold) with retries, then record |
+//! | execute | `execute.rs` | run the body under a hold (`hold.rs`) with retries, then record |
 //!
 //! Policy decisions (retry, give-back, key reuse, settle delay, backoff) are plain functions in
 //! `decide.rs`; the stages carry them out. The order of checks is closed. What attaches from
