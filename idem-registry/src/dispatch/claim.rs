@@ -25,9 +25,11 @@ pub(crate) enum Claimed {
 }
 
 impl Dispatcher {
+    /// `canonical`: the canonical JSON of the (sealed) arguments, stored with the claim.
     pub(super) async fn claim(
         &self,
         call: &RecordedCall<'_>,
+        canonical: String,
         watch: &Watch<'_>,
     ) -> Result<Claimed, DispatchError> {
         let tool = call.tool;
@@ -38,7 +40,7 @@ impl Dispatcher {
             fingerprint: call.fingerprint,
             lease: tool.policy.lease,
             orphans: tool.class.orphan_policy(),
-            arguments: Some(call.canonical.clone()),
+            arguments: Some(canonical),
         };
         let deadline = tokio::time::Instant::now() + tool.policy.wait;
         let mut poll = decide::FIRST_POLL;

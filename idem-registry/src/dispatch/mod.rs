@@ -257,10 +257,9 @@ impl Dispatcher {
             record_key,
             downstream,
             fingerprint: keyed.fingerprint,
-            canonical: keyed.canonical,
             natural: keyed.natural,
         };
-        match self.claim(&call, watch).await? {
+        match self.claim(&call, keyed.canonical, watch).await? {
             claim::Claimed::Held(held) => self.execute_held(&call, held, typed, watch).await,
             claim::Claimed::Settled(dispatched) => Ok(dispatched),
         }
@@ -300,8 +299,6 @@ struct RecordedCall<'a> {
     record_key: RecordKey,
     downstream: IdempotencyKey,
     fingerprint: Fingerprint,
-    /// Canonical JSON of the (sealed) arguments, stored with the claim.
-    canonical: String,
     /// Whether the key is the tool's natural key.
     natural: bool,
 }
