@@ -279,6 +279,28 @@ impl Default for ListFilter {
     }
 }
 
+impl ListFilter {
+    /// Whether a live record in state `kind` of `tenant` is one this filter lists; the SQL
+    /// stores write the same rule in their statements.
+    pub(crate) fn admits(&self, kind: StateKind, tenant: &str) -> bool {
+        let state = match self.state {
+            Some(wanted) => kind == wanted,
+            None => kind != StateKind::Completed,
+        };
+        state && self.tenant.as_deref().is_none_or(|t| t == tenant)
+    }
+}
+
+/// The order [`Store::list`] answers in: oldest first, then by key (as the SQL stores'
+/// `ORDER BY created_at, key`).
+pub(crate) fn sort_listed(records: &mut [Record]) {
+    records.sort_by(|a, b| {
+        a.created_at
+            .cmp(&b.created_at)
+            .then_with(|| a.key.cmp(&b.key))
+    });
+}
+
 /// How long an Unknown record is kept before [`Store::purge_expired`] may delete it, unless
 /// [`PurgeFilter::unknown_retention`] says otherwise: 30 days. An Unknown record waits for a
 /// verify hook or an operator; a month leaves time for both (a weekend, a holiday, a

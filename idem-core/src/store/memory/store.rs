@@ -11,7 +11,7 @@ use super::compact::split_origin;
 use super::keys::{KeyRef, SHARDS};
 use super::shard::{Shard, lock};
 use crate::key::RecordKey;
-use crate::record::{Fence, Outcome, Record, StateKind, Timestamp};
+use crate::record::{Fence, Outcome, Record, Timestamp};
 use crate::store::machine::Write;
 use crate::store::transition::{self as t, Records, Transition};
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
@@ -132,23 +132,12 @@ impl Store for MemoryBackend {
         for shard in self.shards.iter() {
             let shard = lock(shard);
             for (key, r) in shard.iter() {
-                let wanted = match filter.state {
-                    Some(kind) => r.kind() == kind,
-                    None => r.kind() != StateKind::Completed,
-                } && filter
-                    .tenant
-                    .as_ref()
-                    .is_none_or(|t| split_origin(&r.tool).1 == t);
-                if wanted && r.is_live(now) {
+                if filter.admits(r.kind(), split_origin(&r.tool).1) && r.is_live(now) {
                     out.push(r.to_record(key.to_record_key()));
                 }
             }
         }
-        out.sort_by(|a, b| {
-            a.created_at
-                .cmp(&b.created_at)
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        crate::store::sort_listed(&mut out);
         out.truncate(filter.limit);
         Ok(out)
     }

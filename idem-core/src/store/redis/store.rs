@@ -12,7 +12,7 @@ use super::connection::Resend;
 use super::{EVICTION_GRACE, RedisBackend};
 use crate::class::OrphanPolicy;
 use crate::key::RecordKey;
-use crate::record::{Fence, Outcome, Record, StateKind, Timestamp, UnknownCause};
+use crate::record::{Fence, Outcome, Record, Timestamp, UnknownCause};
 use crate::store::codec::outcome_json;
 use crate::store::machine;
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
@@ -209,13 +209,7 @@ impl Store for RedisBackend {
             if !keys.is_empty() {
                 let (now, records) = self.read(&keys).await?;
                 out.extend(records.into_iter().flatten().filter(|r| {
-                    let wanted = match filter.state {
-                        Some(kind) => r.state.kind() == kind,
-                        None => r.state.kind() != StateKind::Completed,
-                    };
-                    wanted
-                        && filter.tenant.as_ref().is_none_or(|t| *t == r.tenant)
-                        && machine::is_live(r, now)
+                    filter.admits(r.state.kind(), &r.tenant) && machine::is_live(r, now)
                 }));
             }
             if next == 0 {
@@ -224,11 +218,7 @@ impl Store for RedisBackend {
             cursor = next;
         }
         // SCAN may return a key more than once.
-        out.sort_by(|a, b| {
-            a.created_at
-                .cmp(&b.created_at)
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        crate::store::sort_listed(&mut out);
         out.dedup_by(|a, b| a.key == b.key);
         out.truncate(filter.limit);
         Ok(out)
