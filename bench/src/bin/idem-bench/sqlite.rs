@@ -108,31 +108,12 @@ fn idem(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Res
     Ok(())
 }
 
-// The statements `idem_core::store::sqlite` runs for a claim and a complete (copied: they are
-// private to the store; keep them in step with it).
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS idem_records (
-    key         TEXT PRIMARY KEY NOT NULL,
-    tool        TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    fence       INTEGER NOT NULL,
-    state       TEXT NOT NULL CHECK (state IN ('in_progress', 'completed', 'unknown')),
-    lease_until INTEGER,
-    expires_at  INTEGER,
-    since       INTEGER,
-    last_error  TEXT,
-    outcome     TEXT,
-    steps       TEXT NOT NULL,
-    arguments   TEXT,
-    created_at  INTEGER NOT NULL,
-    updated_at  INTEGER NOT NULL,
-    tenant      TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS idem_records_state_expires ON idem_records (state, expires_at);
-";
-const SELECT_ONE: &str = "SELECT key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, outcome, steps, arguments, created_at, updated_at, tenant FROM idem_records WHERE key = ?1";
-const UPSERT: &str = "INSERT INTO idem_records (key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, outcome, steps, arguments, created_at, updated_at, tenant) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) ON CONFLICT (key) DO UPDATE SET tool = excluded.tool, fingerprint = excluded.fingerprint, fence = excluded.fence, state = excluded.state, lease_until = excluded.lease_until, expires_at = excluded.expires_at, since = excluded.since, last_error = excluded.last_error, outcome = excluded.outcome, steps = excluded.steps, arguments = excluded.arguments, created_at = excluded.created_at, updated_at = excluded.updated_at, tenant = excluded.tenant";
-const DELETE_EXPIRED: &str = "DELETE FROM idem_records WHERE key IN (SELECT key FROM idem_records WHERE state = 'completed' AND expires_at <= ?1 LIMIT 2)";
+// The statements `idem_core::store::sqlite` runs for a claim and a complete, read from the
+// store's own file: they are private to the store, and a copy here could drift from it.
+#[path = "../../../../idem-core/src/store/sqlite/statements.rs"]
+#[allow(dead_code)] // the file holds every statement of the store; the baseline runs three
+mod statements;
+use statements::{EVICT_ON_CLAIM as DELETE_EXPIRED, SCHEMA, SELECT_ONE, UPSERT};
 
 /// A key shaped like the record keys idem writes: 64 hex digits that look random, so that
 /// each insert lands on an arbitrary leaf of the primary-key index, as a SHA-256 key does.
