@@ -217,7 +217,12 @@ impl Dispatcher {
             .stages(call, run, &watch, &mut key)
             .instrument(span.clone())
             .await;
-        span.in_scope(|| watch.ended(self.registry.get(&call.name), key.as_ref(), &result));
+        // An error does not carry the class: look the tool up again only then.
+        let tool = match &result {
+            Ok(_) => None,
+            Err(_) => self.registry.get(&call.name),
+        };
+        span.in_scope(|| watch.ended(tool, key.as_ref(), &result));
         result
     }
 
