@@ -6,8 +6,10 @@ use crate::errors::Errors;
 
 pub(crate) struct ToolFn<'a> {
     pub item: &'a ItemFn,
-    /// The function's doc comment, joined.
+    /// The function's doc comment, joined: its literal lines only.
     pub docs: String,
+    /// The function's doc attributes, in order, literal or not (`#[doc = include_str!(..)]`).
+    pub doc_parts: Vec<DocPart<'a>>,
     pub params: Vec<Param<'a>>,
     /// `T` of `Result<T, E>`, when the return type is a `Result`.
     pub ok_type: Option<&'a Type>,
@@ -23,6 +25,40 @@ pub(crate) struct Param<'a> {
     /// `#[secret]`: sealed in records, cut out of errors.
     pub secret: Option<&'a Attribute>,
     pub is_context: bool,
+}
+
+/// One `#[doc = ...]` attribute of the function.
+pub(crate) enum DocPart<'a> {
+    /// A `///` line or `#[doc = "..."]`, without the space after `///`.
+    Line(String),
+    /// A doc attribute whose value a macro computes (`concat!`, `include_str!`): rustdoc shows
+    /// what it expands to, and so does the tool's description.
+    Expr(&'a syn::Expr),
+}
+
+pub(crate) fn doc_parts(attrs: &[Attribute]) -> Vec<DocPart<'_>> {
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => Some(match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => {
+                    let line = s.value();
+                    DocPart::Line(
+                        line.strip_prefix(' ')
+                            .unwrap_or(&line)
+                            .trim_end()
+                            .to_owned(),
+                    )
+                }
+                other => DocPart::Expr(other),
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 pub(crate) fn docs(attrs: &[Attribute]) -> String {
@@ -99,6 +135,17 @@ impl<'a> ToolFn<'a> {
                     "#[tool] functions cannot take `self`: declare a free function, and reach shared state through a static or a handle the function can access",
                 ),
                 FnArg::Typed(pt) => {
+                    if let Some(cfg) = pt
+                        .attrs
+                        .iter()
+                        .find(|a| a.path().is_ident("cfg") || a.path().is_ident("cfg_attr"))
+                    {
+                        errors.spanned(
+                            cfg,
+                            "a tool parameter cannot be conditional: the parameters are the tool's JSON schema, which must not change with the build; put the `#[cfg]` on the whole tool, or make the parameter an `Option`",
+                        );
+                        continue;
+                    }
                     let ident = match &*pt.pat {
                         Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => &pi.ident,
                         other => {
@@ -122,6 +169,7 @@ impl<'a> ToolFn<'a> {
         ToolFn {
             item,
             docs: docs(&item.attrs),
+            doc_parts: doc_parts(&item.attrs),
             params,
             ok_type: result_arg(&item.sig.output, 0),
             err_type: result_arg(&item.sig.output, 1),

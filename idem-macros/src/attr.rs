@@ -93,10 +93,12 @@ impl Attr {
     /// The path of the run-time half of the expansion: `::idem::__private`, or the renamed
     /// crate's.
     pub(crate) fn runtime(&self) -> TokenStream {
-        let krate = self
-            .krate
-            .clone()
-            .unwrap_or_else(|| syn::parse_quote!(::idem));
+        let krate = self.krate.clone().unwrap_or_else(|| {
+            match crate::krate::renamed().and_then(|name| syn::parse_str::<syn::Ident>(name).ok()) {
+                Some(name) => syn::parse_quote!(::#name),
+                None => syn::parse_quote!(::idem),
+            }
+        });
         quote::quote!(#krate::__private)
     }
 }
@@ -281,13 +283,19 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             ("natural_key", attr.natural_key.is_some()),
             ("on_key_reuse", attr.key_reuse_given),
             ("verify_after_secs", attr.verify_after_secs.is_some()),
+            ("verify", attr.verify.is_some()),
         ] {
             if given {
+                let why = if key == "verify" {
+                    ", so no outcome of it is ever unknown and nothing asks the hook"
+                } else {
+                    ""
+                };
                 errors.at(
                     span_of(key),
                     format!(
-                        "`{key}` has no effect on a `read` tool, which records nothing: remove \
-                         it, or give the tool the class of a write"
+                        "`{key}` has no effect on a `read` tool, which records nothing{why}: \
+                         remove it, or give the tool the class of a write"
                     ),
                 );
             }
@@ -363,28 +371,43 @@ fn bare_word(value: &Expr) -> Option<String> {
     }
 }
 
-fn int<T: std::str::FromStr>(value: &Expr, key: &str, min: u64, errors: &mut Errors) -> Option<T>
-where
-    T::Err: std::fmt::Display,
-{
-    let Expr::Lit(ExprLit {
-        lit: Lit::Int(i), ..
-    }) = value
-    else {
-        let fix = match value {
+fn int<T: TryFrom<u64>>(value: &Expr, key: &str, min: u64, errors: &mut Errors) -> Option<T> {
+    let (min, max, unit) = range(key, min);
+    let lit = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(i), ..
+        }) => i,
+        Expr::Unary(syn::ExprUnary {
+            op: syn::UnOp::Neg(_),
+            expr,
+            ..
+        }) if matches!(
+            &**expr,
             Expr::Lit(ExprLit {
-                lit: Lit::Str(s), ..
-            }) if s.value().trim().parse::<u64>().is_ok() => {
-                format!("write `{key} = {}`, without quotes", s.value().trim())
-            }
-            _ => example(key),
-        };
-        errors.spanned(value, format!("`{key}` takes an integer literal: {fix}"));
-        return None;
+                lit: Lit::Int(_),
+                ..
+            })
+        ) =>
+        {
+            errors.push(negative(value, key, min, max, unit));
+            return None;
+        }
+        _ => {
+            let fix = match value {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Str(s), ..
+                }) if s.value().trim().parse::<u64>().is_ok() => {
+                    format!("write `{key} = {}`, without quotes", s.value().trim())
+                }
+                _ => example(key),
+            };
+            errors.spanned(value, format!("`{key}` takes an integer literal: {fix}"));
+            return None;
+        }
     };
-    let parsed = check_int::<T>(i, key, min);
-    match parsed {
-        Ok(v) => Some(v),
+    match check_int(lit, key, min, max, unit) {
+        // In range, so the conversion holds: `max` fits every key's type.
+        Ok(v) => T::try_from(v).ok(),
         Err(e) => {
             errors.push(e);
             None
@@ -392,12 +415,37 @@ where
     }
 }
 
-fn check_int<T: std::str::FromStr>(i: &LitInt, key: &str, min: u64) -> syn::Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    let wide: u64 = i.base10_parse()?;
-    if wide < min {
+/// The values a numeric key accepts and their unit. Deadlines are the current time plus
+/// these: past ten years they could overflow the clock (the registry refuses the same values
+/// for tools built at run time).
+fn range(key: &str, min: u64) -> (u64, u64, &'static str) {
+    match key {
+        "backoff_ms" => (min, TEN_YEARS_SECS * 1000, "milliseconds"),
+        "max_attempts" => (min, u64::from(u32::MAX), "attempts"),
+        _ => (min, TEN_YEARS_SECS, "seconds"),
+    }
+}
+
+fn negative(value: impl quote::ToTokens, key: &str, min: u64, max: u64, unit: &str) -> syn::Error {
+    syn::Error::new_spanned(
+        value,
+        format!(
+            "`{key}` cannot be negative: it is a number of {unit} from {min} to {max}; e.g. {}",
+            example(key)
+        ),
+    )
+}
+
+fn check_int(i: &LitInt, key: &str, min: u64, max: u64, unit: &str) -> syn::Result<u64> {
+    // syn reads `-5` in an attribute as one negative literal.
+    if i.base10_digits().starts_with('-') {
+        return Err(negative(i, key, min, max, unit));
+    }
+    // The digits alone: a literal too large for any integer type is still too large here.
+    let wide: Option<u64> = i.base10_digits().parse().ok();
+    if let Some(wide) = wide
+        && wide < min
+    {
         return Err(syn::Error::new_spanned(
             i,
             format!(
@@ -412,26 +460,24 @@ where
             ),
         ));
     }
-    // Deadlines are the current time plus these: past ten years they could overflow the clock
-    // (the registry refuses the same values for tools built at runtime).
-    let max = match key {
-        "ttl_secs" | "lease_secs" | "wait_secs" | "verify_after_secs" => Some(TEN_YEARS_SECS),
-        "backoff_ms" => Some(TEN_YEARS_SECS * 1000),
-        _ => None,
-    };
-    if let Some(max) = max
-        && wide > max
-    {
-        return Err(syn::Error::new_spanned(
+    match wide {
+        Some(wide) if wide <= max => Ok(wide),
+        _ if unit == "attempts" => Err(syn::Error::new_spanned(
             i,
             format!(
-                "`{key}` must be at most {max} (ten years): deadlines are computed by adding it \
-                 to the current time; e.g. {}",
+                "`{key}` must be at most {max} {unit}; e.g. {}",
                 example(key)
             ),
-        ));
+        )),
+        _ => Err(syn::Error::new_spanned(
+            i,
+            format!(
+                "`{key}` must be at most {max} {unit} (ten years): deadlines are computed by \
+                 adding it to the current time; e.g. {}",
+                example(key)
+            ),
+        )),
     }
-    i.base10_parse::<T>()
 }
 
 /// Ten years in seconds: the longest TTL, lease or wait (`idem_registry`'s

@@ -16,7 +16,7 @@ use crate::tool_type::ToolType;
 use crate::{fallback, valid};
 
 pub(crate) fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
-    let item: ItemFn = match syn::parse2(item.clone()) {
+    let mut item: ItemFn = match syn::parse2(item.clone()) {
         Ok(f) => f,
         Err(_) => {
             let e = syn::Error::new(
@@ -28,6 +28,15 @@ pub(crate) fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     let mut errors = Errors::new();
+    // A second `#[tool]` would expand the function again, with errors of its own: it is
+    // reported here, once, and taken off.
+    if let Some(again) = item.attrs.iter().find(|a| is_tool_attr(a)) {
+        errors.spanned(
+            again,
+            "`#[tool]` is written twice on this function: remove one (a function is one tool; to offer it under two names, write a second function that calls it)",
+        );
+        item.attrs.retain(|a| !is_tool_attr(a));
+    }
     let attr = attr::parse(args, &mut errors);
     let view = ToolFn::from_item(&item, &mut errors);
     valid::check(&view, &attr, &mut errors);
@@ -37,37 +46,109 @@ pub(crate) fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// `#[tool]` or `#[idem::tool]`.
+fn is_tool_attr(a: &syn::Attribute) -> bool {
+    let segments = &a.path().segments;
+    segments.last().is_some_and(|s| s.ident == "tool")
+        && (segments.len() == 1 || segments.first().is_some_and(|s| s.ident == "idem"))
+}
+
+/// The names the expansion binds in scopes the user's parameters share, each chosen so that no
+/// parameter is called the same (a parameter named `__idem_ctx` is the user's to have).
+pub(crate) struct Hidden {
+    pub ctx: syn::Ident,
+    pub err: syn::Ident,
+    pub params: syn::Ident,
+}
+
+impl Hidden {
+    fn new(tool: &ToolFn<'_>) -> Self {
+        let taken: Vec<String> = tool.params.iter().map(|p| p.ident.to_string()).collect();
+        let fresh = |base: &str| {
+            let mut name = base.to_owned();
+            while taken.contains(&name) {
+                name.push('_');
+            }
+            format_ident!("{name}")
+        };
+        Hidden {
+            ctx: fresh("__idem_ctx"),
+            err: fresh("__idem_e"),
+            params: fresh("__idem_params"),
+        }
+    }
+}
+
 fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
     let ty = ToolType::new(tool, attr);
     let p = &ty.p;
     let (name, description, class, ident) = (&ty.name, &ty.description, &ty.class, ty.ident);
+    let hidden = Hidden::new(tool);
+    let err = &hidden.err;
     let args = Arguments::new(tool, p);
     let args_struct = &args.declaration;
-    let body = body(tool, p);
+    let body = body(tool, p, &hidden);
     let (proofs, fields) = (&args.proofs, &args.fields);
     let idents = tool.args().map(|param| param.ident);
-    let call = call(tool, p);
+    let call = call(tool, p, &hidden);
+    // `fields` only ever binds the parameters' names in the closure taking the struct apart,
+    // where nothing else is named.
 
-    // The output and error types are proven like the parameters, on their own tokens.
-    let output_proof = match tool.ok_type {
-        Some(t) => quote_spanned!(t.span()=> #p::output::<#t, _>()),
-        None => quote!(#p::output::<(), _>()),
+    // The output and error types are proven like the parameters, on their own tokens; a
+    // return type that is not spelled `Result<T, E>` (an alias) through `ToolReturn`.
+    let output_proof = match (tool.ok_type, &tool.item.sig.output) {
+        (Some(t), _) => quote_spanned!(t.span()=> #p::output::<#t, _>()),
+        (None, syn::ReturnType::Type(_, t)) => {
+            quote_spanned!(t.span()=> #p::output::<<#t as #p::ToolReturn>::Ok, _>())
+        }
+        (None, syn::ReturnType::Default) => quote!(#p::output::<(), _>()),
     };
     // Called in a closure, not passed as a fn item: the item's bound would be checked a
     // second time, spanned on the attribute.
-    let into_tool_error = match (tool.err_type, &tool.item.sig.output) {
-        (Some(t), _) => quote_spanned!(t.span()=> #p::tool_error::<#t, _>(__idem_e)),
-        (None, syn::ReturnType::Type(_, t)) => quote_spanned!(t.span()=> #p::tool_error(__idem_e)),
-        (None, syn::ReturnType::Default) => quote!(#p::tool_error(__idem_e)),
+    let into_tool_error = match (tool.err_type, tool.ok_type, &tool.item.sig.output) {
+        (Some(t), _, _) => quote_spanned!(t.span()=> #p::tool_error::<#t, _>(#err)),
+        (None, Some(_), syn::ReturnType::Type(_, t)) => {
+            quote_spanned!(t.span()=> #p::tool_error(#err))
+        }
+        (None, None, syn::ReturnType::Type(_, t)) => {
+            quote_spanned!(t.span()=> #p::tool_error::<<#t as #p::ToolReturn>::Err, _>(#err))
+        }
+        (None, _, syn::ReturnType::Default) => quote!(#p::tool_error(#err)),
+    };
+    // Spanned where a failure of the body's type is reported once: on a return type left to
+    // the type checker (which may not be a `Result`, as its proof also says there), else on
+    // the function's name.
+    let span = match (tool.ok_type, &tool.item.sig.output) {
+        (None, syn::ReturnType::Type(_, t)) => t.span(),
+        _ => tool.item.sig.ident.span(),
+    };
+    let body_value = quote_spanned! {span=>
+        #p::erase(&#p::Body::new(
+            #proofs,
+            #output_proof,
+            |__IdemArgs { #(#idents),* }| #fields,
+            #call,
+            |#err| #into_tool_error,
+        ))
     };
     let settings = settings(tool, attr, p);
     let implement = ty.implement(quote!(__IDEM_TOOL.definition()));
     let declare = ty.declare();
+    let cfgs = tool
+        .item
+        .attrs
+        .iter()
+        .filter(|a| crate::tool_type::is_cfg(a));
 
     quote! {
         #declare
 
+        #(#cfgs)*
         const _: () = {
+            // The derives call `.into()`: a module without the prelude has no `Into` in scope.
+            // Imported without a name, so that nothing the user's body names changes.
+            use ::core::convert::Into as _;
+
             #args_struct
 
             #body
@@ -80,13 +161,7 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
                 // The struct is taken apart by one closure and the body called by another,
                 // so that the struct's types come from the proofs alone, never from the
                 // body's signature (see `Proofs` in the run-time half).
-                body: &#p::Body::new(
-                    #proofs,
-                    #output_proof,
-                    |__IdemArgs { #(#idents),* }| #fields,
-                    |__idem_ctx, #fields| #call,
-                    |__idem_e| #into_tool_error,
-                ),
+                body: #body_value,
                 file: ::core::file!(),
                 line: ::core::line!(),
                 schemas: #p::Schemas::new(),
@@ -94,9 +169,13 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
 
             #implement
 
-            #p::inventory::submit! {
-                #p::ToolRegistration::new(#name, <#ident as #p::StaticTool>::definition, ::core::file!(), ::core::line!())
-            }
+            // The type may be `#[deprecated]`: naming it here is the macro's, not the user's.
+            #[allow(deprecated)]
+            const _: () = {
+                #p::inventory::submit! {
+                    #p::ToolRegistration::new(#name, <#ident as #p::StaticTool>::definition, ::core::file!(), ::core::line!())
+                }
+            };
         };
     }
 }
@@ -179,48 +258,81 @@ fn list(items: impl IntoIterator<Item = TokenStream>) -> TokenStream {
 /// owns its context, so that its future is the handler's without an `async` block around it:
 /// the context parameter becomes `__idem_ctx: ToolContext`, first, and the user's name for it
 /// a borrow of that.
-fn body(tool: &ToolFn<'_>, p: &TokenStream) -> ItemFn {
+fn body(tool: &ToolFn<'_>, p: &TokenStream, hidden: &Hidden) -> ItemFn {
+    let ctx = &hidden.ctx;
     let mut body = without_param_attrs(tool.item);
-    body.sig.ident = format_ident!("__idem_body");
     body.vis = syn::Visibility::Inherited;
-    body.attrs.retain(|a| !a.path().is_ident("doc"));
-    if body.sig.asyncness.is_some() {
-        let inputs = std::mem::take(&mut body.sig.inputs);
-        body.sig
-            .inputs
-            .push(syn::parse_quote!(__idem_ctx: #p::ToolContext));
-        for input in inputs {
-            match input {
-                FnArg::Typed(pt) if is_context_type(&pt.ty) => {
-                    let (pat, ty) = (&pt.pat, &pt.ty);
-                    body.block
-                        .stmts
-                        .insert(0, syn::parse_quote!(let #pat: #ty = &__idem_ctx;));
-                }
-                other => body.sig.inputs.push(other),
+    // Docs, `#[deprecated]` and `#[cfg]` went to the tool's type; the rest (lint levels,
+    // `#[cfg_attr]`, `#[inline]`) is about the body.
+    body.attrs
+        .retain(|a| !a.path().is_ident("doc") && !crate::tool_type::is_type_attr(a));
+    // The signature is the macro's to require (a `Result`, owned parameters, `async` or
+    // not), so lints about the signature of a private function do not apply to it.
+    body.attrs.push(syn::parse_quote!(#[allow(
+        clippy::unnecessary_wraps,
+        clippy::needless_pass_by_value,
+        clippy::unused_async
+    )]));
+    // The parameters arrive as the list the proofs typed, `(a, (b, ()))`, and the context
+    // first: owned by an async body (its future must own what it borrows), lent to a
+    // synchronous one.
+    let inputs = std::mem::take(&mut body.sig.inputs);
+    let mut pats = Vec::new();
+    let mut types = Vec::new();
+    let mut context = None;
+    for input in inputs {
+        if let FnArg::Typed(pt) = input {
+            if is_context_type(&pt.ty) {
+                context = Some((pt.pat, pt.ty));
+            } else {
+                pats.push(*pt.pat);
+                types.push(*pt.ty);
             }
         }
+    }
+    let asyncness = body.sig.asyncness.is_some();
+    if asyncness {
+        body.sig
+            .inputs
+            .push(syn::parse_quote!(#ctx: #p::ToolContext));
+    } else {
+        body.sig
+            .inputs
+            .push(syn::parse_quote!(#ctx: &#p::ToolContext));
+    }
+    let (pats, types) = (
+        list(pats.iter().map(|p| quote!(#p))),
+        list(types.iter().map(|t| quote!(#t))),
+    );
+    body.sig.inputs.push(syn::parse_quote!(#pats: #types));
+    if let Some((pat, ty)) = context {
+        let value = if asyncness {
+            quote!(&#ctx)
+        } else {
+            quote!(#ctx)
+        };
+        body.block
+            .stmts
+            .insert(0, syn::parse_quote!(let #pat: #ty = #value;));
     }
     body
 }
 
-/// The body's future, from `__idem_ctx` and the parameters.
-fn call(tool: &ToolFn<'_>, p: &TokenStream) -> TokenStream {
-    let idents = tool.args().map(|param| param.ident);
-    if tool.item.sig.asyncness.is_some() {
-        return quote!(__idem_body(__idem_ctx, #(#idents),*));
-    }
-    // A synchronous body runs when the handler's future is first polled, as an async one
-    // does, so that the dispatcher's panic and lease handling cover it.
-    let args = tool.params.iter().map(|param| {
-        if param.is_context {
-            quote!(&__idem_ctx)
-        } else {
-            let id = param.ident;
-            quote!(#id)
-        }
-    });
-    quote!(#p::lazy(move |_| __idem_body(#(#args),*)))
+/// The body's future, from the context and the parameters, proven `Send` on the function's
+/// name (the dispatcher may resume a tool on another thread): the closure binds only hidden
+/// names, and calls the body by the function's own name, which rustc's messages then use.
+fn call(tool: &ToolFn<'_>, p: &TokenStream, hidden: &Hidden) -> TokenStream {
+    let Hidden { ctx, params, .. } = hidden;
+    let body = &tool.item.sig.ident;
+    let span = body.span();
+    let future = if tool.item.sig.asyncness.is_some() {
+        quote_spanned!(span=> #body(#ctx, #params))
+    } else {
+        // A synchronous body runs when the handler's future is first polled, as an async one
+        // does, so that the dispatcher's panic and lease handling cover it.
+        quote_spanned!(span=> #p::lazy(move |_| #body(&#ctx, #params)))
+    };
+    quote_spanned!(span=> |#ctx, #params| #p::send(#future))
 }
 
 /// What the attribute and `#[secret]` set, as `Setting`s; what they leave out is not listed.
@@ -252,11 +364,14 @@ fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream>
         let scopes = &attr.scopes;
         settings.push(quote!(#s::Scopes(&[#(#scopes),*])));
     }
+    // The hooks are called through traits whose errors name the signature they need,
+    // spanned on the hook's path.
     if let Some(path) = &attr.natural_key {
-        settings.push(quote_spanned!(path.span()=> #s::NaturalKey(#path)));
+        let call = quote_spanned!(path.span()=> #p::NaturalKeyFn::key(&#path, __idem_v));
+        settings.push(quote!(#s::NaturalKey(|__idem_v| #call)));
     }
     if let Some(path) = &attr.verify {
-        let call = quote_spanned!(path.span()=> #path(&__idem_ctx).await);
+        let call = quote_spanned!(path.span()=> #p::verify(&#path, &__idem_ctx).await);
         settings
             .push(quote!(#s::Verify(|__idem_ctx| ::std::boxed::Box::pin(async move { #call }))));
     }

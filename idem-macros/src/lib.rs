@@ -5,6 +5,7 @@ mod attr;
 mod errors;
 mod expand;
 mod fallback;
+mod krate;
 mod tool_type;
 mod valid;
 

@@ -5,7 +5,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use crate::ast::ToolFn;
+use crate::ast::{DocPart, ToolFn};
 use crate::attr::Attr;
 
 pub(crate) struct ToolType<'a> {
@@ -13,7 +13,12 @@ pub(crate) struct ToolType<'a> {
     pub p: TokenStream,
     pub ident: &'a syn::Ident,
     pub name: String,
-    pub description: String,
+    /// The description as an expression of type `&'static str`: a literal, or a `concat!`
+    /// of the doc attributes when a macro computes one of them.
+    pub description: TokenStream,
+    /// What the type carries of the function's attributes: its docs, `#[deprecated]` (the
+    /// type is what code names) and `#[cfg]`.
+    attrs: TokenStream,
     /// The `ToolClass` variant.
     pub class: syn::Ident,
     vis: &'a syn::Visibility,
@@ -26,7 +31,8 @@ impl<'a> ToolType<'a> {
             p: attr.runtime(),
             ident: &sig.ident,
             name: attr.tool_name(&sig.ident),
-            description: attr.description(&tool.docs),
+            description: description(tool, attr),
+            attrs: type_attrs(tool, attr),
             // A refused tool may have no class: its stub says `Read`, and nothing runs it.
             class: format_ident!("{}", attr.class.map_or("Read", |c| c.variant())),
             vis: &tool.item.vis,
@@ -37,13 +43,10 @@ impl<'a> ToolType<'a> {
     /// the function's own name stays free for values.
     pub(crate) fn declare(&self) -> TokenStream {
         let ToolType {
-            ident,
-            description,
-            vis,
-            ..
+            ident, attrs, vis, ..
         } = self;
         quote! {
-            #[doc = #description]
+            #attrs
             ///
             /// This is an idem tool: it runs only through a `Dispatcher`, which applies its class's policy.
             #[allow(non_camel_case_types)]
@@ -62,6 +65,7 @@ impl<'a> ToolType<'a> {
         } = self;
         quote! {
             #[automatically_derived]
+            #[allow(deprecated)]
             impl #p::StaticTool for #ident {
                 const NAME: &'static str = #name;
                 const CLASS: #p::ToolClass = #p::ToolClass::#class;
@@ -71,4 +75,46 @@ impl<'a> ToolType<'a> {
             }
         }
     }
+}
+
+fn description(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
+    if attr.description.is_some() || tool.doc_parts.iter().all(|d| matches!(d, DocPart::Line(_))) {
+        let text = attr.description(&tool.docs);
+        return quote!(#text);
+    }
+    // Joined as rustdoc joins them; the registry trims the ends.
+    let mut parts = Vec::new();
+    for (i, part) in tool.doc_parts.iter().enumerate() {
+        if i > 0 {
+            parts.push(quote!("\n"));
+        }
+        parts.push(match part {
+            DocPart::Line(line) => quote!(#line),
+            DocPart::Expr(expr) => quote!(#expr),
+        });
+    }
+    quote!(::core::concat!(#(#parts),*))
+}
+
+fn type_attrs(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
+    let docs = match &attr.description {
+        Some(text) => quote!(#[doc = #text]),
+        None => {
+            let docs = tool.item.attrs.iter().filter(|a| a.path().is_ident("doc"));
+            quote!(#(#docs)*)
+        }
+    };
+    let others = tool.item.attrs.iter().filter(|a| is_type_attr(a));
+    quote!(#docs #(#others)*)
+}
+
+/// Attributes of the function that belong on the tool's type rather than on its body:
+/// `#[deprecated]` warns where the tool is named, `#[cfg]` removes the tool as a whole.
+pub(crate) fn is_type_attr(a: &syn::Attribute) -> bool {
+    a.path().is_ident("deprecated") || is_cfg(a)
+}
+
+/// `#[cfg(...)]` (a `#[cfg_attr]` stays on the body: what it adds may only suit a function).
+pub(crate) fn is_cfg(a: &syn::Attribute) -> bool {
+    a.path().is_ident("cfg")
 }

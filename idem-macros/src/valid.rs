@@ -44,6 +44,14 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
             }
         }
         if p.is_context {
+            if let Type::Reference(r) = p.ty
+                && let Some(m) = r.mutability
+            {
+                errors.spanned(
+                    m,
+                    "the context is lent to the tool by shared reference: write `ctx: &ToolContext` (it has no state a tool could change)",
+                );
+            }
             if context_seen {
                 errors.spanned(p.ty, "a tool takes at most one `&ToolContext` parameter; remove this one and use the first");
             }
@@ -52,14 +60,33 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
         }
         match p.ty {
             Type::Reference(r) if is_context_path(&r.elem) => {}
-            Type::Reference(r) => errors.spanned(
-                r,
-                format!(
-                    "tool parameters are deserialised from JSON and must own their data: use an owned type such as `{}`",
-                    owned_hint(&r.elem)
-                ),
+            Type::Reference(r) => {
+                // `&Ctx` may be the context under another name, which #[tool] cannot see.
+                let alias = match &*r.elem {
+                    Type::Path(p) if p.qself.is_none() && may_be_alias(&r.elem) => {
+                        p.path.get_ident().is_some_and(|i| {
+                            i.to_string().chars().next().is_some_and(char::is_uppercase)
+                        })
+                    }
+                    _ => false,
+                };
+                let also = if alias {
+                    "; if this is the tool's context under another name, write `&ToolContext`, the name #[tool] recognises"
+                } else {
+                    ""
+                };
+                errors.spanned(
+                    r,
+                    format!(
+                        "tool parameters are deserialised from JSON and must own their data: use an owned type such as `{}`{also}",
+                        owned_hint(&r.elem)
+                    ),
+                )
+            }
+            Type::ImplTrait(t) => errors.spanned(
+                t,
+                "`impl Trait` parameters make the function generic; use a concrete type",
             ),
-            Type::ImplTrait(t) => errors.spanned(t, "`impl Trait` parameters make the function generic; use a concrete type"),
             ty if is_context_path(ty) => {
                 errors.spanned(ty, "take the context by reference: `ctx: &ToolContext`")
             }
@@ -72,14 +99,7 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
             &sig.ident,
             "a tool must return `Result<T, E>` where `T` is its output and `E: Into<ToolError>`; add `-> Result<(), ToolError>`",
         ),
-        ReturnType::Type(_, ty) if tool.ok_type.is_none() => errors.spanned(
-            ty,
-            format!(
-                "a tool must return `Result<T, E>` where `T` is its output and `E: Into<ToolError>`; write `Result<{}, ToolError>`",
-                ty.to_token_stream()
-            ),
-        ),
-        _ => {}
+        ReturnType::Type(_, ty) => check_return(tool, ty, errors),
     }
 
     let name = attr.tool_name(&sig.ident);
@@ -102,12 +122,93 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
         }
     }
 
-    if attr.description(&tool.docs).trim().is_empty() {
+    let computed_docs = tool
+        .doc_parts
+        .iter()
+        .any(|d| matches!(d, crate::ast::DocPart::Expr(_)));
+    if attr.description(&tool.docs).trim().is_empty() && !computed_docs {
         let message = "a tool needs a description, which the model reads to choose it: add a `///` doc comment to the function or `description = \"...\"`";
         match &attr.description {
             Some(lit) => errors.spanned(lit, message),
             None => errors.spanned(&sig.ident, message),
         }
+    }
+}
+
+/// The return type, as far as its spelling tells. A type that may be an alias of a `Result`
+/// (`ToolResult<u32>`) is left to the type checker, which the expansion asks through
+/// `ToolReturn`; what can never be a `Result` is refused here, with the fix.
+fn check_return(tool: &ToolFn<'_>, ty: &Type, errors: &mut Errors) {
+    let must = "a tool must return `Result<T, E>` where `T` is its output and `E: Into<ToolError>`";
+    if let Type::ImplTrait(t) = ty {
+        let future = t.bounds.iter().any(|b| {
+            matches!(b, syn::TypeParamBound::Trait(t) if t.path.segments.last().is_some_and(|s| s.ident == "Future"))
+        });
+        if future && tool.item.sig.asyncness.is_none() {
+            errors.spanned(
+                ty,
+                "a tool returning a future is written as an `async fn`: write `async fn` and return the future's output, e.g. `async fn get_weather(city: String) -> Result<Weather, ToolError>`",
+            );
+        } else {
+            errors.spanned(
+                ty,
+                format!("{must}, and `impl Trait` names no type; write the type it is"),
+            );
+        }
+        return;
+    }
+    if let Some(Type::ImplTrait(t)) = tool.ok_type {
+        errors.spanned(
+            t,
+            "a tool's output must be a type it names, since its JSON schema is generated from the type: write the concrete type, e.g. `Result<Ticket, ToolError>` with `#[derive(Serialize, JsonSchema)] struct Ticket`",
+        );
+        return;
+    }
+    if tool.ok_type.is_none() && !is_result_alias(ty) {
+        errors.spanned(
+            ty,
+            format!(
+                "{must}; write `Result<{}, ToolError>` (an alias of a `Result` is read as one when its name ends in `Result`, e.g. `ToolResult<u32>`)",
+                ty.to_token_stream()
+            ),
+        );
+    }
+}
+
+/// Whether a return type not spelled `Result<..>` is taken for an alias of one: a path whose
+/// last segment's name ends in `Result` (`ToolResult<u32>`, `api::CallResult`). Any other type
+/// is refused here, with one error and the fix; the type checker would report a non-`Result`
+/// twice.
+fn is_result_alias(ty: &Type) -> bool {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident.to_string().ends_with("Result")),
+        Type::Group(g) => is_result_alias(&g.elem),
+        Type::Paren(p) => is_result_alias(&p.elem),
+        _ => false,
+    }
+}
+
+/// Whether a type may be a user's own name for another (`Ctx` for `ToolContext`): a path,
+/// but not a primitive or a well-known type.
+fn may_be_alias(ty: &Type) -> bool {
+    const NEVER: &[&str] = &[
+        "bool", "char", "str", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32",
+        "i64", "i128", "isize", "f32", "f64", "String", "Vec", "Option", "Box", "HashMap",
+        "BTreeMap", "Value", "Self",
+    ];
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| !NEVER.contains(&s.ident.to_string().as_str())),
+        Type::Group(g) => may_be_alias(&g.elem),
+        Type::Paren(p) => may_be_alias(&p.elem),
+        _ => false,
     }
 }
 

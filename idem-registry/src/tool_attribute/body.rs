@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::proofs::{Proofs, Proven};
+use super::proofs::{Proofs, Proven, ToolReturn};
 use crate::context::ToolContext;
 use crate::tool::{ToolBuilder, TypedArguments};
 
@@ -27,6 +27,13 @@ pub trait ToolBody: Sync {
     fn output_schema(&self) -> Value;
     /// Give the builder the typed argument reader and the handler.
     fn attach(&'static self, builder: ToolBuilder) -> ToolBuilder;
+}
+
+/// A body as the declaration holds it. A function rather than a coercion, so that what the
+/// body's types fail is reported where the expansion calls it (the tool's name), not on the
+/// attribute.
+pub const fn erase<B: ToolBody>(body: &'static B) -> &'static dyn ToolBody {
+    body
 }
 
 /// A tool's body with the types its proofs gave: `Pr` the parameters' proofs, `MO` the
@@ -49,7 +56,7 @@ where
     MO: Proven,
     S: Fn(A) -> Pr::Fields,
     F: Fn(ToolContext, Pr::Params) -> Fut,
-    Fut: Future<Output = Result<MO::Type, E>>,
+    Fut: Future<Output: ToolReturn<Ok = MO::Type, Err = E>>,
     C: Fn(E) -> ToolError,
 {
     /// The body `run`, called with the fields `fields` takes out of the arguments struct,
@@ -76,7 +83,7 @@ where
     A: DeserializeOwned + Serialize + JsonSchema + Send + 'static,
     S: Fn(A) -> Pr::Fields + Sync + 'static,
     F: Fn(ToolContext, Pr::Params) -> Fut + Sync + 'static,
-    Fut: Future<Output = Result<MO::Type, E>> + Send + 'static,
+    Fut: Future<Output: ToolReturn<Ok = MO::Type, Err = E>> + Send + 'static,
     C: Fn(E) -> ToolError + Sync + 'static,
 {
     fn arguments_schema(&self) -> Value {
@@ -126,17 +133,19 @@ pin_project! {
 impl<T, E, Fut, C> Future for Call<Fut, C>
 where
     T: Serialize,
-    Fut: Future<Output = Result<T, E>>,
+    Fut: Future<Output: ToolReturn<Ok = T, Err = E>>,
     C: Fn(E) -> ToolError,
 {
     type Output = Result<Value, ToolError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
-            CallState::Running { body, error } => body.poll(cx).map(|outcome| match outcome {
-                Ok(out) => output_value(&out),
-                Err(e) => Err(error(e)),
-            }),
+            CallState::Running { body, error } => {
+                body.poll(cx).map(|outcome| match outcome.result() {
+                    Ok(out) => output_value(&out),
+                    Err(e) => Err(error(e)),
+                })
+            }
             CallState::Refused { error } => Poll::Ready(Err(error.take().unwrap_or_else(|| {
                 ToolError::not_applied("the call was polled after it completed")
             }))),

@@ -22,13 +22,14 @@ use std::sync::{Arc, OnceLock};
 use idem_core::ToolError;
 use serde_json::Value;
 
-pub use body::{Body, ToolBody};
+pub use body::{Body, ToolBody, erase};
 pub use futures_util::future::lazy;
 pub use idem_core::ToolClass;
 // The proof traits too, though the expansion does not name them: rustc names them in its
 // errors by their shortest public path, `idem::__private::ToolParam`.
 pub use proofs::{
-    IntoToolError, ToolOutput, ToolParam, output, param, param_with_codec, tool_error,
+    IntoToolError, NaturalKeyFn, SendFuture, ToolOutput, ToolParam, ToolReturn, VerifyHook, output,
+    param, param_with_codec, send, tool_error, verify,
 };
 pub use {inventory, schemars, serde};
 
@@ -123,7 +124,8 @@ impl Declaration {
         let body = self.body;
         let mut policy = ToolPolicy::default();
         let mut builder = ToolDef::builder(self.name, self.class)
-            .description(self.description)
+            // A description a macro computed (`#[doc = include_str!(..)]`) keeps its ends.
+            .description(self.description.trim())
             .location(self.file, self.line)
             .input_schema_shared(cached(&self.schemas.input, || body.arguments_schema()))
             .output_schema_shared(cached(&self.schemas.output, || body.output_schema()));

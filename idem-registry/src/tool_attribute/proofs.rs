@@ -134,3 +134,118 @@ impl<P: Proven, Rest: Proofs> Proofs for (PhantomData<P>, Rest) {
         (first, Rest::pass(rest))
     }
 }
+
+/// A return type not spelled `Result<T, E>`, such as an alias `ToolResult<u32>`: the type
+/// checker sees through the alias, and the proofs of the output and the error read `T` and
+/// `E` here.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's return type",
+    label = "a tool must return `Result<T, E>` where `T` is its output and `E: Into<ToolError>`",
+    note = "write `Result<{Self}, ToolError>`, or an alias of a `Result`"
+)]
+pub trait ToolReturn {
+    /// `T`.
+    type Ok;
+    /// `E`.
+    type Err;
+    /// The value as the `Result` it is.
+    fn result(self) -> Result<Self::Ok, Self::Err>;
+}
+
+impl<T, E> ToolReturn for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+    fn result(self) -> Self {
+        self
+    }
+}
+
+/// A tool body's future, proven `Send` and `'static` on the tool's name: the dispatcher may
+/// move a call between threads at each `.await`.
+#[diagnostic::on_unimplemented(
+    message = "the future of this tool is not `Send`, so no dispatcher can run it",
+    label = "a tool's body must be `Send`: the dispatcher runs it on a multi-threaded runtime, where it may resume on another thread after an `.await`",
+    note = "the notes below name the value held across an `.await`: drop it before the `.await` (end its scope with a block, or call `drop`), or use a `Send` type instead (`Arc` for `Rc`, `tokio::sync::Mutex` for a guard held across `.await`)"
+)]
+pub trait SendFuture: std::future::Future + Send + 'static {}
+
+impl<F: std::future::Future + Send + 'static> SendFuture for F {}
+
+pin_project_lite::pin_project! {
+    /// A body's future that [`send`] proved `Send`.
+    pub struct Sent<F> {
+        #[pin]
+        future: F,
+    }
+}
+
+// SAFETY: a `Sent<F>` is only ever built by `send`, whose bound proves `F: Send`; the field is
+// private. What this buys is one error for a body that is not `Send`, reported by `send` on
+// the tool's name, instead of a second one on the attribute where the declaration needs its
+// handler to be `Send`.
+unsafe impl<F> Send for Sent<F> {}
+
+impl<F: std::future::Future> std::future::Future for Sent<F> {
+    type Output = F::Output;
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        self.project().future.poll(cx)
+    }
+}
+
+/// The body's future, once proven `Send`.
+pub fn send<F: SendFuture>(future: F) -> Sent<F> {
+    Sent { future }
+}
+
+/// A `verify = ...` hook.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's verify hook",
+    label = "a verify hook is `async fn(ctx: &ToolContext) -> Result<Verified, ToolError>`",
+    note = "it reads `ctx.idempotency_key()` and asks the downstream system whether the effect happened: `Ok(Verified::Applied(output))`, `Ok(Verified::NotApplied)`, or `Ok(Verified::Unknown)`"
+)]
+pub trait VerifyHook<'a> {
+    /// The hook's future.
+    type Future: std::future::Future<Output = Result<crate::tool::Verified, ToolError>> + Send + 'a;
+    /// Ask the hook.
+    fn call(&self, ctx: &'a crate::context::ToolContext) -> Self::Future;
+}
+
+impl<'a, F, Fut> VerifyHook<'a> for F
+where
+    F: Fn(&'a crate::context::ToolContext) -> Fut,
+    Fut: std::future::Future<Output = Result<crate::tool::Verified, ToolError>> + Send + 'a,
+{
+    type Future = Fut;
+    fn call(&self, ctx: &'a crate::context::ToolContext) -> Fut {
+        self(ctx)
+    }
+}
+
+/// Ask a verify hook, once proven one. The future is boxed so that no type the proof
+/// computes reaches the caller: a hook that is not one is reported once, on its path.
+pub fn verify<'a, H: VerifyHook<'a>>(
+    hook: &H,
+    ctx: &'a crate::context::ToolContext,
+) -> crate::tool::BoxFuture<'a, Result<crate::tool::Verified, ToolError>> {
+    Box::pin(hook.call(ctx))
+}
+
+/// A `natural_key = ...` function.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's natural key",
+    label = "a natural key is `fn(args: &serde_json::Value) -> Option<String>`",
+    note = "it reads the normalised arguments (a JSON object) and returns the key that identifies the effect, e.g. `args[\"order_id\"].as_str().map(str::to_owned)`, or `None` when the call has none"
+)]
+pub trait NaturalKeyFn {
+    /// The key of these arguments.
+    fn key(&self, args: &serde_json::Value) -> Option<String>;
+}
+
+impl<F: Fn(&serde_json::Value) -> Option<String>> NaturalKeyFn for F {
+    fn key(&self, args: &serde_json::Value) -> Option<String> {
+        self(args)
+    }
+}

@@ -1,0 +1,9 @@
+use idem::prelude::*;
+
+/// Look a ticket up.
+#[tool(class = "read")]
+fn get_ticket(ticket: u64, #[cfg(unix)] verbose: bool) -> Result<u64, ToolError> {
+    Ok(ticket)
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use idem::prelude::*;
+
+/// Look a ticket up.
+#[tool(class = "read")]
+#[tool(class = "read")]
+fn get_ticket(ticket: u64) -> Result<u64, ToolError> {
+    Ok(ticket)
+}
+
+fn main() {}
