@@ -43,7 +43,7 @@
 //! |---|---|---|
 //! | `class` | **required**: `read`, `idempotent_write`, `non_idempotent_write` or `irreversible` | none |
 //! | `name` | the name the model calls (`^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$`) | the function's name |
-//! | `description` | what the model reads to choose the tool | the doc comment |
+//! | `description` | what the model reads to choose the tool | the doc comment, as rustdoc shows it (`#[doc = include_str!(..)]` included) |
 //! | `ttl_secs` | how long a completed call is replayed | 86400 |
 //! | `lease_secs` | how long a holder's lease lasts (renewed every third of it) | 30 |
 //! | `max_attempts` | attempts in total for classes that retry (capped at 2 for `non_idempotent_write`, 1 for `irreversible`) | 3 |
@@ -55,16 +55,21 @@
 //! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()` (and `ctx.arguments()`, the call's arguments), whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
 //! | `verify_after_secs` | the settle delay: how long after a record became Unknown (store clock) its `verify` hook is first asked, at least one lease; until then a duplicate gets `OutcomeUnknown` with `retry_after` | 300 |
 //! | `on_key_reuse` | `"reject"` (a key with other arguments is `KeyReused`) or `"replay"` (needs a `natural_key`) | `"reject"` |
-//! | `crate` | the path of this crate if renamed, e.g. `"::my_idem"` | `"::idem"` |
+//! | `crate` | the path of this crate, e.g. `"::my_idem"`: needed only where the macro cannot read the rename in the crate's `Cargo.toml` (`my_idem = { package = "idem", .. }` is found) | `"::idem"` |
 //!
 //! A `read` tool records nothing, so `ttl_secs`, `lease_secs`, `wait_secs`, `natural_key`,
-//! `on_key_reuse` and `verify_after_secs` on one are compile errors, as is a duration over
-//! ten years.
+//! `on_key_reuse`, `verify` and `verify_after_secs` on one are compile errors, as is a
+//! negative number or a duration over ten years.
 //!
 //! The function may be `async` or not, takes named parameters of types that implement
 //! `Deserialize`, `Serialize` and `JsonSchema` (`Option<T>` ones are optional), at most one
-//! `&ToolContext`, and returns `Result<T, E>` with `T: Serialize + JsonSchema` and
-//! `E: Into<ToolError>`. Doc comments on parameters become their descriptions.
+//! `&ToolContext` (spelled so: the macro recognises the context by that name), and returns
+//! `Result<T, E>` with `T: Serialize + JsonSchema` and `E: Into<ToolError>`, or an alias of
+//! one whose name ends in `Result` (`type ToolResult<T> = Result<T, ToolError>`). Its future
+//! must be `Send`. Doc comments on parameters become their descriptions; a parameter cannot
+//! carry `#[cfg]` (the schema must not change with the build: put it on the whole tool).
+//! `#[deprecated]` on a tool warns where its type is named, `#[cfg]` removes the tool, and
+//! lint attributes apply to the body.
 //!
 //! A synchronous body runs on the dispatching task. Its lease is renewed meanwhile by the
 //! process's heartbeat thread, whatever the body does with its own thread; but a network
