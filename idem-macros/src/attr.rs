@@ -94,7 +94,8 @@ impl Attr {
     /// crate's.
     pub(crate) fn runtime(&self) -> TokenStream {
         let krate = self.krate.clone().unwrap_or_else(|| {
-            match crate::krate::renamed().and_then(|name| syn::parse_str::<syn::Ident>(name).ok()) {
+            match crate::krate::renamed().and_then(|name| syn::parse_str::<syn::Ident>(&name).ok())
+            {
                 Some(name) => syn::parse_quote!(::#name),
                 None => syn::parse_quote!(::idem),
             }

@@ -50,7 +50,10 @@ pub(crate) fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 fn is_tool_attr(a: &syn::Attribute) -> bool {
     let segments = &a.path().segments;
     segments.last().is_some_and(|s| s.ident == "tool")
-        && (segments.len() == 1 || segments.first().is_some_and(|s| s.ident == "idem"))
+        && (segments.len() == 1
+            || segments.first().is_some_and(|s| {
+                s.ident == "idem" || crate::krate::renamed().is_some_and(|r| s.ident == r)
+            }))
 }
 
 /// The names the expansion binds in scopes the user's parameters share, each chosen so that no
@@ -63,7 +66,13 @@ pub(crate) struct Hidden {
 
 impl Hidden {
     fn new(tool: &ToolFn<'_>) -> Self {
-        let taken: Vec<String> = tool.params.iter().map(|p| p.ident.to_string()).collect();
+        // The tool's own name too: the closures call the body by it.
+        let taken: Vec<String> = tool
+            .params
+            .iter()
+            .map(|p| p.ident.to_string())
+            .chain([tool.item.sig.ident.to_string()])
+            .collect();
         let fresh = |base: &str| {
             let mut name = base.to_owned();
             while taken.contains(&name) {
@@ -367,10 +376,12 @@ fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream>
     // The hooks are called through traits whose errors name the signature they need,
     // spanned on the hook's path.
     if let Some(path) = &attr.natural_key {
+        let p = respan(p, path.span());
         let call = quote_spanned!(path.span()=> #p::NaturalKeyFn::key(&#path, __idem_v));
         settings.push(quote!(#s::NaturalKey(|__idem_v| #call)));
     }
     if let Some(path) = &attr.verify {
+        let p = respan(p, path.span());
         let call = quote_spanned!(path.span()=> #p::verify(&#path, &__idem_ctx).await);
         settings
             .push(quote!(#s::Verify(|__idem_ctx| ::std::boxed::Box::pin(async move { #call }))));
@@ -382,6 +393,19 @@ fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream>
         settings.push(quote!(#s::Secret(#pointer)));
     }
     settings
+}
+
+/// `tokens` with every span set to `span`: a path of the run-time half written where the
+/// user's tokens are, so that rustc's labels on a call through it stay on those tokens.
+fn respan(tokens: &TokenStream, span: Span) -> TokenStream {
+    tokens
+        .clone()
+        .into_iter()
+        .map(|mut t| {
+            t.set_span(span);
+            t
+        })
+        .collect()
 }
 
 /// A parameter's name in the arguments: its `#[serde(rename = "...")]` if it has one, else

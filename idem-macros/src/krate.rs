@@ -2,21 +2,18 @@
 //! gives it (`my_idem = { package = "idem", .. }`), read off the user's manifest so that a
 //! rename needs no `crate = "..."`.
 
-use std::sync::OnceLock;
-
 /// The facade's name in the crate being compiled, `None` when it is not renamed (or the
-/// manifest cannot be read, in which case `::idem` is what the expansion tries).
-pub(crate) fn renamed() -> Option<&'static str> {
-    static NAME: OnceLock<Option<String>> = OnceLock::new();
-    NAME.get_or_init(|| {
-        let dir = std::env::var_os("CARGO_MANIFEST_DIR")?;
-        let text = std::fs::read_to_string(std::path::Path::new(&dir).join("Cargo.toml")).ok()?;
-        renamed_in(&text)
-    })
-    .as_deref()
+/// manifest cannot be read, in which case `::idem` is what the expansion tries). Read each
+/// time, not cached: one process (rust-analyzer's proc-macro server) expands many crates.
+pub(crate) fn renamed() -> Option<String> {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")?;
+    let text = std::fs::read_to_string(std::path::Path::new(&dir).join("Cargo.toml")).ok()?;
+    renamed_in(&text)
 }
 
-/// The key of the dependency whose `package` is `idem`, as a crate name (`-` read as `_`).
+/// The key of the dependency whose `package` is `idem`, as a crate name (`-` read as `_`);
+/// `None` when the crate also depends on `idem` under its own name, which then works in every
+/// target (a rename in `[dev-dependencies]` alone does not exist in the library's build).
 /// A line-based reading of the forms Cargo documents for a renamed dependency: an inline
 /// table `key = { package = "idem", ... }` in a dependency table, or a table
 /// `[dependencies.key]` (also `dev-`, `build-` and `target.'...'.`) holding
@@ -24,8 +21,10 @@ pub(crate) fn renamed() -> Option<&'static str> {
 fn renamed_in(manifest: &str) -> Option<String> {
     let mut table_dep: Option<&str> = None;
     let mut in_deps = false;
+    let mut found_rename = None;
+    let mut plain = false;
     for line in manifest.lines() {
-        let line = line.split('#').next().unwrap_or("").trim();
+        let line = without_comment(line).trim();
         if let Some(header) = line.strip_prefix('[') {
             let header = header.trim_end_matches(']').trim();
             let (table, key) = match header.rsplit_once('.') {
@@ -34,12 +33,16 @@ fn renamed_in(manifest: &str) -> Option<String> {
             };
             in_deps = key.is_none() && is_deps(table);
             table_dep = key.map(|k| k.trim().trim_matches('"'));
+            plain |= table_dep == Some("idem");
             continue;
         }
         let Some((key, value)) = line.split_once('=') else {
             continue;
         };
         let (key, value) = (key.trim().trim_matches('"'), value.trim());
+        if in_deps && key == "idem" {
+            plain = true;
+        }
         let found = match table_dep {
             Some(dep) if key == "package" && is_idem(value) => Some(dep),
             None if in_deps && value.starts_with('{') && names_idem(value) => Some(key),
@@ -47,13 +50,33 @@ fn renamed_in(manifest: &str) -> Option<String> {
         };
         if let Some(dep) = found {
             let name = dep.replace('-', "_");
-            return (name != "idem").then_some(name);
+            if name != "idem" {
+                found_rename.get_or_insert(name);
+            }
         }
     }
-    None
+    if plain { None } else { found_rename }
+}
+
+/// The line up to a `#` that is not inside a string.
+fn without_comment(line: &str) -> &str {
+    let mut quote = None;
+    for (i, c) in line.char_indices() {
+        match (quote, c) {
+            (None, '#') => return &line[..i],
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            _ => {}
+        }
+    }
+    line
 }
 
 fn is_deps(table: &str) -> bool {
+    // `[workspace.dependencies]` declares versions for members; it is no crate's dependency.
+    if table.trim().starts_with("workspace") {
+        return false;
+    }
     let last = table.rsplit('.').next().unwrap_or(table);
     matches!(
         last.trim(),
@@ -102,5 +125,15 @@ mod tests {
             None
         );
         assert_eq!(renamed_in(""), None);
+        // The crate also depends on `idem` by its name: that works in every target.
+        let both =
+            "[dependencies]\nidem = \"0.1\"\n[dev-dependencies]\nidem_t = { package = \"idem\" }\n";
+        assert_eq!(renamed_in(both), None);
+        let workspace =
+            "[workspace.dependencies]\nmy_idem = { package = \"idem\", path = \"x\" }\n";
+        assert_eq!(renamed_in(workspace), None);
+        // A `#` inside a string is not a comment.
+        let hash = "[dependencies]\ntools = { path = \"a#b\", package = \"idem\" }\n";
+        assert_eq!(renamed_in(hash).as_deref(), Some("tools"));
     }
 }

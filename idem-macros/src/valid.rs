@@ -70,18 +70,18 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
                     }
                     _ => false,
                 };
-                let also = if alias {
-                    "; if this is the tool's context under another name, write `&ToolContext`, the name #[tool] recognises"
-                } else {
-                    ""
-                };
-                errors.spanned(
-                    r,
+                let owned = format!(
+                    "tool parameters are deserialised from JSON and must own their data: use an owned type such as `{}`",
+                    owned_hint(&r.elem)
+                );
+                let message = if alias {
                     format!(
-                        "tool parameters are deserialised from JSON and must own their data: use an owned type such as `{}`{also}",
-                        owned_hint(&r.elem)
-                    ),
-                )
+                        "if this is the tool's context under another name, write `&ToolContext`: #[tool] recognises the context by that name; otherwise, {owned}"
+                    )
+                } else {
+                    owned
+                };
+                errors.spanned(r, message)
             }
             Type::ImplTrait(t) => errors.spanned(
                 t,
@@ -126,7 +126,9 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
         .doc_parts
         .iter()
         .any(|d| matches!(d, crate::ast::DocPart::Expr(_)));
-    if attr.description(&tool.docs).trim().is_empty() && !computed_docs {
+    if attr.description(&tool.docs).trim().is_empty()
+        && (attr.description.is_some() || !computed_docs)
+    {
         let message = "a tool needs a description, which the model reads to choose it: add a `///` doc comment to the function or `description = \"...\"`";
         match &attr.description {
             Some(lit) => errors.spanned(lit, message),

@@ -2,7 +2,7 @@ use idem::prelude::*;
 
 /// Look a ticket up.
 #[tool(class = "read")]
-fn get_ticket(ticket: u64, #[cfg(unix)] verbose: bool) -> Result<u64, ToolError> {
+fn get_ticket(ticket: u64, #[cfg(any())] verbose: bool) -> Result<u64, ToolError> {
     Ok(ticket)
 }
 
