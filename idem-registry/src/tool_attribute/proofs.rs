@@ -195,8 +195,12 @@ impl<F: std::future::Future> std::future::Future for Sent<F> {
     }
 }
 
-/// The body's future, once proven `Send`.
-pub fn send<F: SendFuture>(future: F) -> Sent<F> {
+/// The body's future, once proven `Send`. rustc prints the line of the bound that failed, so
+/// the comment on it is what a user whose tool is not `Send` reads.
+#[rustfmt::skip]
+pub fn send<
+    F: SendFuture, // tools resume on any thread: drop it before the `.await`, or use `Arc`/`tokio::sync::Mutex`
+>(future: F) -> Sent<F> {
     Sent { future }
 }
 
