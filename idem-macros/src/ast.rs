@@ -61,25 +61,13 @@ pub(crate) fn doc_parts(attrs: &[Attribute]) -> Vec<DocPart<'_>> {
         .collect()
 }
 
-pub(crate) fn docs(attrs: &[Attribute]) -> String {
-    let lines: Vec<String> = attrs
+/// The literal lines of the doc attributes, joined as rustdoc joins them.
+fn docs(parts: &[DocPart<'_>]) -> String {
+    let lines: Vec<&str> = parts
         .iter()
-        .filter(|a| a.path().is_ident("doc"))
-        .filter_map(|a| match &a.meta {
-            syn::Meta::NameValue(nv) => match &nv.value {
-                syn::Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Str(s),
-                    ..
-                }) => Some(s.value()),
-                _ => None,
-            },
-            _ => None,
-        })
-        .map(|line| {
-            line.strip_prefix(' ')
-                .unwrap_or(&line)
-                .trim_end()
-                .to_owned()
+        .filter_map(|part| match part {
+            DocPart::Line(line) => Some(line.as_str()),
+            DocPart::Expr(_) => None,
         })
         .collect();
     lines.join("\n").trim().to_owned()
@@ -166,10 +154,11 @@ impl<'a> ToolFn<'a> {
                 }
             }
         }
+        let doc_parts = doc_parts(&item.attrs);
         ToolFn {
             item,
-            docs: docs(&item.attrs),
-            doc_parts: doc_parts(&item.attrs),
+            docs: docs(&doc_parts),
+            doc_parts,
             params,
             ok_type: result_arg(&item.sig.output, 0),
             err_type: result_arg(&item.sig.output, 1),
@@ -178,6 +167,21 @@ impl<'a> ToolFn<'a> {
 
     pub(crate) fn args(&self) -> impl Iterator<Item = &Param<'a>> {
         self.params.iter().filter(|p| !p.is_context)
+    }
+
+    /// Whether a macro computes one of the doc attributes (`#[doc = include_str!(..)]`), so
+    /// that the description is only known once it has expanded.
+    pub(crate) fn has_computed_docs(&self) -> bool {
+        self.doc_parts.iter().any(|d| matches!(d, DocPart::Expr(_)))
+    }
+
+    /// The return type when it is not spelled `Result<..>` (an alias such as
+    /// `ToolResult<u32>`), which the expansion reads through `ToolReturn`.
+    pub(crate) fn unspelled_return(&self) -> Option<&'a Type> {
+        match (&self.item.sig.output, self.ok_type) {
+            (ReturnType::Type(_, ty), None) => Some(ty),
+            _ => None,
+        }
     }
 }
 

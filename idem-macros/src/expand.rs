@@ -100,45 +100,40 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
     let (proofs, fields) = (&args.proofs, &args.fields);
     let idents = tool.args().map(|param| param.ident);
     let call = call(tool, p, &hidden);
-    // `fields` only ever binds the parameters' names in the closure taking the struct apart,
-    // where nothing else is named.
+    let alias = tool.unspelled_return();
 
     // The output and error types are proven like the parameters, on their own tokens; a
     // return type that is not spelled `Result<T, E>` (an alias) through `ToolReturn`.
-    let output_proof = match (tool.ok_type, &tool.item.sig.output) {
+    let output_proof = match (tool.ok_type, alias) {
         (Some(t), _) => quote_spanned!(t.span()=> #p::output::<#t, _>()),
-        (None, syn::ReturnType::Type(_, t)) => {
+        (None, Some(t)) => {
             quote_spanned!(t.span()=> #p::output::<<#t as #p::ToolReturn>::Ok, _>())
         }
-        (None, syn::ReturnType::Default) => quote!(#p::output::<(), _>()),
+        (None, None) => quote!(#p::output::<(), _>()),
     };
     // Called in a closure, not passed as a fn item: the item's bound would be checked a
     // second time, spanned on the attribute.
-    let into_tool_error = match (tool.err_type, tool.ok_type, &tool.item.sig.output) {
+    let into_tool_error = match (tool.err_type, alias, &tool.item.sig.output) {
         (Some(t), _, _) => quote_spanned!(t.span()=> #p::tool_error::<#t, _>(#err)),
-        (None, Some(_), syn::ReturnType::Type(_, t)) => {
-            quote_spanned!(t.span()=> #p::tool_error(#err))
-        }
-        (None, None, syn::ReturnType::Type(_, t)) => {
+        (None, Some(t), _) => {
             quote_spanned!(t.span()=> #p::tool_error::<<#t as #p::ToolReturn>::Err, _>(#err))
         }
-        (None, _, syn::ReturnType::Default) => quote!(#p::tool_error(#err)),
+        (None, None, syn::ReturnType::Type(_, t)) => {
+            quote_spanned!(t.span()=> #p::tool_error(#err))
+        }
+        (None, None, syn::ReturnType::Default) => quote!(#p::tool_error(#err)),
     };
     // Spanned where a failure of the body's type is reported once: on a return type left to
-    // the type checker (which may not be a `Result`, as its proof also says there), else on
-    // the function's name.
-    let span = match (tool.ok_type, &tool.item.sig.output) {
-        (None, syn::ReturnType::Type(_, t)) => t.span(),
-        _ => tool.item.sig.ident.span(),
-    };
+    // the type checker, else on the function's name.
+    let span = alias.map_or_else(|| tool.item.sig.ident.span(), |t| t.span());
     let body_value = quote_spanned! {span=>
-        #p::erase(&#p::Body::new(
+        &#p::Body::new(
             #proofs,
             #output_proof,
             |__IdemArgs { #(#idents),* }| #fields,
             #call,
             |#err| #into_tool_error,
-        ))
+        )
     };
     let settings = settings(tool, attr, p);
     let implement = ty.implement(quote!(__IDEM_TOOL.definition()));
@@ -263,10 +258,10 @@ fn list(items: impl IntoIterator<Item = TokenStream>) -> TokenStream {
         .fold(quote!(()), |rest, item| quote!((#item, #rest)))
 }
 
-/// The body, renamed and out of reach: it runs only through the dispatcher. An async body
-/// owns its context, so that its future is the handler's without an `async` block around it:
-/// the context parameter becomes `__idem_ctx: ToolContext`, first, and the user's name for it
-/// a borrow of that.
+/// The body, out of reach inside the anonymous `const` under the function's own name: it runs
+/// only through the dispatcher. The context comes first, owned by an async body (so that its
+/// future is the handler's without an `async` block around it) and lent to a synchronous one;
+/// the user's name for it is bound to a borrow of that.
 fn body(tool: &ToolFn<'_>, p: &TokenStream, hidden: &Hidden) -> ItemFn {
     let ctx = &hidden.ctx;
     let mut body = without_param_attrs(tool.item);

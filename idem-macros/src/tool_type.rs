@@ -78,7 +78,7 @@ impl<'a> ToolType<'a> {
 }
 
 fn description(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
-    if attr.description.is_some() || tool.doc_parts.iter().all(|d| matches!(d, DocPart::Line(_))) {
+    if attr.description.is_some() || !tool.has_computed_docs() {
         let text = attr.description(&tool.docs);
         return quote!(#text);
     }

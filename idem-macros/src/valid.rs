@@ -122,12 +122,8 @@ pub(crate) fn check(tool: &ToolFn<'_>, attr: &Attr, errors: &mut Errors) {
         }
     }
 
-    let computed_docs = tool
-        .doc_parts
-        .iter()
-        .any(|d| matches!(d, crate::ast::DocPart::Expr(_)));
     if attr.description(&tool.docs).trim().is_empty()
-        && (attr.description.is_some() || !computed_docs)
+        && (attr.description.is_some() || !tool.has_computed_docs())
     {
         let message = "a tool needs a description, which the model reads to choose it: add a `///` doc comment to the function or `description = \"...\"`";
         match &attr.description {

@@ -29,13 +29,6 @@ pub trait ToolBody: Sync {
     fn attach(&'static self, builder: ToolBuilder) -> ToolBuilder;
 }
 
-/// A body as the declaration holds it. A function rather than a coercion, so that what the
-/// body's types fail is reported where the expansion calls it (the tool's name), not on the
-/// attribute.
-pub const fn erase<B: ToolBody>(body: &'static B) -> &'static dyn ToolBody {
-    body
-}
-
 /// A tool's body with the types its proofs gave: `Pr` the parameters' proofs, `MO` the
 /// output's, `A` the arguments struct, `E` the body's error, `Fut` its future; `S` takes the
 /// arguments struct apart, `F` runs the body, `C` converts its error.

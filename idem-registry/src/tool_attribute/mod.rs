@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use idem_core::ToolError;
 use serde_json::Value;
 
-pub use body::{Body, ToolBody, erase};
+pub use body::{Body, ToolBody};
 pub use futures_util::future::lazy;
 pub use idem_core::ToolClass;
 // The proof traits too, though the expansion does not name them: rustc names them in its

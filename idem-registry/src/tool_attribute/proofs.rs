@@ -208,7 +208,7 @@ pub fn send<
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a tool's verify hook",
     label = "a verify hook is `async fn(ctx: &ToolContext) -> Result<Verified, ToolError>`",
-    note = "it reads `ctx.idempotency_key()` and asks the downstream system whether the effect happened: `Ok(Verified::Applied(output))`, `Ok(Verified::NotApplied)`, or `Ok(Verified::Unknown)`"
+    note = "it reads `ctx.idempotency_key()` and asks the downstream system whether the effect happened: `Ok(Verified::Applied(output))` or `Ok(Verified::NotApplied)`, or an `Err` when it cannot tell"
 )]
 pub trait VerifyHook<'a> {
     /// The hook's future.
