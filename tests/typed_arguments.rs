@@ -7,6 +7,7 @@ mod support;
 use std::sync::Arc;
 
 use idem::prelude::*;
+use idem::{ListFilter, StateKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
@@ -128,5 +129,85 @@ async fn arguments_that_needed_defaults_reach_the_body_normalised() {
     assert!(
         d.dispatch(&same, &run()).await.unwrap().deduplicated,
         "the defaults spelled out are the same call"
+    );
+}
+
+/// Parameters that serialise as their types do: the normal form is written from the fields.
+#[tool(class = "idempotent_write")]
+fn plain_fields(
+    n: f64,
+    note: Option<String>,
+    tags: Vec<String>,
+    #[serde(default)] count: u8,
+    r#type: String,
+) -> Result<(), ToolError> {
+    let _ = (n, note, tags, count, r#type);
+    Ok(())
+}
+
+/// The same parameters, one renamed to its own name: the normal form is the arguments
+/// struct's derived `Serialize`.
+#[tool(class = "idempotent_write")]
+fn derived_fields(
+    #[serde(rename = "n")] n: f64,
+    note: Option<String>,
+    tags: Vec<String>,
+    #[serde(default)] count: u8,
+    r#type: String,
+) -> Result<(), ToolError> {
+    let _ = (n, note, tags, count, r#type);
+    Ok(())
+}
+
+#[tokio::test]
+async fn both_ways_of_normalising_give_every_call_the_same_record() {
+    // Record keys are computed from the normal form, so a tool's keys must not depend on
+    // which way its expansion normalises: the same arguments, each shape below, must be
+    // recorded with the same canonical arguments and fingerprint by both tools.
+    let store = Arc::new(MemoryStore::new());
+    let d = linked(store.clone());
+    let shapes = [
+        json!({ "n": 1.5, "note": "x", "tags": ["a"], "count": 2, "type": "t" }),
+        json!({ "type": "t", "count": 2, "tags": ["a"], "note": "x", "n": 1.5 }),
+        json!({ "n": 1, "tags": [], "type": "" }),
+        json!({ "n": -0.0, "note": null, "tags": ["é", "\u{1F600}"], "count": 255, "type": "t" }),
+    ];
+    let run = RunContext::new("tenant-normal-forms");
+    for (i, args) in shapes.iter().enumerate() {
+        for tool in ["plain_fields", "derived_fields"] {
+            let call = ToolCall::new(tool, args.clone()).with_call_id(format!("shape-{i}"));
+            d.dispatch(&call, &run).await.unwrap();
+        }
+    }
+    let records = store
+        .list(ListFilter {
+            state: Some(StateKind::Completed),
+            tenant: Some("tenant-normal-forms".into()),
+            ..ListFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(records.len(), 2 * shapes.len());
+    let of = |tool: &str| {
+        let mut mine: Vec<_> = records
+            .iter()
+            .filter(|r| r.tool == tool)
+            .map(|r| (r.fingerprint, r.arguments.clone().expect("arguments kept")))
+            .collect();
+        mine.sort_by(|a, b| a.1.cmp(&b.1));
+        mine
+    };
+    let (plain, derived) = (of("plain_fields"), of("derived_fields"));
+    assert_eq!(plain, derived);
+    // The first two shapes differ only in the order of their entries, which is not part of
+    // a call: one fingerprint.
+    assert_eq!(plain.len(), shapes.len());
+    let distinct: std::collections::HashSet<_> = plain.iter().map(|(f, _)| *f).collect();
+    assert_eq!(distinct.len(), 3, "{plain:?}");
+    assert!(
+        plain
+            .iter()
+            .any(|(_, a)| a.contains(r#""count":0"#) && a.contains(r#""note":null"#)),
+        "the defaults are part of the normal form: {plain:?}"
     );
 }

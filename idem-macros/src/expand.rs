@@ -6,6 +6,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn};
 
@@ -97,7 +98,7 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
     let args = Arguments::new(tool, p);
     let args_struct = &args.declaration;
     let body = body(tool, p, &hidden);
-    let (proofs, fields) = (&args.proofs, &args.fields);
+    let (proofs, fields, normal) = (&args.proofs, &args.fields, &args.normal);
     let idents = tool.args().map(|param| param.ident);
     let call = call(tool, p, &hidden);
     let alias = tool.unspelled_return();
@@ -130,6 +131,7 @@ fn generate(tool: &ToolFn<'_>, attr: &Attr) -> TokenStream {
         &#p::Body::new(
             #proofs,
             #output_proof,
+            #normal,
             |__IdemArgs { #(#idents),* }| #fields,
             #call,
             |#err| #into_tool_error,
@@ -190,6 +192,8 @@ struct Arguments {
     declaration: TokenStream,
     proofs: TokenStream,
     fields: TokenStream,
+    /// How the arguments are normalised: by their names, or by the struct's `Serialize`.
+    normal: TokenStream,
 }
 
 impl Arguments {
@@ -201,11 +205,20 @@ impl Arguments {
         let mut generics = Vec::new();
         let mut fields = Vec::new();
         let mut proofs = Vec::new();
+        // Whether every field serialises as its type does, under its own name: then the
+        // normal form is written from the fields by code shared with every tool whose
+        // parameters have the same types, and the struct needs no `Serialize` of its own.
+        let mut plain = true;
         for (i, param) in tool.args().enumerate() {
             let id = param.ident;
             let ty = param.ty;
             let attrs = &param.field_attrs;
             let keys: Vec<(String, bool)> = attrs.iter().flat_map(|a| codec_keys(a)).collect();
+            plain &= attrs
+                .iter()
+                .filter(|a| a.path().is_ident("serde"))
+                .flat_map(|a| codec_keys(a))
+                .all(|(key, valued)| serialise_as_is(&key, valued));
             if keys.iter().any(|(key, valued)| concrete_key(key, *valued)) {
                 // The attribute names code written for the concrete type (`with = "module"`,
                 // `default = "path"`, `skip_serializing_if = "..."`): the field keeps that
@@ -232,14 +245,21 @@ impl Arguments {
         let generics = (!generics.is_empty()).then(|| quote!(<#(#generics),*>));
         let serde_crate = quote!(#p::serde).to_string().replace(' ', "");
         let schemars_crate = quote!(#p::schemars).to_string().replace(' ', "");
+        let (serialize, normal) = if plain {
+            let names = tool.args().map(|param| param.ident.unraw().to_string());
+            (None, quote!(#p::Named(&[#(#names),*])))
+        } else {
+            (Some(quote!(#p::serde::Serialize,)), quote!(#p::Derived))
+        };
         let declaration = quote! {
-            #[derive(#p::serde::Deserialize, #p::serde::Serialize, #p::schemars::JsonSchema)]
+            #[derive(#p::serde::Deserialize, #serialize #p::schemars::JsonSchema)]
             #[serde(crate = #serde_crate, deny_unknown_fields)]
             #[schemars(crate = #schemars_crate)]
             struct __IdemArgs #generics { #(#fields,)* }
         };
         Arguments {
             declaration,
+            normal,
             proofs: list(proofs),
             fields: list(tool.args().map(|param| {
                 let id = param.ident;
@@ -459,6 +479,12 @@ fn codec_keys(attr: &syn::Attribute) -> Vec<(String, bool)> {
         }
     }
     keys
+}
+
+/// Whether a serde key leaves the field's serialisation as its type's, under its own name:
+/// `default` and `alias` change only what is read.
+fn serialise_as_is(key: &str, valued: bool) -> bool {
+    (key == "default" && !valued) || key == "alias"
 }
 
 /// Whether a key makes serde or schemars use code written for the parameter's concrete type,

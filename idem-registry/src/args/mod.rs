@@ -1,9 +1,10 @@
 //! Turning a model's JSON arguments into a tool's typed arguments, or a precise error.
 //!
-//! Three rooms: this module normalises (the typed round trip whose result the fingerprint
+//! Four rooms: this module normalises (the typed round trip whose result the fingerprint
 //! covers) and holds the one refusal of arguments that are not an object; `located` reads
 //! typed arguments in one pass that knows its JSON pointer; `same` tells, without building
-//! anything, that arguments already are what the round trip would give. Pointers are built
+//! anything, that arguments already are what the round trip would give; `fields` gives the
+//! same round trip for a list of named fields, as most `#[tool]`s read them. Pointers are built
 //! by the crate's one JSON-pointer module, and the error type lives with the crate's other
 //! shared errors (it is re-exported here, where it always was).
 
@@ -16,6 +17,7 @@ use serde_json::Value;
 pub use crate::error::ArgumentError;
 use crate::pointer;
 
+pub(crate) mod fields;
 pub(crate) mod located;
 mod same;
 
@@ -62,22 +64,28 @@ pub fn normalise<T: DeserializeOwned + Serialize>(
 pub fn normalise_borrowed<T: DeserializeOwned + Serialize>(
     arguments: &Value,
 ) -> Result<Cow<'_, Value>, ArgumentError> {
-    normalise_typed::<T>(arguments).map(|(normal, _)| normal)
-}
-
-/// [`normalise_borrowed`], keeping the typed value when the arguments were already normal:
-/// it is then exactly what deserialising them again would give, so a handler may take it.
-pub(crate) fn normalise_typed<T: DeserializeOwned + Serialize>(
-    arguments: &Value,
-) -> Result<(Cow<'_, Value>, Option<T>), ArgumentError> {
     // The deserialiser the `#[tool]` handler uses too: one copy of `T`'s visitor is compiled.
     let typed: T = located::parse(arguments)?;
-    if same::serializes_to(&typed, arguments) {
-        return Ok((Cow::Borrowed(arguments), Some(typed)));
+    normal_form(&typed, arguments)
+}
+
+/// The normal form of `arguments` once read into `typed`: `typed` serialised, or `arguments`
+/// themselves, lent, when that is what they already are.
+pub(crate) fn normal_form<'a, T: Serialize>(
+    typed: &T,
+    arguments: &'a Value,
+) -> Result<Cow<'a, Value>, ArgumentError> {
+    if same::serializes_to(typed, arguments) {
+        return Ok(Cow::Borrowed(arguments));
     }
-    serde_json::to_value(&typed)
-        .map(|normal| (Cow::Owned(normal), None))
-        .map_err(|e| ArgumentError::new("", format!("arguments could not be re-encoded: {e}")))
+    serde_json::to_value(typed)
+        .map(Cow::Owned)
+        .map_err(not_re_encoded)
+}
+
+/// The refusal of arguments whose typed value has no JSON form (a map with non-string keys).
+fn not_re_encoded(e: impl std::fmt::Display) -> ArgumentError {
+    ArgumentError::new("", format!("arguments could not be re-encoded: {e}"))
 }
 
 /// Deserialise typed arguments with the JSON pointer of the first error.

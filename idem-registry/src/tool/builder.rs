@@ -163,19 +163,18 @@ impl ToolBuilder {
         self
     }
 
-    /// [`typed_arguments`](Self::typed_arguments) whose typed value goes on to a handler
-    /// set with [`handler_typed`](Self::handler_typed), when the arguments were already
-    /// normal (so that it is exactly what the handler would read from them).
-    pub(crate) fn typed_arguments_carried<T>(mut self) -> Self
-    where
-        T: serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
-    {
-        self.prepare = Some(Arc::new(|v: &Value| {
-            crate::args::normalise_typed::<T>(v).map(|(arguments, typed)| PreparedArguments {
-                arguments,
-                typed: typed.map(|t| Box::new(t) as TypedArguments),
-            })
-        }));
+    /// How arguments are checked and normalised, and the typed value the preparer read
+    /// them into, which goes on to a handler set with [`handler_typed`](Self::handler_typed)
+    /// when the arguments were already normal (so that it is exactly what the handler would
+    /// read from them). What `#[tool]` uses.
+    pub(crate) fn prepare_carried(
+        mut self,
+        f: impl for<'a> Fn(&'a Value) -> Result<PreparedArguments<'a>, ArgumentError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.prepare = Some(Arc::new(f));
         self
     }
 
@@ -216,7 +215,7 @@ impl ToolBuilder {
     }
 
     /// The body, lent the arguments and given the typed value the preparer built, if any
-    /// (see [`typed_arguments_carried`](Self::typed_arguments_carried)).
+    /// (see [`prepare_carried`](Self::prepare_carried)).
     pub(crate) fn handler_typed<F, Fut>(mut self, f: F) -> Self
     where
         F: Fn(ToolContext, &Value, Option<TypedArguments>) -> Fut + Send + Sync + 'static,

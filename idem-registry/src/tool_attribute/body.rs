@@ -3,6 +3,7 @@
 //! code turning a declaration into a [`ToolDef`](crate::ToolDef) is compiled once for every
 //! tool.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -16,8 +17,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::proofs::{Proofs, Proven, ToolReturn};
+use crate::args::ArgumentError;
+use crate::args::fields::FieldList;
 use crate::context::ToolContext;
-use crate::tool::{ToolBuilder, TypedArguments};
+use crate::tool::{PreparedArguments, ToolBuilder, TypedArguments};
 
 /// What a declaration needs of its body, whatever its types.
 pub trait ToolBody: Sync {
@@ -29,10 +32,62 @@ pub trait ToolBody: Sync {
     fn attach(&'static self, builder: ToolBuilder) -> ToolBuilder;
 }
 
+/// How a body's arguments are normalised (the value record keys are computed from).
+///
+/// [`Named`] serialises the fields under their names, with code generic over their types
+/// only, shared by every tool with parameters of the same types; [`Derived`] serialises the
+/// arguments struct by its derived `Serialize`, for parameters whose serde attributes change
+/// their serialisation. Both give the same value for the same fields.
+pub trait Normal<A, F>: Sync {
+    /// The normal form of `arguments`, read into `typed`, and the fields `fields` takes out of
+    /// it when the arguments were already normal (a handler may then take them as they are).
+    fn normalise<'a>(
+        &self,
+        arguments: &'a Value,
+        typed: A,
+        fields: &impl Fn(A) -> F,
+    ) -> Result<(Cow<'a, Value>, Option<F>), ArgumentError>;
+}
+
+/// The fields, serialised under these names in this order.
+pub struct Named(pub &'static [&'static str]);
+
+impl<A, F: FieldList> Normal<A, F> for Named {
+    fn normalise<'a>(
+        &self,
+        arguments: &'a Value,
+        typed: A,
+        fields: &impl Fn(A) -> F,
+    ) -> Result<(Cow<'a, Value>, Option<F>), ArgumentError> {
+        let fields = fields(typed);
+        let normal = crate::args::fields::normalise(self.0, &fields, arguments)?;
+        let carried = matches!(normal, Cow::Borrowed(_)).then_some(fields);
+        Ok((normal, carried))
+    }
+}
+
+/// The arguments struct, serialised by its derived `Serialize`.
+pub struct Derived;
+
+impl<A: Serialize, F> Normal<A, F> for Derived {
+    fn normalise<'a>(
+        &self,
+        arguments: &'a Value,
+        typed: A,
+        fields: &impl Fn(A) -> F,
+    ) -> Result<(Cow<'a, Value>, Option<F>), ArgumentError> {
+        let normal = crate::args::normal_form(&typed, arguments)?;
+        let carried = matches!(normal, Cow::Borrowed(_)).then(|| fields(typed));
+        Ok((normal, carried))
+    }
+}
+
 /// A tool's body with the types its proofs gave: `Pr` the parameters' proofs, `MO` the
-/// output's, `A` the arguments struct, `E` the body's error, `Fut` its future; `S` takes the
-/// arguments struct apart, `F` runs the body, `C` converts its error.
-pub struct Body<Pr, MO, A, E, Fut, S, F, C> {
+/// output's, `A` the arguments struct, `E` the body's error, `Fut` its future; `N` normalises
+/// the arguments, `S` takes the arguments struct apart, `F` runs the body, `C` converts its
+/// error.
+pub struct Body<Pr, MO, A, E, Fut, N, S, F, C> {
+    normal: N,
     fields: S,
     run: F,
     error: C,
@@ -43,7 +98,7 @@ pub struct Body<Pr, MO, A, E, Fut, S, F, C> {
 /// `Sync` whatever `T` is.
 type Types<T> = PhantomData<fn() -> T>;
 
-impl<Pr, MO, A, E, Fut, S, F, C> Body<Pr, MO, A, E, Fut, S, F, C>
+impl<Pr, MO, A, E, Fut, N, S, F, C> Body<Pr, MO, A, E, Fut, N, S, F, C>
 where
     Pr: Proofs,
     MO: Proven,
@@ -53,13 +108,22 @@ where
     C: Fn(E) -> ToolError,
 {
     /// The body `run`, called with the fields `fields` takes out of the arguments struct,
-    /// whose errors `error` converts. The bounds are here, not only on the [`ToolBody`] impl,
-    /// because they are what tells rustc the closures' parameter types.
-    pub const fn new(proofs: Pr, output: PhantomData<MO>, fields: S, run: F, error: C) -> Self {
+    /// whose errors `error` converts; `normal` gives the arguments' normal form. The bounds
+    /// are here, not only on the [`ToolBody`] impl, because they are what tells rustc the
+    /// closures' parameter types.
+    pub const fn new(
+        proofs: Pr,
+        output: PhantomData<MO>,
+        normal: N,
+        fields: S,
+        run: F,
+        error: C,
+    ) -> Self {
         // The proofs are types only; a `const fn` may not drop a value of a generic type.
         std::mem::forget(proofs);
         let _ = output;
         Body {
+            normal,
             fields,
             run,
             error,
@@ -68,12 +132,13 @@ where
     }
 }
 
-impl<Pr, MO, A, E, Fut, S, F, C> ToolBody for Body<Pr, MO, A, E, Fut, S, F, C>
+impl<Pr, MO, A, E, Fut, N, S, F, C> ToolBody for Body<Pr, MO, A, E, Fut, N, S, F, C>
 where
-    Pr: Proofs,
+    Pr: Proofs<Fields: Send + 'static>,
     MO: Proven,
     MO::Type: Serialize + JsonSchema,
-    A: DeserializeOwned + Serialize + JsonSchema + Send + 'static,
+    A: DeserializeOwned + JsonSchema + 'static,
+    N: Normal<A, Pr::Fields> + 'static,
     S: Fn(A) -> Pr::Fields + Sync + 'static,
     F: Fn(ToolContext, Pr::Params) -> Fut + Sync + 'static,
     Fut: Future<Output: ToolReturn<Ok = MO::Type, Err = E>> + Send + 'static,
@@ -88,24 +153,35 @@ where
     }
 
     fn attach(&'static self, builder: ToolBuilder) -> ToolBuilder {
-        builder.typed_arguments_carried::<A>().handler_typed(
-            move |ctx: ToolContext, args: &Value, typed: Option<TypedArguments>| {
-                // The first attempt takes the value the preparer read; a retry reads it again.
-                let parsed = match typed.and_then(|t| t.downcast::<A>().ok()) {
-                    Some(typed) => Ok(*typed),
-                    None => crate::args::located::parse::<A>(args),
-                };
-                match parsed {
-                    Ok(args) => Call::Running {
-                        body: (self.run)(ctx, Pr::pass((self.fields)(args))),
-                        error: &self.error,
-                    },
-                    Err(e) => Call::Refused {
-                        error: Some(ToolError::not_applied(e)),
-                    },
-                }
-            },
-        )
+        builder
+            .prepare_carried(move |arguments: &Value| {
+                // The deserialiser the handler uses too: one copy of `A`'s visitor.
+                let typed: A = crate::args::located::parse(arguments)?;
+                let (normal, fields) = self.normal.normalise(arguments, typed, &self.fields)?;
+                Ok(PreparedArguments {
+                    arguments: normal,
+                    typed: fields.map(|f| Box::new(f) as TypedArguments),
+                })
+            })
+            .handler_typed(
+                move |ctx: ToolContext, args: &Value, typed: Option<TypedArguments>| {
+                    // The first attempt takes the fields the preparer read; a retry reads
+                    // them again.
+                    let parsed = match typed.and_then(|t| t.downcast::<Pr::Fields>().ok()) {
+                        Some(fields) => Ok(*fields),
+                        None => crate::args::located::parse::<A>(args).map(&self.fields),
+                    };
+                    match parsed {
+                        Ok(fields) => Call::Running {
+                            body: (self.run)(ctx, Pr::pass(fields)),
+                            error: &self.error,
+                        },
+                        Err(e) => Call::Refused {
+                            error: Some(ToolError::not_applied(e)),
+                        },
+                    }
+                },
+            )
     }
 }
 

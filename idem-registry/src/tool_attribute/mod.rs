@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use idem_core::ToolError;
 use serde_json::Value;
 
-pub use body::{Body, ToolBody};
+pub use body::{Body, Derived, Named, Normal, ToolBody};
 pub use futures_util::future::lazy;
 pub use idem_core::ToolClass;
 // The proof traits too, though the expansion does not name them: rustc names them in its
@@ -33,6 +33,7 @@ pub use proofs::{
 };
 pub use {inventory, schemars, serde};
 
+pub use crate::args::fields::FieldList;
 pub use crate::context::ToolContext;
 use crate::tool::{BoxFuture, ToolPolicy, Verified};
 pub use crate::tool::{StaticTool, ToolDef, ToolRegistration};
@@ -168,7 +169,7 @@ mod tests {
 
     // What `#[tool(class = "idempotent_write", ttl_secs = 60, scopes = ["words"], natural_key
     // = by_word)]` on `async fn shout(#[secret] word: String, times: u8)` expands to, by hand.
-    #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct ShoutArgs<P0, P1> {
         word: P0,
@@ -200,6 +201,7 @@ mod tests {
         body: &Body::new(
             (param::<String, _>(), (param::<u8, _>(), ())),
             output::<String, _>(),
+            Named(&["word", "times"]),
             |ShoutArgs { word, times }| (word, (times, ())),
             |ctx, (word, (times, ()))| shout(ctx, word, times),
             tool_error::<ToolError, _>,
