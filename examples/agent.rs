@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{SqliteStore, StateKind};
+use idem::{ApprovalKey, ApprovalKeys, Approver, SqliteStore, StateKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -327,7 +327,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let registry = Registry::linked()?;
-    let dispatcher = Dispatcher::new(registry, store.clone()).with_namespace("support-desk");
+    // The key approvals are signed with. A deployment reads it from a secret manager; the
+    // agent's host holds only what verifies (here both sides are one process).
+    let approval_key = ApprovalKey::new("desk-2026-12", *b"example-approval-key-not-secret!")?;
+    let keys = ApprovalKeys::new([approval_key.clone()]);
+    let dispatcher =
+        Dispatcher::approving(registry, store.clone(), keys)?.with_namespace("support-desk");
     let run = RunContext::new("acme-corp")
         .with_run("run-2026-11-30", 1)
         .grant("mail:send")
@@ -427,8 +432,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Err(DispatchError::ApprovalRequired { request }) =
         s.play("irreversible, no approval", delete.clone()).await
     {
-        s.run = s.run.clone().approve(request.approve());
-        s.play("irreversible, approved", delete).await.ok();
+        // Someone who controls the agent but not the key signs an approval: refused.
+        let forger = ApprovalKey::new("desk-2026-12", *b"a-guess-at-the-key-is-not-a-key!")?;
+        let forged =
+            Approver::new("mallory", forger).approve_for(&request, Duration::from_secs(600));
+        let run = s.run.clone();
+        s.run = run.clone().approve(forged);
+        s.play("irreversible, forged approval", delete.clone())
+            .await
+            .ok();
+        // The operator signs an approval of exactly this call, valid for ten minutes.
+        let operator = Approver::new("dana@support-desk", approval_key);
+        s.run = run.approve(operator.approve_for(&request, Duration::from_secs(600)));
+        s.play("irreversible, approved", delete.clone()).await.ok();
+        s.play("irreversible, replayed", delete).await.ok();
     }
 
     // The table.

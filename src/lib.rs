@@ -26,7 +26,7 @@
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let dispatcher = Dispatcher::new(Registry::linked().unwrap(), Arc::new(MemoryStore::new()));
+//! let dispatcher = Dispatcher::new(Registry::linked().unwrap(), Arc::new(MemoryStore::new())).unwrap();
 //! let call = ToolCall::new("set_status", serde_json::json!({"ticket": 7, "status": "open"}))
 //!     .with_call_id("call_1");
 //! let run = RunContext::new("tenant-a");
@@ -107,7 +107,7 @@
 //! let clock = Arc::new(ManualClock::new());
 //! let store = MemoryStore::new().with_clock(clock.clone());
 //! let registry = Registry::builder().tool::<rebuild_report>().build().unwrap();
-//! let dispatcher = Dispatcher::new(registry, Arc::new(store));
+//! let dispatcher = Dispatcher::new(registry, Arc::new(store)).unwrap();
 //! let call = ToolCall::new("rebuild_report", serde_json::json!({"report": "q3"}))
 //!     .with_call_id("call_1");
 //! let run = RunContext::new("tenant-a");
@@ -142,17 +142,20 @@ pub use idem_core::{
     ToolClass, ToolError, UnknownCause, UnknownClass,
 };
 pub use idem_macros::tool;
-pub use idem_registry::dispatch::{DEFAULT_MAX_ARGUMENT_BYTES, DEFAULT_NAMESPACE};
+pub use idem_registry::dispatch::{
+    DEFAULT_MAX_APPROVAL_VALIDITY, DEFAULT_MAX_ARGUMENT_BYTES, DEFAULT_NAMESPACE,
+};
 /// Provider exports (OpenAI, Anthropic, Gemini, MCP) and their portability reports.
 pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
 pub use idem_registry::tool::Location;
 pub use idem_registry::{
-    Approval, ApprovalRequest, ArgumentError, DEFAULT_VERIFY_AFTER, DispatchError, Dispatched,
-    Dispatcher, LONGEST_POLICY_DURATION, Registry, RegistryBuilder, RegistryError, RunContext,
-    SecretKey, SecretKeyTooShort, StaticTool, ToolBuilder, ToolCall, ToolContext, ToolDef,
+    Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,
+    Approver, ArgumentError, DEFAULT_VERIFY_AFTER, DispatchError, Dispatched, Dispatcher,
+    LONGEST_POLICY_DURATION, Registry, RegistryBuilder, RegistryError, RunContext, SecretKey,
+    SecretKeyTooShort, SetupError, StaticTool, ToolBuilder, ToolCall, ToolContext, ToolDef,
     ToolPolicy, ToolSpec, Verified,
 };
-pub use idem_registry::{dispatch, export, schema, validate};
+pub use idem_registry::{approval, dispatch, export, schema, validate};
 
 /// Stores, their contract, and the operator operations.
 pub mod store {

@@ -509,10 +509,15 @@ async fn irreversible_needs_an_approval_bound_to_key_and_arguments() {
         arguments: json!({"label": l, "plan": {"output": "other"}}),
         ..c.clone()
     };
-    let approved = run().approve(request.approve());
+    let approved = run().approve(
+        support::dispatcher::approver().approve_for(&request, std::time::Duration::from_secs(3600)),
+    );
     assert!(matches!(
         d.dispatch(&other, &approved).await,
-        Err(DispatchError::ApprovalRequired { .. })
+        Err(DispatchError::ApprovalRefused {
+            refusal: idem::ApprovalRefusal::OtherArguments,
+            ..
+        })
     ));
     // ...nor to another key with the same arguments.
     let other_key = c.clone().with_call_id("another-call");
@@ -538,7 +543,13 @@ async fn irreversible_is_never_retried() {
             other => panic!("{other:?}"),
         };
         let _ = d
-            .dispatch(&c, &run().approve(request.approve()))
+            .dispatch(
+                &c,
+                &run().approve(
+                    support::dispatcher::approver()
+                        .approve_for(&request, std::time::Duration::from_secs(3600)),
+                ),
+            )
             .await
             .unwrap_err();
         assert_eq!(runs(&l).len(), 1, "{kind}: never retried");

@@ -34,7 +34,9 @@ async fn a_checkpoint_replay_of_a_completed_irreversible_call_replays_without_ap
     else {
         panic!("an irreversible call first needs approval")
     };
-    let approved = plain.clone().approve(request.approve());
+    let approved = plain.clone().approve(
+        support::dispatcher::approver().approve_for(&request, std::time::Duration::from_secs(3600)),
+    );
     assert!(!d.dispatch(&call, &approved).await.unwrap().deduplicated);
 
     // The run is replayed from a checkpoint, without its approvals.

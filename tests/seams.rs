@@ -67,7 +67,7 @@ fn dispatcher(tools: Vec<ToolDef>) -> Dispatcher {
     for t in tools {
         registry = registry.add(t);
     }
-    Dispatcher::new(registry.build().unwrap(), Arc::new(MemoryStore::new()))
+    Dispatcher::new(registry.build().unwrap(), Arc::new(MemoryStore::new())).unwrap()
 }
 
 #[tokio::test]

@@ -214,7 +214,9 @@ async fn an_approval_request_shows_the_secret_sealed() {
     assert_eq!(request.arguments["door"], "front");
     assert!(!request.arguments.to_string().contains("1234"));
     // Approving what was shown runs the call.
-    let run = RunContext::new("t").approve(request.approve());
+    let run = RunContext::new("t").approve(
+        support::dispatcher::approver().approve_for(&request, std::time::Duration::from_secs(3600)),
+    );
     assert_eq!(d.dispatch(&call, &run).await.unwrap().output, json!("open"));
 }
 

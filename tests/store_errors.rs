@@ -48,7 +48,7 @@ fn setup(store: MemoryStore) -> (Dispatcher, Arc<MemoryStore>) {
         .tool::<put>()
         .build()
         .unwrap();
-    (Dispatcher::new(registry, store.clone()), store)
+    (Dispatcher::new(registry, store.clone()).unwrap(), store)
 }
 
 fn run() -> RunContext {

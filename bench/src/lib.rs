@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::prelude::*;
-use idem::{Approval, Registry};
+use idem::{ApprovalKey, ApprovalKeys, Approver, Registry};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -105,7 +105,15 @@ pub fn registry() -> Registry {
 
 /// A dispatcher over the four no-op tools and a store.
 pub fn dispatcher(store: Arc<dyn Store>) -> Dispatcher {
-    Dispatcher::new(registry(), store).with_namespace("bench")
+    let keys = ApprovalKeys::new([approval_key()]);
+    Dispatcher::approving(registry(), store, keys)
+        .expect("the bench's dispatcher has an approval key")
+        .with_namespace("bench")
+}
+
+/// The bench's approval key.
+fn approval_key() -> ApprovalKey {
+    ApprovalKey::new("bench", [7u8; 32]).expect("32 bytes")
 }
 
 /// The run context of one call: irreversible calls carry the approval of exactly that call,
@@ -118,8 +126,8 @@ pub async fn run_for(dispatcher: &Dispatcher, tool: &str, call_id: &str) -> RunC
     let call = call(tool, call_id);
     match dispatcher.dispatch(&call, &run).await {
         Err(DispatchError::ApprovalRequired { request }) => {
-            let approval: Approval = request.approve();
-            run.approve(approval)
+            let approver = Approver::new("bench", approval_key());
+            run.approve(approver.approve_for(&request, std::time::Duration::from_secs(86_400)))
         }
         other => panic!("expected ApprovalRequired, got {other:?}"),
     }

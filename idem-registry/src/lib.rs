@@ -32,9 +32,12 @@ pub mod validate {
     pub use crate::schema::{ArgumentValidator, SchemaError, drop_absent_nulls};
 }
 
-pub use approval::{Approval, ApprovalRequest};
+pub use approval::{
+    Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,
+    Approver,
+};
 pub use context::ToolContext;
-pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
+pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, SetupError, ToolCall};
 pub use error::{ArgumentError, RegistryError};
 pub use redact::{SecretKey, SecretKeyTooShort};
 pub use registry::{Registry, RegistryBuilder};

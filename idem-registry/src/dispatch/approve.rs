@@ -1,5 +1,6 @@
-//! The approve stage: an irreversible call runs only with an approval of exactly this key
-//! and these arguments (ARCHITECTURE.md, "Approvals").
+//! The approve stage: an irreversible call runs only with an approval signed by one of the
+//! dispatcher's approval keys for exactly this call, unexpired on the store's clock
+//! (ARCHITECTURE.md, "Approvals"; the checks are `crate::approval`'s).
 
 use idem_core::{IdempotencyKey, Record, RecordState};
 use serde_json::Value;
@@ -8,7 +9,7 @@ use super::call::{Dispatched, RunContext};
 use super::error::DispatchError;
 use super::key::Keyed;
 use super::{Dispatcher, replay};
-use crate::approval::ApprovalRequest;
+use crate::approval::{ApprovalRequest, Binding};
 use crate::tool::ToolDef;
 
 impl Dispatcher {
@@ -29,15 +30,36 @@ impl Dispatcher {
             .keys
             .as_ref()
             .map_or("", |(_, downstream)| downstream.as_str());
-        // Compared in the order that rejects a foreign approval soonest; nothing is copied
-        // unless a request has to be built.
-        let approved = run.approvals.iter().any(|a| {
-            a.fingerprint == keyed.fingerprint && a.key.as_str() == key && a.tool == tool.name
-        });
-        if approved {
-            return Ok(None);
+        // Only approvals naming this call are read: a run may carry approvals of others.
+        // The first refusal of one is reported if nothing replays.
+        let mut refused = None;
+        if run.approvals.iter().any(|a| a.names(&tool.name, key)) {
+            // Expiry is the store's clock's to tell, as every other deadline.
+            let now = self
+                .store
+                .now()
+                .await
+                .map_err(|e| super::error::store_error(tool, e))?;
+            let binding = Binding {
+                namespace: &self.namespace,
+                tenant: &run.tenant,
+                tool: &tool.name,
+                key,
+                fingerprint: keyed.fingerprint,
+            };
+            for approval in &run.approvals {
+                if !approval.names(&tool.name, key) {
+                    continue;
+                }
+                let longest = self.max_approval_validity;
+                match approval.check(&self.approval_keys, &binding, longest, now) {
+                    Ok(()) => return Ok(None),
+                    Err(refusal) => refused = refused.or(Some(refusal)),
+                }
+            }
         }
-        // A run replayed from a checkpoint without its approvals gets the recorded outcome.
+        // A run replayed from a checkpoint without its approvals (or with expired ones) gets
+        // the recorded outcome.
         // Only a completed record with these very arguments is replayed; anything that could
         // execute needs the approval. A store that cannot answer leaves it required.
         if let Some((record_key, downstream)) = &keyed.keys {
@@ -52,12 +74,21 @@ impl Dispatcher {
                 return replay(tool, record_key, downstream, outcome).map(Some);
             }
         }
+        if let Some(refusal) = refused {
+            return Err(DispatchError::ApprovalRefused {
+                tool: tool.name.to_string(),
+                key: IdempotencyKey::new(key),
+                refusal,
+            });
+        }
         let arguments = match &keyed.sealed {
             Some(sealed) => sealed.clone(),
             None => Value::clone(args),
         };
         Err(DispatchError::ApprovalRequired {
             request: Box::new(ApprovalRequest {
+                namespace: self.namespace.clone(),
+                tenant: run.tenant.clone(),
                 tool: tool.name.to_string(),
                 key: IdempotencyKey::new(key),
                 fingerprint: keyed.fingerprint,

@@ -30,6 +30,7 @@
 //!
 //! let registry = idem::Registry::builder().build().unwrap();
 //! let dispatcher = idem::Dispatcher::new(registry, Arc::new(idem::MemoryStore::new()))
+//!     .unwrap()
 //!     .with_execution(Arc::new(Timeout(Duration::from_secs(30))));
 //! # let _ = dispatcher;
 //! ```

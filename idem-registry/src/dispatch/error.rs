@@ -2,7 +2,7 @@
 
 use idem_core::{IdempotencyKey, StoreError, Timestamp, ToolClass, ToolError};
 
-use crate::approval::ApprovalRequest;
+use crate::approval::{ApprovalRefusal, ApprovalRequest};
 use crate::tool::ToolDef;
 
 /// Why a call was refused or did not succeed. Every variant names the tool.
@@ -60,6 +60,16 @@ pub enum DispatchError {
     ApprovalRequired {
         /// What to approve.
         request: Box<ApprovalRequest>,
+    },
+    /// An approval presented for this call was refused; nothing was recorded or run.
+    #[error("the approval for `{tool}` with key {key} was refused: {refusal}")]
+    ApprovalRefused {
+        /// The tool.
+        tool: String,
+        /// The call's downstream key.
+        key: IdempotencyKey,
+        /// The check that failed.
+        refusal: ApprovalRefusal,
     },
     /// The key was used before with other arguments.
     #[error(
@@ -167,6 +177,7 @@ impl DispatchError {
             DispatchError::SecretKeyMissing { .. } => "secret_key_missing",
             DispatchError::MissingKey { .. } => "missing_key",
             DispatchError::ApprovalRequired { .. } => "approval_required",
+            DispatchError::ApprovalRefused { .. } => "approval_refused",
             DispatchError::KeyReused { .. } => "key_reused",
             DispatchError::InProgress { .. } => "in_progress",
             DispatchError::OutcomeUnknown { .. } => "outcome_unknown",

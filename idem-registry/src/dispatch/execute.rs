@@ -187,7 +187,7 @@ impl Dispatcher {
     ) -> Result<(), DispatchError> {
         let result = match too_deep(outcome, output) {
             Some(e) => Err(e),
-            None => hold.complete(outcome, call.tool.policy.ttl).await,
+            None => hold.complete(outcome, call.ttl).await,
         };
         let e = match result {
             Ok(()) => return Ok(()),

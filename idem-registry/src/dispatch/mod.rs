@@ -46,6 +46,7 @@ pub use call::{Dispatched, RunContext, ToolCall};
 pub use error::DispatchError;
 pub use observe::{DispatchEvent, EventKind, Observer, TracingObserver};
 
+use crate::approval::ApprovalKeys;
 use crate::redact::SecretKey;
 use crate::registry::Registry;
 use crate::tool::{PreparedArguments, ToolDef};
@@ -68,7 +69,7 @@ use observe::Observers;
 ///     .build()
 ///     .unwrap();
 /// let registry = Registry::builder().add(set_status).build().unwrap();
-/// let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new()));
+/// let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new())).unwrap();
 /// let call = ToolCall::new("set_status", json!({"status": "open"})).with_call_id("call_1");
 /// let run = RunContext::new("tenant-a");
 /// let first = dispatcher.dispatch(&call, &run).await.unwrap();
@@ -84,14 +85,35 @@ pub struct Dispatcher {
     namespace: String,
     max_argument_bytes: usize,
     secret_key: Option<SecretKey>,
+    approval_keys: ApprovalKeys,
+    max_approval_validity: Duration,
     observers: Observers,
     execution: Option<Arc<dyn Execution>>,
+}
+
+/// A dispatcher that cannot be made as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// An irreversible tool, and no key to verify its approvals with: every call to it
+    /// would be refused.
+    #[error(
+        "tool `{tool}` is irreversible and this dispatcher has no approval key to verify its approvals with: build it with `Dispatcher::approving(registry, store, ApprovalKeys::new([key]))` (see `idem::approval`)"
+    )]
+    NoApprovalKeys {
+        /// The first irreversible tool of the registry.
+        tool: String,
+    },
 }
 
 /// The largest arguments a recorded call may have unless
 /// [`Dispatcher::with_max_argument_bytes`] says otherwise: 1 MiB, as the stores' default
 /// limit on an outcome.
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
+
+/// The longest an approval may stay valid, from the moment it is presented, unless
+/// [`Dispatcher::with_max_approval_validity`] says otherwise: one day.
+pub const DEFAULT_MAX_APPROVAL_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 
 /// The namespace used unless [`Dispatcher::with_namespace`] says otherwise.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -109,17 +131,41 @@ impl fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher over a registry and a store.
-    pub fn new(registry: Registry, store: Arc<dyn Store>) -> Self {
-        Dispatcher {
+    /// A dispatcher over a registry and a store. A registry with an irreversible tool needs
+    /// keys to verify approvals with: [`Dispatcher::approving`]; here it is
+    /// [`SetupError::NoApprovalKeys`].
+    pub fn new(registry: Registry, store: Arc<dyn Store>) -> Result<Self, SetupError> {
+        Dispatcher::approving(registry, store, ApprovalKeys::default())
+    }
+
+    /// A dispatcher that runs an irreversible call only with an [`Approval`] signed by one
+    /// of `keys` (several during a rotation) for exactly that call. No key and an
+    /// irreversible tool in the registry is [`SetupError::NoApprovalKeys`].
+    ///
+    /// [`Approval`]: crate::Approval
+    pub fn approving(
+        registry: Registry,
+        store: Arc<dyn Store>,
+        keys: ApprovalKeys,
+    ) -> Result<Self, SetupError> {
+        if keys.is_empty()
+            && let Some(tool) = registry.iter().find(|t| t.class.requires_approval())
+        {
+            return Err(SetupError::NoApprovalKeys {
+                tool: tool.name.to_string(),
+            });
+        }
+        Ok(Dispatcher {
             registry: Arc::new(registry),
             store,
             namespace: DEFAULT_NAMESPACE.to_owned(),
             max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
             secret_key: None,
+            approval_keys: keys,
+            max_approval_validity: DEFAULT_MAX_APPROVAL_VALIDITY,
             observers: Observers::tracing(),
             execution: None,
-        }
+        })
     }
 
     /// The key that seals secret arguments (see [`crate::redact`]); a tool with secret
@@ -127,6 +173,15 @@ impl Dispatcher {
     /// one. Read it from a secret manager or the environment, the same on every worker.
     pub fn with_secret_key(mut self, key: SecretKey) -> Self {
         self.secret_key = Some(key);
+        self
+    }
+
+    /// Refuse an approval that would stay valid for longer than `validity` from the moment
+    /// it is presented ([`ApprovalRefusal::TooLong`](crate::ApprovalRefusal::TooLong)).
+    /// Records of calls that need approval are kept at least that long, so that an approval
+    /// used once always finds its call's record. Default [`DEFAULT_MAX_APPROVAL_VALIDITY`].
+    pub fn with_max_approval_validity(mut self, validity: Duration) -> Self {
+        self.max_approval_validity = validity;
         self
     }
 
@@ -263,10 +318,24 @@ impl Dispatcher {
             downstream,
             fingerprint: keyed.fingerprint,
             natural: keyed.natural,
+            ttl: self.record_ttl(tool),
         };
         match self.claim(&call, keyed.canonical, watch).await? {
             claim::Claimed::Held(held) => self.execute_held(&call, held, typed, watch).await,
             claim::Claimed::Settled(dispatched) => Ok(dispatched),
+        }
+    }
+
+    /// How long a tool's outcome is kept: its TTL, and for a tool that needs approval at
+    /// least as long as any approval this dispatcher accepts stays valid. So the record of
+    /// a call outlives every approval that could have run it, and an approval used once finds
+    /// the record (and replays) for as long as it could be presented again: an approval
+    /// authorises at most one effect.
+    fn record_ttl(&self, tool: &ToolDef) -> Duration {
+        if tool.class.requires_approval() {
+            tool.policy.ttl.max(self.max_approval_validity)
+        } else {
+            tool.policy.ttl
         }
     }
 
@@ -306,6 +375,8 @@ struct RecordedCall<'a> {
     fingerprint: Fingerprint,
     /// Whether the key is the tool's natural key.
     natural: bool,
+    /// How long its outcome is kept once recorded (see [`Dispatcher::record_ttl`]).
+    ttl: Duration,
 }
 
 impl RecordedCall<'_> {

@@ -31,6 +31,7 @@
 //!
 //! let registry = idem::Registry::builder().build().unwrap();
 //! let dispatcher = idem::Dispatcher::new(registry, Arc::new(idem::MemoryStore::new()))
+//!     .unwrap()
 //!     .with_observer(Arc::new(Executions::default()));
 //! # let _ = dispatcher;
 //! ```

@@ -79,7 +79,7 @@ impl Dispatcher {
         );
         let done = self
             .store
-            .settle_unknown(&call.record_key, fence, outcome.as_ref(), tool.policy.ttl)
+            .settle_unknown(&call.record_key, fence, outcome.as_ref(), call.ttl)
             .await
             .map_err(|e| call.store_error(e))?;
         Ok(match (done, outcome) {

@@ -29,7 +29,7 @@ async fn with_context(__idem_ctx: &ToolContext, city: String) -> Result<String, 
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let dispatcher = Dispatcher::new(Registry::linked().unwrap(), std::sync::Arc::new(MemoryStore::new()));
+    let dispatcher = Dispatcher::new(Registry::linked().unwrap(), std::sync::Arc::new(MemoryStore::new())).unwrap();
     let run = RunContext::new("names");
     let out = dispatcher
         .dispatch(&ToolCall::new("query", serde_json::json!({ "query": "rust" })), &run)

@@ -19,7 +19,7 @@ fn count_words(text: String) -> CountResult {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let dispatcher = Dispatcher::new(Registry::linked().unwrap(), std::sync::Arc::new(MemoryStore::new()));
+    let dispatcher = Dispatcher::new(Registry::linked().unwrap(), std::sync::Arc::new(MemoryStore::new())).unwrap();
     let run = RunContext::new("alias");
     for (tool, args, out) in [
         ("count_tickets", serde_json::json!({ "queue": "abc" }), 3),

@@ -84,7 +84,7 @@ async fn main() {
     );
     assert_eq!(schema["properties"]["minutes"]["default"], 10, "{schema}");
 
-    let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new()));
+    let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new())).unwrap();
     let run = RunContext::new("tenant-a");
     let call = ToolCall::new(
         "set_thermostat",
