@@ -29,6 +29,7 @@ use crate::class::OrphanPolicy;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, StateKind, Timestamp};
 
+pub mod approvals;
 pub(crate) mod codec;
 pub mod layer;
 pub mod machine;
@@ -445,4 +446,26 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// The store's clock.
     async fn now(&self) -> Result<Timestamp, StoreError>;
+
+    /// Pending approvals: the JSON text of the entry under `key`, as last put by
+    /// [`Store::swap_approval`]. What reads and decides them is [`approvals`], written once.
+    async fn approval_text(&self, key: &RecordKey) -> Result<Option<String>, StoreError>;
+
+    /// Pending approvals: put `text` (the JSON of `entry`, whose tenant and tool a store may
+    /// index) under `key` if the text there is still `expected` (`None`: no entry),
+    /// atomically. Returns whether it was put; `false` changes nothing.
+    async fn swap_approval(
+        &self,
+        key: &RecordKey,
+        expected: Option<&str>,
+        entry: &approvals::PendingApproval,
+        text: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Pending approvals: the key and text of every entry `filter` may admit. A store may
+    /// narrow by tenant and tool; the caller checks each entry against the filter again.
+    async fn approval_texts(
+        &self,
+        filter: &approvals::ApprovalFilter,
+    ) -> Result<Vec<(RecordKey, String)>, StoreError>;
 }

@@ -34,6 +34,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+mod approvals;
 mod fixtures;
 mod holders;
 mod instances;
@@ -98,6 +99,17 @@ pub const CASES: &[(&str, CaseFn)] = &[
     }),
     ("orphan_with_other_arguments_is_not_taken_over", |s| {
         Box::pin(holders::orphan_with_other_arguments_is_not_taken_over(s))
+    }),
+    ("approval_request_is_kept_while_it_stands", |s| {
+        Box::pin(approvals::a_request_is_kept_while_it_stands(s))
+    }),
+    ("approval_decision_is_made_once", |s| {
+        Box::pin(approvals::a_decision_is_made_once(s))
+    }),
+    ("pending_approvals_are_listed_by_tenant_and_tool", |s| {
+        Box::pin(approvals::pending_approvals_are_listed_by_tenant_and_tool(
+            s,
+        ))
     }),
     ("tenant_is_kept_and_read_back", |s| {
         Box::pin(tenants::tenant_is_kept_and_read_back(s))

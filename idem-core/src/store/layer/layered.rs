@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp};
+use crate::store::approvals::{ApprovalFilter, PendingApproval};
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
 
 /// The future of one store operation, as every [`Store`] method returns it.
@@ -102,6 +103,20 @@ pub enum Operation<'a> {
     PurgeExpired(&'a PurgeFilter),
     /// [`Store::now`].
     Now,
+    /// [`Store::approval_text`].
+    ApprovalText {
+        /// The key.
+        key: &'a RecordKey,
+    },
+    /// [`Store::swap_approval`].
+    SwapApproval {
+        /// The key.
+        key: &'a RecordKey,
+        /// The entry to put.
+        entry: &'a PendingApproval,
+    },
+    /// [`Store::approval_texts`].
+    ApprovalTexts(&'a ApprovalFilter),
 }
 
 impl Operation<'_> {
@@ -126,6 +141,9 @@ impl Operation<'_> {
             Operation::ForceRelease { .. } => "force_release",
             Operation::PurgeExpired(_) => "purge_expired",
             Operation::Now => "now",
+            Operation::ApprovalText { .. } => "approval_text",
+            Operation::SwapApproval { .. } => "swap_approval",
+            Operation::ApprovalTexts(_) => "approval_texts",
         }
     }
 
@@ -150,8 +168,13 @@ impl Operation<'_> {
             | Operation::Get { key }
             | Operation::Resolve { key, .. }
             | Operation::SettleUnknown { key, .. }
-            | Operation::ForceRelease { key } => Some(key),
-            Operation::List(_) | Operation::PurgeExpired(_) | Operation::Now => None,
+            | Operation::ForceRelease { key }
+            | Operation::ApprovalText { key }
+            | Operation::SwapApproval { key, .. } => Some(key),
+            Operation::List(_)
+            | Operation::PurgeExpired(_)
+            | Operation::Now
+            | Operation::ApprovalTexts(_) => None,
         }
     }
 }
@@ -441,5 +464,48 @@ impl<S: Store, L: Layer> Store for Layered<S, L> {
         Self: 'f,
     {
         self.layer.around(&Operation::Now, || self.inner.now())
+    }
+
+    fn approval_text<'s, 'k, 'f>(&'s self, key: &'k RecordKey) -> StoreFuture<'f, Option<String>>
+    where
+        's: 'f,
+        'k: 'f,
+        Self: 'f,
+    {
+        let op = Operation::ApprovalText { key };
+        self.layer.around(&op, || self.inner.approval_text(key))
+    }
+
+    fn swap_approval<'s, 'k, 'x, 'e, 't, 'f>(
+        &'s self,
+        key: &'k RecordKey,
+        expected: Option<&'x str>,
+        entry: &'e PendingApproval,
+        text: &'t str,
+    ) -> StoreFuture<'f, bool>
+    where
+        's: 'f,
+        'k: 'f,
+        'x: 'f,
+        'e: 'f,
+        't: 'f,
+        Self: 'f,
+    {
+        let op = Operation::SwapApproval { key, entry };
+        let next = || self.inner.swap_approval(key, expected, entry, text);
+        self.layer.around(&op, next)
+    }
+
+    fn approval_texts<'s, 'a, 'f>(
+        &'s self,
+        filter: &'a ApprovalFilter,
+    ) -> StoreFuture<'f, Vec<(RecordKey, String)>>
+    where
+        's: 'f,
+        'a: 'f,
+        Self: 'f,
+    {
+        let op = Operation::ApprovalTexts(filter);
+        self.layer.around(&op, || self.inner.approval_texts(filter))
     }
 }

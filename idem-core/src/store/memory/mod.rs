@@ -56,6 +56,8 @@ pub struct MemoryBackend {
     shards: Box<[Mutex<Shard>]>,
     per_shard: usize,
     clock: Arc<dyn Clock>,
+    /// Pending approvals' texts by record key (few, and decided by people: one lock).
+    approvals: Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 impl fmt::Debug for MemoryBackend {
@@ -96,6 +98,7 @@ impl MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             per_shard: DEFAULT_CAPACITY.div_ceil(SHARDS),
             clock: Arc::new(SystemClock),
+            approvals: Mutex::default(),
         };
         Limits::default().layer(backend)
     }

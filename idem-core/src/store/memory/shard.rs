@@ -177,7 +177,8 @@ impl Shard {
 }
 
 /// A poisoned shard only means another thread panicked while holding it; every write to a
-/// shard is a single map operation, so its data is still consistent.
-pub(super) fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+/// shard (and to the pending approvals) is a single map operation, so its data is still
+/// consistent.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -12,6 +12,7 @@ use super::keys::{KeyRef, SHARDS};
 use super::shard::{Shard, lock};
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp};
+use crate::store::approvals::{ApprovalFilter, PendingApproval};
 use crate::store::machine::Write;
 use crate::store::transition::{self as t, Records, Transition};
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
@@ -188,5 +189,34 @@ impl Store for MemoryBackend {
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
         Ok(self.clock.now())
+    }
+
+    async fn approval_text(&self, key: &RecordKey) -> Result<Option<String>, StoreError> {
+        Ok(lock(&self.approvals).get(key.as_str()).cloned())
+    }
+
+    async fn swap_approval(
+        &self,
+        key: &RecordKey,
+        expected: Option<&str>,
+        _: &PendingApproval,
+        text: &str,
+    ) -> Result<bool, StoreError> {
+        let mut approvals = lock(&self.approvals);
+        if approvals.get(key.as_str()).map(String::as_str) != expected {
+            return Ok(false);
+        }
+        approvals.insert(key.as_str().to_owned(), text.to_owned());
+        Ok(true)
+    }
+
+    async fn approval_texts(
+        &self,
+        _: &ApprovalFilter,
+    ) -> Result<Vec<(RecordKey, String)>, StoreError> {
+        Ok(lock(&self.approvals)
+            .iter()
+            .map(|(k, t)| (RecordKey::from_stored(k.clone()), t.clone()))
+            .collect())
     }
 }

@@ -1,0 +1,394 @@
+//! Pending approvals: an irreversible call waiting for a person's decision, kept in the store
+//! so that the decision can be made from another process, hours later, and found by the
+//! agent's next dispatch of the call.
+//!
+//! A store keeps one [`PendingApproval`] per record key, as JSON text, and offers three
+//! primitives ([`Store::approval_text`], [`Store::swap_approval`], [`Store::approval_texts`]).
+//! Everything else is written once, here: requesting, deciding and listing are a load, a pure
+//! decision ([`requested`], [`decided`]) and a compare-and-swap, retried if another writer
+//! changed the entry in between. A decision is therefore made at most once, whichever
+//! process makes it.
+//!
+//! The store does not sign anything: an approval decided here carries the signed approval
+//! (`idem::Approval`) as text, and the dispatcher verifies its signature before it believes
+//! it, so whoever can write to the store cannot approve a call.
+
+use serde::{Deserialize, Serialize};
+
+use crate::canonical::Fingerprint;
+use crate::key::RecordKey;
+use crate::record::Timestamp;
+use crate::store::{Store, StoreError};
+
+/// A call waiting for approval, and the decision once one is made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PendingApproval {
+    /// The call's record key (derived from its namespace, tenant and key).
+    pub key: RecordKey,
+    /// The dispatcher's namespace.
+    pub namespace: String,
+    /// The tenant the call acts for.
+    pub tenant: String,
+    /// The tool.
+    pub tool: String,
+    /// The call's downstream key (what an approval binds).
+    pub downstream_key: String,
+    /// The fingerprint of the arguments as called.
+    pub fingerprint: Fingerprint,
+    /// The arguments as called, normalised, secrets sealed: what the approver is shown.
+    pub arguments: serde_json::Value,
+    /// When the dispatcher recorded the request (the store's clock).
+    pub requested_at: Timestamp,
+    /// Until when it may be decided, and a decision stands (the store's clock).
+    pub expires_at: Timestamp,
+    /// The decision, once made.
+    pub decision: Option<ApprovalDecision>,
+}
+
+/// Who decided, when, and what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalDecision {
+    /// The approver's identity.
+    pub by: String,
+    /// When (the store's clock).
+    pub at: Timestamp,
+    /// What was decided.
+    pub verdict: Verdict,
+}
+
+/// An approval or a denial.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Verdict {
+    /// Approved, for the arguments as called or as the approver edited them.
+    Approved {
+        /// The signed approval, as JSON text (verified by the dispatcher, never by the store).
+        approval: String,
+        /// The approved arguments (the call's, or the edited ones), secrets sealed.
+        arguments: serde_json::Value,
+        /// Their fingerprint: the call runs only with arguments of this fingerprint.
+        fingerprint: Fingerprint,
+    },
+    /// Denied: the call is refused with the reason until the entry expires.
+    Denied {
+        /// Why, for the model and the audit.
+        reason: String,
+    },
+}
+
+impl PendingApproval {
+    /// Whether a decision is still awaited at `now`.
+    pub fn is_pending(&self, now: Timestamp) -> bool {
+        self.decision.is_none() && now < self.expires_at
+    }
+
+    /// Whether the entry (pending, or its decision) still stands at `now`.
+    pub fn stands(&self, now: Timestamp) -> bool {
+        now < self.expires_at
+    }
+}
+
+/// Which pending approvals to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalFilter {
+    /// Only this tenant's (`None`: every tenant's).
+    pub tenant: Option<String>,
+    /// Only this tool's.
+    pub tool: Option<String>,
+    /// Only those still awaiting a decision (`false`: decided and expired ones too).
+    pub pending_only: bool,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl Default for ApprovalFilter {
+    fn default() -> Self {
+        ApprovalFilter {
+            tenant: None,
+            tool: None,
+            pending_only: true,
+            limit: 100,
+        }
+    }
+}
+
+impl ApprovalFilter {
+    /// Whether `entry` is one this filter lists at `now`.
+    pub fn admits(&self, entry: &PendingApproval, now: Timestamp) -> bool {
+        self.tenant.as_ref().is_none_or(|t| *t == entry.tenant)
+            && self.tool.as_ref().is_none_or(|t| *t == entry.tool)
+            && (!self.pending_only || entry.is_pending(now))
+    }
+}
+
+/// Why a decision could not be recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecisionRefused {
+    /// No request under the key.
+    #[error("no approval was requested for key {0}")]
+    NotRequested(RecordKey),
+    /// Someone decided first.
+    #[error("the approval for key {key} was already decided by {by} at {}", at.to_rfc3339())]
+    AlreadyDecided {
+        /// The key.
+        key: RecordKey,
+        /// Who decided.
+        by: String,
+        /// When.
+        at: Timestamp,
+    },
+    /// The request expired before the decision.
+    #[error("the approval request for key {key} expired at {}; the agent must call again", expired_at.to_rfc3339())]
+    Expired {
+        /// The key.
+        key: RecordKey,
+        /// When it expired.
+        expired_at: Timestamp,
+    },
+}
+
+/// The entry a request leaves under its key: an entry that still stands is kept (the agent
+/// calling again finds its decision, or the request still pending); otherwise `new`.
+pub fn requested(
+    existing: Option<PendingApproval>,
+    new: PendingApproval,
+    now: Timestamp,
+) -> PendingApproval {
+    match existing {
+        Some(entry) if entry.stands(now) => entry,
+        _ => new,
+    }
+}
+
+/// The entry a decision leaves, or why it cannot be made: only a pending request, once.
+pub fn decided(
+    existing: Option<PendingApproval>,
+    key: &RecordKey,
+    decision: ApprovalDecision,
+    now: Timestamp,
+) -> Result<PendingApproval, DecisionRefused> {
+    let mut entry = existing.ok_or_else(|| DecisionRefused::NotRequested(key.clone()))?;
+    if let Some(made) = &entry.decision {
+        return Err(DecisionRefused::AlreadyDecided {
+            key: key.clone(),
+            by: made.by.clone(),
+            at: made.at,
+        });
+    }
+    if now >= entry.expires_at {
+        return Err(DecisionRefused::Expired {
+            key: key.clone(),
+            expired_at: entry.expires_at,
+        });
+    }
+    entry.decision = Some(decision);
+    Ok(entry)
+}
+
+fn decode(key: &RecordKey, text: &str) -> Result<PendingApproval, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        key: key.clone(),
+        reason: format!("pending approval: {e}"),
+    })
+}
+
+fn encode(entry: &PendingApproval) -> String {
+    // A struct of strings, numbers and JSON values: it always serialises.
+    serde_json::to_string(entry).unwrap_or_default()
+}
+
+/// How many times a compare-and-swap is retried when other writers keep changing the entry.
+const SWAPS: usize = 16;
+
+/// Load the entry under `key`, let `change` decide the new one (or refuse), and swap it in if
+/// nobody changed it meanwhile; retried otherwise. `Ok(None)` from `change`: nothing to write.
+async fn change<S, F, E>(
+    store: &S,
+    key: &RecordKey,
+    mut change: F,
+) -> Result<Result<PendingApproval, E>, StoreError>
+where
+    S: Store + ?Sized,
+    F: FnMut(Option<PendingApproval>, Timestamp) -> Result<Option<PendingApproval>, E> + Send,
+    E: Send,
+{
+    for _ in 0..SWAPS {
+        let text = store.approval_text(key).await?;
+        let existing = text.as_deref().map(|t| decode(key, t)).transpose()?;
+        let now = store.now().await?;
+        let kept = existing.clone();
+        let new = match change(existing, now) {
+            Ok(Some(new)) => new,
+            Ok(None) => {
+                return kept
+                    .map(Ok)
+                    .ok_or_else(|| StoreError::NotFound(key.clone()));
+            }
+            Err(e) => return Ok(Err(e)),
+        };
+        if store
+            .swap_approval(key, text.as_deref(), &new, &encode(&new))
+            .await?
+        {
+            return Ok(Ok(new));
+        }
+    }
+    Err(StoreError::Unavailable(format!(
+        "the pending approval under {key} kept changing: {SWAPS} attempts to update it lost the race"
+    )))
+}
+
+/// Record `request` unless an entry under its key still stands; the entry that stands.
+pub async fn request<S: Store + ?Sized>(
+    store: &S,
+    request: &PendingApproval,
+) -> Result<PendingApproval, StoreError> {
+    let outcome = change(store, &request.key, |existing, now| {
+        let keep = existing.as_ref().is_some_and(|e| e.stands(now));
+        Ok::<_, std::convert::Infallible>(if keep {
+            None
+        } else {
+            Some(requested(existing, request.clone(), now))
+        })
+    })
+    .await?;
+    outcome.map_err(|never| match never {})
+}
+
+/// Record `decision` on the pending request under `key`.
+pub async fn decide<S: Store + ?Sized>(
+    store: &S,
+    key: &RecordKey,
+    decision: &ApprovalDecision,
+) -> Result<Result<PendingApproval, DecisionRefused>, StoreError> {
+    change(store, key, |existing, now| {
+        let mut decision = decision.clone();
+        decision.at = now;
+        decided(existing, key, decision, now).map(Some)
+    })
+    .await
+}
+
+/// The entry under `key`.
+pub async fn get<S: Store + ?Sized>(
+    store: &S,
+    key: &RecordKey,
+) -> Result<Option<PendingApproval>, StoreError> {
+    store
+        .approval_text(key)
+        .await?
+        .map(|t| decode(key, &t))
+        .transpose()
+}
+
+/// The entries `filter` admits, oldest request first.
+pub async fn list<S: Store + ?Sized>(
+    store: &S,
+    filter: &ApprovalFilter,
+) -> Result<Vec<PendingApproval>, StoreError> {
+    let now = store.now().await?;
+    let mut out = Vec::new();
+    for (key, text) in store.approval_texts(filter).await? {
+        let entry = decode(&key, &text)?;
+        if filter.admits(&entry, now) {
+            out.push(entry);
+        }
+    }
+    out.sort_by(|a, b| (a.requested_at, a.key.as_str()).cmp(&(b.requested_at, b.key.as_str())));
+    out.truncate(filter.limit);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(expires: u64) -> PendingApproval {
+        PendingApproval {
+            key: RecordKey::from_stored("k"),
+            namespace: "n".into(),
+            tenant: "t".into(),
+            tool: "wire".into(),
+            downstream_key: "idem-k".into(),
+            fingerprint: Fingerprint::from_bytes([1; 32]),
+            arguments: serde_json::json!({"cents": 1}),
+            requested_at: Timestamp(0),
+            expires_at: Timestamp(expires),
+            decision: None,
+        }
+    }
+
+    fn denial(by: &str) -> ApprovalDecision {
+        ApprovalDecision {
+            by: by.into(),
+            at: Timestamp(5),
+            verdict: Verdict::Denied {
+                reason: "no".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_request_keeps_what_stands_and_replaces_what_expired() {
+        let old = entry(10);
+        let new = PendingApproval {
+            requested_at: Timestamp(20),
+            ..entry(30)
+        };
+        assert_eq!(requested(Some(old.clone()), new.clone(), Timestamp(9)), old);
+        assert_eq!(requested(Some(old), new.clone(), Timestamp(10)), new);
+        assert_eq!(requested(None, new.clone(), Timestamp(0)), new);
+    }
+
+    #[test]
+    fn a_decision_is_made_once_and_only_before_expiry() {
+        let key = RecordKey::from_stored("k");
+        let once = decided(Some(entry(10)), &key, denial("a"), Timestamp(5)).unwrap();
+        assert!(!once.is_pending(Timestamp(5)));
+        assert!(matches!(
+            decided(Some(once), &key, denial("b"), Timestamp(6)),
+            Err(DecisionRefused::AlreadyDecided { by, .. }) if by == "a"
+        ));
+        assert!(matches!(
+            decided(Some(entry(10)), &key, denial("a"), Timestamp(10)),
+            Err(DecisionRefused::Expired { .. })
+        ));
+        assert_eq!(
+            decided(None, &key, denial("a"), Timestamp(1)),
+            Err(DecisionRefused::NotRequested(key))
+        );
+    }
+
+    #[test]
+    fn the_filter_admits_by_tenant_tool_and_pending() {
+        let pending = entry(10);
+        let f = ApprovalFilter::default();
+        assert!(f.admits(&pending, Timestamp(1)));
+        assert!(!f.admits(&pending, Timestamp(10)), "expired");
+        let other = ApprovalFilter {
+            tenant: Some("u".into()),
+            ..ApprovalFilter::default()
+        };
+        assert!(!other.admits(&pending, Timestamp(1)));
+        let all = ApprovalFilter {
+            pending_only: false,
+            tool: Some("wire".into()),
+            ..ApprovalFilter::default()
+        };
+        assert!(all.admits(&pending, Timestamp(99)));
+    }
+
+    #[test]
+    fn an_entry_round_trips_as_text() {
+        let mut e = entry(10);
+        e.decision = Some(denial("a"));
+        assert_eq!(decode(&e.key, &encode(&e)).unwrap(), e);
+        assert!(matches!(
+            decode(&e.key, "{"),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+}
