@@ -1,7 +1,9 @@
 //! A scripted agent session: no LLM, no network. Realistic tools talk to fake providers that
 //! count their effects, and the session plays everything that goes wrong in production:
 //! retries, a replayed run, a timeout after the effect, a re-call with a new call id, a
-//! concurrent duplicate, invalid arguments, and an irreversible call without approval.
+//! concurrent duplicate, invalid arguments, and an irreversible call: refused pending, a
+//! forged approval refused, then approved by an operator task from the store, run once and
+//! replayed.
 //!
 //! Records live in SQLite, the embedded default store. Run it twice: the second run finds
 //! the first run's records in the file and replays them.
@@ -18,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::prelude::*;
+use idem::store::approvals::ApprovalFilter;
 use idem::{ApprovalKey, ApprovalKeys, Approver, SqliteStore, StateKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -426,7 +429,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .with_call_id("call_e4");
     s.play("invalid arguments", bad).await.ok();
 
-    // 8. An irreversible call: refused without approval, then approved for exactly this call.
+    // 8. An irreversible call: refused, and recorded in the store as pending. An operator, in
+    // a task of its own (another process in a deployment, hours later), finds it there and
+    // approves it; the agent's retry, carrying nothing, runs it once.
     let delete =
         ToolCall::new("delete_account", json!({"customer_id": "cus_99"})).with_call_id("call_d1");
     if let Err(DispatchError::ApprovalRequired { request }) =
@@ -441,10 +446,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         s.play("irreversible, forged approval", delete.clone())
             .await
             .ok();
-        // The operator signs an approval of exactly this call, valid for ten minutes.
-        let operator = Approver::new("dana@support-desk", approval_key);
-        s.run = run.approve(operator.approve_for(&request, Duration::from_secs(600)));
-        s.play("irreversible, approved", delete.clone()).await.ok();
+        s.run = run;
+
+        let keys = ApprovalKeys::new([approval_key.clone()]);
+        let operator = Dispatcher::approving(Registry::linked()?, store.clone(), keys)?
+            .with_namespace("support-desk");
+        let approver = Approver::new("dana@support-desk", approval_key);
+        let approved = tokio::spawn(async move {
+            let filter = ApprovalFilter {
+                tenant: Some("acme-corp".into()),
+                ..ApprovalFilter::default()
+            };
+            let pending = operator.pending_approvals(&filter).await?;
+            for call in &pending {
+                println!(
+                    "operator sees: {} for {} with {}, requested {}",
+                    call.tool,
+                    call.tenant,
+                    call.arguments,
+                    call.requested_at.to_rfc3339()
+                );
+                operator.approve_pending(&call.key, &approver, None).await?;
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(pending.len())
+        })
+        .await?
+        .map_err(|e| e.to_string())?;
+        println!("operator approved {approved} pending call(s)\n");
+        s.play("irreversible, approved by the operator", delete.clone())
+            .await
+            .ok();
         s.play("irreversible, replayed", delete).await.ok();
     }
 

@@ -143,17 +143,17 @@ pub use idem_core::{
 };
 pub use idem_macros::tool;
 pub use idem_registry::dispatch::{
-    DEFAULT_MAX_APPROVAL_VALIDITY, DEFAULT_MAX_ARGUMENT_BYTES, DEFAULT_NAMESPACE,
+    APPROVAL_STEP, DEFAULT_MAX_APPROVAL_VALIDITY, DEFAULT_MAX_ARGUMENT_BYTES, DEFAULT_NAMESPACE,
 };
 /// Provider exports (OpenAI, Anthropic, Gemini, MCP) and their portability reports.
 pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
 pub use idem_registry::tool::Location;
 pub use idem_registry::{
     Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,
-    Approver, ArgumentError, DEFAULT_VERIFY_AFTER, DispatchError, Dispatched, Dispatcher,
-    LONGEST_POLICY_DURATION, Registry, RegistryBuilder, RegistryError, RunContext, SecretKey,
-    SecretKeyTooShort, SetupError, StaticTool, ToolBuilder, ToolCall, ToolContext, ToolDef,
-    ToolPolicy, ToolSpec, Verified,
+    Approver, ArgumentError, DEFAULT_VERIFY_AFTER, DecisionError, DispatchError, Dispatched,
+    Dispatcher, LONGEST_POLICY_DURATION, Registry, RegistryBuilder, RegistryError, RunContext,
+    SecretKey, SecretKeyTooShort, SetupError, StaticTool, ToolBuilder, ToolCall, ToolContext,
+    ToolDef, ToolPolicy, ToolSpec, Verified,
 };
 pub use idem_registry::{approval, dispatch, export, schema, validate};
 

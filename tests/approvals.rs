@@ -183,12 +183,13 @@ async fn changing_any_field_of_an_approval_is_refused() {
     let r = request(&s.d, &call(100), &run()).await;
     let approval = approver().approve_for(&r, HOUR);
     let json = serde_json::to_value(&approval).unwrap();
-    let changes: [(&str, Value); 7] = [
+    let changes: [(&str, Value); 8] = [
         ("approver", json!("root")),
         ("expires_at", json!(u64::MAX)),
         ("nonce", json!("00000000000000000000000000000000")),
         ("namespace", json!("payments")),
         ("signature", json!("00".repeat(32))),
+        ("signature", json!("")), // no signature at all
         ("tenant", json!("tenant-b")),
         (
             "fingerprint",

@@ -213,6 +213,14 @@ async fn an_approval_request_shows_the_secret_sealed() {
     };
     assert_eq!(request.arguments["door"], "front");
     assert!(!request.arguments.to_string().contains("1234"));
+    // So does the pending approval the store keeps for operators.
+    let pending = d
+        .pending_approvals(&idem::store::approvals::ApprovalFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].arguments, request.arguments);
+    assert!(!serde_json::to_string(&pending[0]).unwrap().contains("1234"));
     // Approving what was shown runs the call.
     let run = RunContext::new("t").approve(
         support::dispatcher::approver().approve_for(&request, std::time::Duration::from_secs(3600)),

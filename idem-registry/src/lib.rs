@@ -37,7 +37,9 @@ pub use approval::{
     Approver,
 };
 pub use context::ToolContext;
-pub use dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, SetupError, ToolCall};
+pub use dispatch::{
+    DecisionError, DispatchError, Dispatched, Dispatcher, RunContext, SetupError, ToolCall,
+};
 pub use error::{ArgumentError, RegistryError};
 pub use redact::{SecretKey, SecretKeyTooShort};
 pub use registry::{Registry, RegistryBuilder};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use idem::store::approvals::{ApprovalFilter, PendingApproval};
 use idem::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
 use idem::{Fence, Outcome, Record, RecordKey, Store, StoreError, Timestamp};
 
@@ -26,6 +27,8 @@ pub enum Op {
     ForceRelease,
     PurgeExpired,
     Now,
+    /// Any of the pending approvals' three operations.
+    Approvals,
 }
 
 /// What a test does around the operations of a [`Hooked`] store. Every method does nothing
@@ -133,5 +136,26 @@ impl<H: Hook> Store for Hooked<H> {
     async fn now(&self) -> Result<Timestamp, StoreError> {
         self.hook.before(Op::Now, None).await?;
         self.inner.now().await
+    }
+    async fn approval_text(&self, k: &RecordKey) -> Result<Option<String>, StoreError> {
+        self.hook.before(Op::Approvals, Some(k)).await?;
+        self.inner.approval_text(k).await
+    }
+    async fn swap_approval(
+        &self,
+        k: &RecordKey,
+        expected: Option<&str>,
+        entry: &PendingApproval,
+        text: &str,
+    ) -> Result<bool, StoreError> {
+        self.hook.before(Op::Approvals, Some(k)).await?;
+        self.inner.swap_approval(k, expected, entry, text).await
+    }
+    async fn approval_texts(
+        &self,
+        f: &ApprovalFilter,
+    ) -> Result<Vec<(RecordKey, String)>, StoreError> {
+        self.hook.before(Op::Approvals, None).await?;
+        self.inner.approval_texts(f).await
     }
 }

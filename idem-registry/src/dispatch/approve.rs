@@ -1,67 +1,86 @@
 //! The approve stage: an irreversible call runs only with an approval signed by one of the
 //! dispatcher's approval keys for exactly this call, unexpired on the store's clock
-//! (ARCHITECTURE.md, "Approvals"; the checks are `crate::approval`'s).
+//! (ARCHITECTURE.md, "Approvals"; the checks are `crate::approval`'s). The approval is the
+//! one the run carries, or the one an operator decided in the store
+//! (`idem_core::store::approvals`); a call with neither is recorded there as pending.
+//!
+//! The operator's side (listing, approving, denying) is here too, since it reads arguments
+//! and signs approvals the way the dispatcher checks them.
 
-use idem_core::{IdempotencyKey, Record, RecordState};
+use idem_core::store::approvals::{
+    self, ApprovalDecision, ApprovalFilter, DecisionRefused, PendingApproval, Verdict,
+};
+use idem_core::{
+    Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, StoreError, canonical_json,
+};
 use serde_json::Value;
 
 use super::call::{Dispatched, RunContext};
-use super::error::DispatchError;
+use super::error::{DispatchError, store_error};
 use super::key::Keyed;
-use super::{Dispatcher, replay};
-use crate::approval::{ApprovalRequest, Binding};
+use super::{Dispatcher, arguments, replay};
+use crate::approval::{Approval, ApprovalRefusal, ApprovalRequest, Approver, Binding};
 use crate::tool::ToolDef;
 
+/// The journal step under which the record of an approved call keeps its approval (the
+/// audit of which approval authorised it). Tools should not name a step so.
+pub const APPROVAL_STEP: &str = "idem:approval";
+
+/// What the approve stage found.
+pub(super) enum Approved {
+    /// The class needs no approval.
+    NotNeeded,
+    /// This approval authorises the call.
+    By(Box<Approval>),
+    /// The call's completed outcome, replayed without an approval (no effect happens).
+    Replayed(Dispatched),
+}
+
 impl Dispatcher {
-    /// `Ok(None)`: go on (approved, or the class needs no approval). `Ok(Some(_))`: the
-    /// call's completed outcome, replayed without an approval (a replay causes no effect).
-    /// Otherwise [`DispatchError::ApprovalRequired`] with what to approve.
+    /// The approve stage. Otherwise [`DispatchError::ApprovalRequired`] (recorded as
+    /// pending), `ApprovalRefused`, `ApprovalDenied` or `ApprovalEdited`.
     pub(super) async fn approve(
         &self,
         tool: &ToolDef,
         run: &RunContext,
         keyed: &Keyed,
         args: &Value,
-    ) -> Result<Option<Dispatched>, DispatchError> {
+    ) -> Result<Approved, DispatchError> {
         if !tool.class.requires_approval() {
-            return Ok(None);
+            return Ok(Approved::NotNeeded);
         }
         let key = keyed
             .keys
             .as_ref()
             .map_or("", |(_, downstream)| downstream.as_str());
+        let binding = Binding {
+            namespace: &self.namespace,
+            tenant: &run.tenant,
+            tool: &tool.name,
+            key,
+            fingerprint: keyed.fingerprint,
+        };
         // Only approvals naming this call are read: a run may carry approvals of others.
         // The first refusal of one is reported if nothing replays.
         let mut refused = None;
         if run.approvals.iter().any(|a| a.names(&tool.name, key)) {
             // Expiry is the store's clock's to tell, as every other deadline.
-            let now = self
-                .store
-                .now()
-                .await
-                .map_err(|e| super::error::store_error(tool, e))?;
-            let binding = Binding {
-                namespace: &self.namespace,
-                tenant: &run.tenant,
-                tool: &tool.name,
-                key,
-                fingerprint: keyed.fingerprint,
-            };
+            let now = self.store.now().await.map_err(|e| store_error(tool, e))?;
             for approval in &run.approvals {
                 if !approval.names(&tool.name, key) {
                     continue;
                 }
                 let longest = self.max_approval_validity;
                 match approval.check(&self.approval_keys, &binding, longest, now) {
-                    Ok(()) => return Ok(None),
+                    Ok(()) => return Ok(Approved::By(Box::new(approval.clone()))),
                     Err(refusal) => refused = refused.or(Some(refusal)),
                 }
             }
         }
         // A run replayed from a checkpoint without its approvals (or with expired ones) gets
-        // the recorded outcome.
-        // Only a completed record with these very arguments is replayed; anything that could
-        // execute needs the approval. A store that cannot answer leaves it required.
+        // the recorded outcome. Only a completed record with these very arguments is
+        // replayed; anything that could execute needs the approval. A store that cannot
+        // answer leaves it required.
         if let Some((record_key, downstream)) = &keyed.keys {
             let recorded = self.store.get(record_key).await.ok().flatten();
             if let Some(Record {
@@ -71,29 +90,208 @@ impl Dispatcher {
             }) = recorded
                 && fingerprint == keyed.fingerprint
             {
-                return replay(tool, record_key, downstream, outcome).map(Some);
+                return replay(tool, record_key, downstream, outcome).map(Approved::Replayed);
             }
         }
+        let refuse = |refusal| DispatchError::ApprovalRefused {
+            tool: tool.name.to_string(),
+            key: IdempotencyKey::new(key),
+            refusal,
+        };
         if let Some(refusal) = refused {
-            return Err(DispatchError::ApprovalRefused {
-                tool: tool.name.to_string(),
-                key: IdempotencyKey::new(key),
-                refusal,
-            });
+            return Err(refuse(refusal));
         }
         let arguments = match &keyed.sealed {
             Some(sealed) => sealed.clone(),
             None => Value::clone(args),
         };
-        Err(DispatchError::ApprovalRequired {
-            request: Box::new(ApprovalRequest {
-                namespace: self.namespace.clone(),
-                tenant: run.tenant.clone(),
-                tool: tool.name.to_string(),
-                key: IdempotencyKey::new(key),
-                fingerprint: keyed.fingerprint,
-                arguments,
-            }),
-        })
+        let request = ApprovalRequest {
+            namespace: self.namespace.clone(),
+            tenant: run.tenant.clone(),
+            tool: tool.name.to_string(),
+            key: IdempotencyKey::new(key),
+            fingerprint: keyed.fingerprint,
+            arguments,
+        };
+        let Some((record_key, _)) = &keyed.keys else {
+            return Err(required(request));
+        };
+        // The decision an operator made in the store, if one stands.
+        let store = &*self.store;
+        let entry = approvals::get(store, record_key)
+            .await
+            .map_err(|e| store_error(tool, e))?;
+        let now = self.store.now().await.map_err(|e| store_error(tool, e))?;
+        match entry {
+            Some(entry) if entry.stands(now) => match entry.decision {
+                None => Err(required(request)),
+                Some(ApprovalDecision {
+                    by,
+                    verdict: Verdict::Denied { reason },
+                    ..
+                }) => Err(DispatchError::ApprovalDenied {
+                    tool: tool.name.to_string(),
+                    key: IdempotencyKey::new(key),
+                    by,
+                    reason,
+                }),
+                Some(ApprovalDecision {
+                    verdict:
+                        Verdict::Approved {
+                            approval,
+                            arguments,
+                            fingerprint,
+                        },
+                    ..
+                }) => {
+                    if fingerprint != keyed.fingerprint {
+                        return Err(DispatchError::ApprovalEdited {
+                            tool: tool.name.to_string(),
+                            key: IdempotencyKey::new(key),
+                            arguments,
+                        });
+                    }
+                    // The store's word is not believed: the approval must verify as one
+                    // the run carried would.
+                    let approval: Approval = serde_json::from_str(&approval)
+                        .map_err(|_| refuse(ApprovalRefusal::BadSignature))?;
+                    let longest = self.max_approval_validity;
+                    approval
+                        .check(&self.approval_keys, &binding, longest, now)
+                        .map_err(refuse)?;
+                    Ok(Approved::By(Box::new(approval)))
+                }
+            },
+            // None, or one that expired: record this call as pending.
+            _ => {
+                let ttl = self.max_approval_validity;
+                let pending = PendingApproval {
+                    key: record_key.clone(),
+                    namespace: request.namespace.clone(),
+                    tenant: request.tenant.clone(),
+                    tool: request.tool.clone(),
+                    downstream_key: key.to_owned(),
+                    fingerprint: keyed.fingerprint,
+                    arguments: request.arguments.clone(),
+                    requested_at: now,
+                    expires_at: now.plus(ttl),
+                    decision: None,
+                };
+                approvals::request(store, &pending)
+                    .await
+                    .map_err(|e| store_error(tool, e))?;
+                Err(required(request))
+            }
+        }
     }
+
+    /// Operator: the pending approvals `filter` admits (by default every tenant's calls
+    /// still awaiting a decision), oldest first.
+    pub async fn pending_approvals(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<Vec<PendingApproval>, StoreError> {
+        approvals::list(&*self.store, filter).await
+    }
+
+    /// Operator: approve the pending call under `key`, signed by `approver`, valid until the
+    /// request expires. With `edited` arguments the approval binds those instead (normalised
+    /// and checked against the tool's schema as a call's are): the agent's call with the
+    /// original arguments is then refused with `ApprovalEdited`, which carries them, and
+    /// runs once called with them. A tool with secret parameters cannot be approved with
+    /// edits (the approver sees only their seals).
+    pub async fn approve_pending(
+        &self,
+        key: &RecordKey,
+        approver: &Approver,
+        edited: Option<&Value>,
+    ) -> Result<PendingApproval, DecisionError> {
+        let entry = approvals::get(&*self.store, key)
+            .await?
+            .ok_or_else(|| DecisionError::Refused(DecisionRefused::NotRequested(key.clone())))?;
+        let tool = self
+            .registry
+            .get(&entry.tool)
+            .ok_or_else(|| DecisionError::UnknownTool(entry.tool.clone()))?;
+        let (arguments, fingerprint) = match edited {
+            None => (entry.arguments.clone(), entry.fingerprint),
+            Some(_) if !tool.secrets.is_empty() => {
+                return Err(DecisionError::SecretsNotEditable(entry.tool.clone()));
+            }
+            Some(edited) => {
+                let normal = arguments::validate(tool, edited)
+                    .map_err(|e| DecisionError::InvalidArguments(Box::new(e)))?
+                    .arguments
+                    .into_owned();
+                let fingerprint = Fingerprint::of_canonical(&canonical_json(&normal));
+                (normal, fingerprint)
+            }
+        };
+        let request = ApprovalRequest {
+            namespace: entry.namespace.clone(),
+            tenant: entry.tenant.clone(),
+            tool: entry.tool.clone(),
+            key: IdempotencyKey::new(&entry.downstream_key),
+            fingerprint,
+            arguments: arguments.clone(),
+        };
+        let approval = approver.approve_until(&request, entry.expires_at);
+        let decision = ApprovalDecision {
+            by: approver.identity().to_owned(),
+            at: entry.requested_at, // the store sets its own clock's time
+            verdict: Verdict::Approved {
+                approval: serde_json::to_string(&approval).unwrap_or_default(),
+                arguments,
+                fingerprint,
+            },
+        };
+        Ok(approvals::decide(&*self.store, key, &decision).await??)
+    }
+
+    /// Operator: deny the pending call under `key`: the agent's calls with its key are
+    /// refused with `ApprovalDenied` and `reason` until the request expires.
+    pub async fn deny_pending(
+        &self,
+        key: &RecordKey,
+        by: &str,
+        reason: &str,
+    ) -> Result<PendingApproval, DecisionError> {
+        let decision = ApprovalDecision {
+            by: by.to_owned(),
+            at: idem_core::Timestamp(0), // the store sets its own clock's time
+            verdict: Verdict::Denied {
+                reason: reason.to_owned(),
+            },
+        };
+        Ok(approvals::decide(&*self.store, key, &decision).await??)
+    }
+}
+
+fn required(request: ApprovalRequest) -> DispatchError {
+    DispatchError::ApprovalRequired {
+        request: Box::new(request),
+    }
+}
+
+/// Why an operator's decision was not recorded.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecisionError {
+    /// The store refused the decision (not requested, already decided, expired).
+    #[error(transparent)]
+    Refused(#[from] DecisionRefused),
+    /// The store could not be reached or answered an error.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The pending call's tool is not in this dispatcher's registry.
+    #[error("tool `{0}` of the pending call is not registered with this dispatcher")]
+    UnknownTool(String),
+    /// The edited arguments do not fit the tool.
+    #[error("the edited arguments are refused: {0}")]
+    InvalidArguments(Box<DispatchError>),
+    /// The tool has secret parameters: its arguments cannot be edited by an approver.
+    #[error(
+        "`{0}` has secret parameters, which an approver sees only as seals: approve or deny the call as made"
+    )]
+    SecretsNotEditable(String),
 }

@@ -71,6 +71,32 @@ pub enum DispatchError {
         /// The check that failed.
         refusal: ApprovalRefusal,
     },
+    /// An operator denied this call (in the store); it is refused until the request
+    /// expires. Tell the model: "denied: {reason}".
+    #[error("`{tool}` with key {key} was denied by {by}: {reason}")]
+    ApprovalDenied {
+        /// The tool.
+        tool: String,
+        /// The call's downstream key.
+        key: IdempotencyKey,
+        /// Who denied it.
+        by: String,
+        /// Why.
+        reason: String,
+    },
+    /// An operator approved this call with edited arguments: it runs when called again with
+    /// `arguments` (same call id), never with the original ones.
+    #[error(
+        "`{tool}` with key {key} was approved with edited arguments; call it again with them: {arguments}"
+    )]
+    ApprovalEdited {
+        /// The tool.
+        tool: String,
+        /// The call's downstream key.
+        key: IdempotencyKey,
+        /// The approved arguments (secrets sealed).
+        arguments: serde_json::Value,
+    },
     /// The key was used before with other arguments.
     #[error(
         "key {key} of `{tool}` was already used with other arguments; use a new key for a new call"
@@ -178,6 +204,8 @@ impl DispatchError {
             DispatchError::MissingKey { .. } => "missing_key",
             DispatchError::ApprovalRequired { .. } => "approval_required",
             DispatchError::ApprovalRefused { .. } => "approval_refused",
+            DispatchError::ApprovalDenied { .. } => "approval_denied",
+            DispatchError::ApprovalEdited { .. } => "approval_edited",
             DispatchError::KeyReused { .. } => "key_reused",
             DispatchError::InProgress { .. } => "in_progress",
             DispatchError::OutcomeUnknown { .. } => "outcome_unknown",

@@ -78,6 +78,15 @@ impl Dispatcher {
             takeover,
         } = held;
         let tool = call.tool;
+        // The record shows which approval authorised the call, before anything runs.
+        if let Some(approval) = &call.approval {
+            let h = hold.held();
+            let text = serde_json::to_string(approval).unwrap_or_default();
+            h.store
+                .journal(&h.key, h.fence, super::APPROVAL_STEP, &text)
+                .await
+                .map_err(|e| call.store_error(e))?;
+        }
         let class = tool.class;
         let max = tool.policy.attempts_for(class);
         let mut attempt = 0;

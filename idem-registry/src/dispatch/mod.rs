@@ -41,6 +41,7 @@ use idem_core::{Fingerprint, IdempotencyKey, Outcome, RecordKey, Store, StoreErr
 use serde_json::Value;
 use tracing::Instrument;
 
+pub use approve::{APPROVAL_STEP, DecisionError};
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, RunContext, ToolCall};
 pub use error::DispatchError;
@@ -296,9 +297,11 @@ impl Dispatcher {
         } = arguments::validate(tool, &call.arguments)?;
         authorize(tool, run)?;
         let keyed = self.key(tool, call, run, &args)?;
-        if let Some(replayed) = self.approve(tool, run, &keyed, &args).await? {
-            return Ok(replayed);
-        }
+        let approval = match self.approve(tool, run, &keyed, &args).await? {
+            approve::Approved::Replayed(replayed) => return Ok(replayed),
+            approve::Approved::By(approval) => Some(approval),
+            approve::Approved::NotNeeded => None,
+        };
         let (record_key, downstream) = match keyed.keys {
             Some(keys) if tool.class.records() => keys,
             // A read (the key stage refuses a recording call without key material).
@@ -319,6 +322,7 @@ impl Dispatcher {
             fingerprint: keyed.fingerprint,
             natural: keyed.natural,
             ttl: self.record_ttl(tool),
+            approval,
         };
         match self.claim(&call, keyed.canonical, watch).await? {
             claim::Claimed::Held(held) => self.execute_held(&call, held, typed, watch).await,
@@ -377,6 +381,8 @@ struct RecordedCall<'a> {
     natural: bool,
     /// How long its outcome is kept once recorded (see [`Dispatcher::record_ttl`]).
     ttl: Duration,
+    /// The approval that authorises it, kept in its record's journal.
+    approval: Option<Box<crate::approval::Approval>>,
 }
 
 impl RecordedCall<'_> {

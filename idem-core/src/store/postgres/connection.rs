@@ -8,7 +8,7 @@ use deadpool_postgres::Pool;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{self, Row};
 
-use super::statements::{LATER_INDEXES, ddl};
+use super::statements::{APPROVALS_TABLE, LATER_INDEXES, approvals_ddl, ddl};
 use crate::store::StoreError;
 
 /// The pool, and how long one operation may take.
@@ -18,9 +18,11 @@ pub(super) struct Connections {
 }
 
 impl Connections {
-    /// Create the schema, table and indexes unless the table already exists. Concurrent
-    /// `IF NOT EXISTS` statements can still collide on the catalogs' unique indexes, so
-    /// set-up is serialised on a transaction-scoped advisory lock keyed by the schema name.
+    /// Create the schema, tables and indexes unless the records table already exists, or add
+    /// what a schema made by an older idem lacks (the tenant column, later indexes, the
+    /// pending approvals' table). Concurrent `IF NOT EXISTS` statements can still collide on
+    /// the catalogs' unique indexes, so set-up is serialised on a transaction-scoped advisory
+    /// lock keyed by the schema name.
     pub(super) async fn set_up(&self, schema: &str) -> Result<(), StoreError> {
         let mut checkout = self.checkout().await?;
         let result = Self::create_schema(schema, checkout.client()).await;
@@ -84,6 +86,21 @@ impl Connections {
                 if !exists {
                     tx.batch_execute(&index(schema)).await.map_err(db_error)?;
                 }
+            }
+            // A schema from before pending approvals. Checked first, as above.
+            let has_approvals: bool = tx
+                .query_one(
+                    "SELECT to_regclass($1::text) IS NOT NULL",
+                    &[&format!("\"{schema}\".{APPROVALS_TABLE}")],
+                )
+                .await
+                .map_err(db_error)?
+                .try_get(0)
+                .map_err(catalog_error)?;
+            if !has_approvals {
+                tx.batch_execute(&approvals_ddl(schema))
+                    .await
+                    .map_err(db_error)?;
             }
         }
         tx.commit().await.map_err(db_error)

@@ -29,7 +29,11 @@
 //!
 //! PostgreSQL `text` cannot hold the character U+0000: a tool name, argument text, journal
 //! entry or error message containing it is refused by the server, which this store reports
-//! as [`StoreError::Unavailable`] (nothing is written).//!
+//! as [`StoreError::Unavailable`] (nothing is written).
+//!
+//! Pending approvals live in a table of their own, `approvals` (one JSON text per record key,
+//! indexed by tenant and tool), created in the schema when a store first connects to it.
+//!
 //! # The folder
 //!
 //! `statements.rs` holds the SQL text, `connection.rs` the pool and the schema's set-up,
@@ -75,7 +79,7 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 ///
 /// Tables live in the schema given to [`connect`](PostgresStore::connect), so applications
 /// (and test runs) sharing a database each work in their own namespace. The schema and its
-/// table are created on first use; many workers starting at once serialise that set-up on an
+/// tables are created on first use; many workers starting at once serialise that set-up on an
 /// advisory lock, so none of them fails.
 ///
 /// ```no_run

@@ -49,11 +49,33 @@ CREATE INDEX IF NOT EXISTS records_expiry ON "{schema}".records (expires_at)
 CREATE INDEX IF NOT EXISTS records_open ON "{schema}".records (created_at, key)
     WHERE state <> 'completed';
 {later}
+{approvals}
 "#,
         later = LATER_INDEXES
             .iter()
             .map(|(_, index)| index(schema))
-            .collect::<String>()
+            .collect::<String>(),
+        approvals = approvals_ddl(schema),
+    )
+}
+
+/// The name of the pending approvals' table, unqualified: set-up looks for it in the schema.
+pub(super) const APPROVALS_TABLE: &str = "approvals";
+
+/// The pending approvals' table ([`approvals`](crate::store::approvals)): one JSON text per
+/// record key, with its tenant and tool copied out and indexed to list them by. [`ddl`]
+/// creates it with the records; set-up adds it to a schema made by an older idem.
+pub(super) fn approvals_ddl(schema: &str) -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS "{schema}".{APPROVALS_TABLE} (
+    key    text COLLATE "C" PRIMARY KEY,
+    tenant text NOT NULL,
+    tool   text NOT NULL,
+    body   text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approvals_tenant_tool ON "{schema}".{APPROVALS_TABLE} (tenant, tool);
+"#
     )
 }
 
@@ -98,6 +120,11 @@ pub(super) struct Statements {
     pub(super) settle_release: String,
     pub(super) purge: String,
     pub(super) now: String,
+    pub(super) approval_text: String,
+    pub(super) insert_approval: String,
+    pub(super) update_approval: String,
+    pub(super) approval_texts_of_tenant: String,
+    pub(super) approval_texts: String,
 }
 
 impl Statements {
@@ -275,6 +302,31 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
              last_error = NULL, updated_at = {NOW} WHERE {unknown_at}"
         );
         let settle_release = format!("DELETE FROM {table} AS t WHERE {unknown_at}");
+        // Pending approvals: a compare-and-swap of one row's text. Where no entry is expected
+        // the insert does nothing if one is there (a concurrent insert waits for the other to
+        // commit, then does nothing); where one is, the update writes only if the text is
+        // still the expected one (a concurrent update waits, then checks the text again on
+        // the row the other left). Either way one row changed, or none.
+        let approvals = format!("\"{schema}\".{APPROVALS_TABLE}");
+        let approval_text = format!("SELECT a.body FROM {approvals} AS a WHERE a.key = $1::text");
+        let insert_approval = format!(
+            "INSERT INTO {approvals} (key, tenant, tool, body) \
+             VALUES ($1::text, $2::text, $3::text, $4::text) ON CONFLICT (key) DO NOTHING"
+        );
+        let update_approval = format!(
+            "UPDATE {approvals} AS a SET body = $4::text, tenant = $2::text, tool = $3::text \
+             WHERE a.key = $1::text AND a.body = $5::text"
+        );
+        // Listing: a tenant's through the index by tenant and tool, or every tenant's; of one
+        // tool unless it is null. State and limit are the caller's to apply.
+        let approval_texts_of_tenant = format!(
+            "SELECT a.key, a.body FROM {approvals} AS a \
+             WHERE a.tenant = $1::text AND ($2::text IS NULL OR a.tool = $2::text)"
+        );
+        let approval_texts = format!(
+            "SELECT a.key, a.body FROM {approvals} AS a \
+             WHERE $1::text IS NULL OR a.tool = $1::text"
+        );
         Statements {
             claim,
             complete,
@@ -292,6 +344,11 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
             settle_release,
             purge,
             now: format!("SELECT {NOW}"),
+            approval_text,
+            insert_approval,
+            update_approval,
+            approval_texts_of_tenant,
+            approval_texts,
         }
     }
 }
@@ -319,6 +376,15 @@ mod tests {
             &sql.purge,
         ] {
             assert!(s.contains("\"tenant_a\".records"), "{s}");
+        }
+        for s in [
+            &sql.approval_text,
+            &sql.insert_approval,
+            &sql.update_approval,
+            &sql.approval_texts_of_tenant,
+            &sql.approval_texts,
+        ] {
+            assert!(s.contains("\"tenant_a\".approvals"), "{s}");
         }
     }
 }

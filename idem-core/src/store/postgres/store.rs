@@ -1,5 +1,6 @@
 //! The [`Store`] impl of the PostgreSQL backend: each operation is one statement (two for a
-//! settlement, chosen by its outcome), on the database's clock.
+//! settlement, chosen by its outcome, and for a swap of a pending approval, chosen by
+//! whether an entry is expected), on the database's clock.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use super::statements::COLUMN_COUNT;
 use crate::class::OrphanPolicy;
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, StateKind, Timestamp, UnknownCause};
+use crate::store::approvals::{ApprovalFilter, PendingApproval};
 use crate::store::codec::{outcome_json, state_kind, state_name};
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
 
@@ -272,6 +274,80 @@ impl Store for PostgresBackend {
         u64::try_from(ms).map(Timestamp).map_err(|_| {
             StoreError::Unavailable(format!("the database clock reads {ms} ms before the epoch"))
         })
+    }
+
+    async fn approval_text(&self, key: &RecordKey) -> Result<Option<String>, StoreError> {
+        let rows = self
+            .db
+            .query(&self.sql.approval_text, &[&key.as_str()])
+            .await?;
+        rows.first()
+            .map(|row| {
+                row.try_get(0)
+                    .map_err(|e| StoreError::corrupt(key, format!("pending approval: {e}")))
+            })
+            .transpose()
+    }
+
+    async fn swap_approval(
+        &self,
+        key: &RecordKey,
+        expected: Option<&str>,
+        entry: &PendingApproval,
+        text: &str,
+    ) -> Result<bool, StoreError> {
+        let changed = match expected {
+            None => {
+                self.db
+                    .execute(
+                        &self.sql.insert_approval,
+                        &[&key.as_str(), &entry.tenant, &entry.tool, &text],
+                    )
+                    .await?
+            }
+            Some(expected) => {
+                self.db
+                    .execute(
+                        &self.sql.update_approval,
+                        &[&key.as_str(), &entry.tenant, &entry.tool, &text, &expected],
+                    )
+                    .await?
+            }
+        };
+        Ok(changed == 1)
+    }
+
+    async fn approval_texts(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<Vec<(RecordKey, String)>, StoreError> {
+        let rows = match &filter.tenant {
+            Some(tenant) => {
+                self.db
+                    .query(&self.sql.approval_texts_of_tenant, &[tenant, &filter.tool])
+                    .await?
+            }
+            None => {
+                self.db
+                    .query(&self.sql.approval_texts, &[&filter.tool])
+                    .await?
+            }
+        };
+        rows.iter()
+            .map(|row| {
+                let key: String = row.try_get(0).map_err(|e| {
+                    StoreError::corrupt(
+                        &RecordKey::from_stored("<unreadable key>"),
+                        format!("pending approval key: {e}"),
+                    )
+                })?;
+                let key = RecordKey::from_stored(key);
+                let text: String = row
+                    .try_get(1)
+                    .map_err(|e| StoreError::corrupt(&key, format!("pending approval: {e}")))?;
+                Ok((key, text))
+            })
+            .collect()
     }
 }
 

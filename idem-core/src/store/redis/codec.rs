@@ -1,5 +1,6 @@
-//! Replies from Redis to values: text, the server's `TIME`, and records read back from a
-//! record's hash and step list through the stores' [shared codec](crate::store::codec).
+//! Replies from Redis to values: text, the server's `TIME`, the text of pending approvals,
+//! and records read back from a record's hash and step list through the stores' [shared
+//! codec](crate::store::codec).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -33,6 +34,17 @@ pub(super) fn text(v: &Value) -> Option<String> {
     match v {
         Value::Int(i) => Some(i.to_string()),
         other => bytes(other).and_then(|b| String::from_utf8(b.to_vec()).ok()),
+    }
+}
+
+/// The text of the pending approval under `key` as `GET` or `MGET` reply it: `None` for nil,
+/// corrupt when it is not UTF-8 text.
+pub(super) fn approval_value(key: &RecordKey, v: &Value) -> Result<Option<String>, StoreError> {
+    match v {
+        Value::Nil => Ok(None),
+        other => text(other)
+            .map(Some)
+            .ok_or_else(|| StoreError::corrupt(key, "a pending approval that is not UTF-8 text")),
     }
 }
 

@@ -1,14 +1,14 @@
 //! How one operation reaches the server: a script run against one record's keys (with
 //! `WAIT` in the same pipeline when the store waits for replicas), an atomic read of records
-//! with the server's clock, one `SCAN` step, and giving back a claim the replicas did not
-//! acknowledge.
+//! with the server's clock, one `SCAN` step, the reads of pending approvals, and giving back
+//! a claim the replicas did not acknowledge.
 
 use redis::{ErrorKind, Script, ServerErrorKind, Value};
 
 use super::RedisBackend;
-use super::codec::{decode_record, millis, server_time, text};
+use super::codec::{approval_value, decode_record, millis, server_time, text};
 use super::connection::Resend;
-use super::keys::{RecordKeys, SCAN_COUNT, glob_escape};
+use super::keys::{RecordKeys, SCAN_COUNT, approval_index, glob_escape};
 use super::replicas::{Unconfirmed, wrote};
 use crate::key::RecordKey;
 use crate::record::{Fence, Record, Timestamp};
@@ -29,7 +29,28 @@ impl RedisBackend {
         what: &str,
         args: &[&[u8]],
     ) -> Result<(String, Vec<Value>), StoreError> {
-        let (status, rest, unconfirmed) = self.exec(script, key, args, true).await?;
+        let keys = self.keys(key);
+        self.run_on(
+            script,
+            key,
+            &[&keys.rec, &keys.steps, &keys.fence],
+            what,
+            args,
+        )
+        .await
+    }
+
+    /// [`run`](Self::run) with the script's `KEYS` given: for a script that works on other
+    /// keys than a record's three (the swap of a pending approval).
+    pub(super) async fn run_on(
+        &self,
+        script: &Script,
+        key: &RecordKey,
+        names: &[&str],
+        what: &str,
+        args: &[&[u8]],
+    ) -> Result<(String, Vec<Value>), StoreError> {
+        let (status, rest, unconfirmed) = self.exec_on(script, key, names, args, true).await?;
         match unconfirmed {
             Some(u) if wrote(&status) => Err(u.error(
                 key,
@@ -53,8 +74,30 @@ impl RedisBackend {
         wait: bool,
     ) -> Result<(String, Vec<Value>, Option<Unconfirmed>), StoreError> {
         let keys = self.keys(key);
-        let mut invocation = script.key(&keys.rec);
-        invocation.key(&keys.steps).key(&keys.fence);
+        self.exec_on(
+            script,
+            key,
+            &[&keys.rec, &keys.steps, &keys.fence],
+            args,
+            wait,
+        )
+        .await
+    }
+
+    /// [`exec`](Self::exec) with the script's `KEYS` given (`names`, in order); `key` names
+    /// the record in errors.
+    async fn exec_on(
+        &self,
+        script: &Script,
+        key: &RecordKey,
+        names: &[&str],
+        args: &[&[u8]],
+        wait: bool,
+    ) -> Result<(String, Vec<Value>, Option<Unconfirmed>), StoreError> {
+        let mut invocation = script.prepare_invoke();
+        for name in names {
+            invocation.key(*name);
+        }
         for arg in args {
             invocation.arg(*arg);
         }
@@ -172,6 +215,75 @@ impl RedisBackend {
             })
             .collect();
         Ok((next, keys))
+    }
+
+    /// The text of the pending approval under `key`, if there is one.
+    pub(super) async fn read_approval(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<String>, StoreError> {
+        let name = self.keys(key).approval;
+        let name = name.as_str();
+        let value: Value = self
+            .conn
+            .call(Resend::AfterDrop, move |mut conn| async move {
+                redis::cmd("GET").arg(name).query_async(&mut conn).await
+            })
+            .await?;
+        approval_value(key, &value)
+    }
+
+    /// The record keys in the index of pending approvals.
+    pub(super) async fn approval_keys(&self) -> Result<Vec<RecordKey>, StoreError> {
+        let index = approval_index(&self.prefix);
+        let index = index.as_str();
+        let members: Vec<String> = self
+            .conn
+            .call(Resend::AfterDrop, move |mut conn| async move {
+                redis::cmd("SMEMBERS")
+                    .arg(index)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(members.into_iter().map(RecordKey::from_stored).collect())
+    }
+
+    /// The texts of the pending approvals under `keys` (at most a few hundred: one `MGET`),
+    /// leaving out the keys that have none.
+    pub(super) async fn read_approvals(
+        &self,
+        keys: &[RecordKey],
+    ) -> Result<Vec<(RecordKey, String)>, StoreError> {
+        if keys.is_empty() {
+            // `MGET` without a key is a syntax error.
+            return Ok(Vec::new());
+        }
+        let mut mget = redis::cmd("MGET");
+        for key in keys {
+            mget.arg(self.keys(key).approval);
+        }
+        let mget = &mget;
+        let values: Vec<Value> = self
+            .conn
+            .call(Resend::AfterDrop, move |mut conn| async move {
+                mget.query_async(&mut conn).await
+            })
+            .await?;
+        if values.len() != keys.len() {
+            return Err(StoreError::Unavailable(format!(
+                "Redis answered MGET of {} pending approvals with {} values",
+                keys.len(),
+                values.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for (key, value) in keys.iter().zip(&values) {
+            if let Some(text) = approval_value(key, value)? {
+                out.push((key.clone(), text));
+            }
+        }
+        Ok(out)
     }
 
     pub(super) fn retention_ms(&self) -> u64 {

@@ -1,4 +1,5 @@
-//! Where a record lives in Redis: three keys under the record key's cluster hash tag, the
+//! Where a record lives in Redis: three keys under the record key's cluster hash tag (and
+//! its pending approval, a fourth under the same tag), the index of pending approvals, the
 //! prefix that may not move that tag, and the `SCAN` pattern that finds a store's records.
 
 use crate::key::RecordKey;
@@ -12,6 +13,9 @@ pub(super) struct RecordKeys {
     pub(super) rec: String,
     pub(super) steps: String,
     pub(super) fence: String,
+    /// The pending approval under the record key (a string of JSON text), in the record's
+    /// slot.
+    pub(super) approval: String,
 }
 
 impl RecordKeys {
@@ -30,8 +34,17 @@ impl RecordKeys {
             rec: format!("{base}:rec"),
             steps: format!("{base}:steps"),
             fence: format!("{base}:fence"),
+            approval: format!("{base}:approval"),
         }
     }
+}
+
+/// The set of record keys that have a pending approval, which lists them. One key for the
+/// whole store, so unlike a record's keys it is not in the slot of any record: a script
+/// that adds to it, and the listing that reads it with the entries, span slots (as the
+/// `SCAN` of the records does).
+pub(super) fn approval_index(prefix: &str) -> String {
+    format!("{prefix}:approvals")
 }
 
 pub(super) fn check_prefix(prefix: &str) -> Result<(), StoreError> {
@@ -66,8 +79,15 @@ mod tests {
         assert_eq!(k.rec, "app:{abc}:rec");
         assert_eq!(k.steps, "app:{abc}:steps");
         assert_eq!(k.fence, "app:{abc}:fence");
+        assert_eq!(k.approval, "app:{abc}:approval");
         let back = RecordKeys::from_rec(&k.rec).expect("a record hash name");
         assert_eq!(back.fence, k.fence);
+    }
+
+    #[test]
+    fn the_approval_index_is_under_the_prefix_and_matches_no_record() {
+        assert_eq!(approval_index("app"), "app:approvals");
+        assert!(RecordKeys::from_rec(&approval_index("app")).is_none());
     }
 
     #[test]

@@ -37,6 +37,12 @@
 //! | `P:{K}:steps` | list | journaled step names, in order | as the record |
 //! | `P:{K}:fence` | string | the last fence issued under `K` | none while the record is InProgress; the fence retention (default [`DEFAULT_FENCE_RETENTION`]) after the record expires, is purged or is released |
 //!
+//! Pending approvals ([`approvals`](crate::store::approvals)) are the string `P:{K}:approval`
+//! (the [`PendingApproval`](crate::store::approvals::PendingApproval) as JSON, in the record's
+//! slot) and the set `P:approvals` of the record keys that have one, which lists them. Neither
+//! expires. The set is one key for the whole store, in no record's slot: the swap that adds to
+//! it and the listing that reads it with the entries are not slot-local.
+//!
 //! Timestamps are milliseconds since the Unix epoch on the server's clock, as decimal
 //! strings. A record written before tenants were kept has no `tenant` field and reads back
 //! with an empty tenant.
@@ -106,9 +112,10 @@
 //!   the caller, told it holds nothing, leaves nothing held and runs nothing; an unconfirmed
 //!   **complete** leaves the outcome recorded on the primary, and the dispatcher reports a
 //!   store error for a call whose effect happened (treat it as ambiguous, never as done); an
-//!   unconfirmed renew, journal, mark-Unknown, release, resolve, settlement or purge stands
-//!   on the primary and fails likewise. A script that changed nothing (a fenced holder, a
-//!   duplicate finding a record) is not failed for the replicas' sake.
+//!   unconfirmed renew, journal, mark-Unknown, release, resolve, settlement, purge or swap of
+//!   a pending approval stands on the primary and fails likewise. A script that changed
+//!   nothing (a fenced holder, a duplicate finding a record, a swap that found another
+//!   entry) is not failed for the replicas' sake.
 //! - `WAIT` blocks the connection it is sent on, and a store has one multiplexed
 //!   connection: while replicas lag, every operation of the store queues behind the waits.
 //!   Keep the timeout short (tens to hundreds of milliseconds); it must be shorter than the

@@ -1,6 +1,8 @@
 //! The Lua scripts of the Redis store, one file each under `scripts/`: every state change is
 //! one script, run with `EVALSHA` after the shared prelude (the record's keys, the server's
-//! clock, helpers), so each decision is atomic on the server.
+//! clock, helpers), so each decision is atomic on the server. The swap of a pending approval
+//! is a script too, without the prelude: it touches no record, only the approval's key and
+//! the index of approvals.
 //!
 //! What a script writes that Rust also knows (the `last_error` of an orphan turned Unknown)
 //! comes in as an argument, never as a copy of the text in Lua: the text is written once, in
@@ -10,6 +12,9 @@ use redis::Script;
 
 /// The keys of one record, the server clock and small helpers, before every script.
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
+
+/// The compare-and-swap of a pending approval, run as it is (no record, no prelude).
+const SWAP_APPROVAL: &str = include_str!("scripts/swap_approval.lua");
 
 /// The state-changing scripts, hashed once per store.
 pub(super) struct Scripts {
@@ -23,6 +28,7 @@ pub(super) struct Scripts {
     pub(super) force_release: Script,
     pub(super) settle_unknown: Script,
     pub(super) purge: Script,
+    pub(super) swap_approval: Script,
 }
 
 /// Each script's body, by name: what [`Scripts::new`] loads.
@@ -64,10 +70,11 @@ impl Scripts {
             force_release,
             settle_unknown,
             purge,
+            swap_approval: Script::new(SWAP_APPROVAL),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 10] {
+    pub(super) fn all(&self) -> [&Script; 11] {
         [
             &self.claim,
             &self.complete,
@@ -79,6 +86,7 @@ impl Scripts {
             &self.force_release,
             &self.settle_unknown,
             &self.purge,
+            &self.swap_approval,
         ]
     }
 }
@@ -93,7 +101,8 @@ mod tests {
         // Were the text retyped in Lua, rewording `ORPHANED` would leave Redis's orphans with
         // the old text, and their cause would read as an ambiguous error.
         let fragment = &ORPHANED[ORPHANED.len() / 2..];
-        for (name, body) in std::iter::once(("prelude", PRELUDE)).chain(BODIES) {
+        let others = [("prelude", PRELUDE), ("swap_approval", SWAP_APPROVAL)];
+        for (name, body) in others.into_iter().chain(BODIES) {
             assert!(
                 !body.contains(fragment),
                 "{name}.lua retypes the orphan text"

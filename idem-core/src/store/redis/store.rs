@@ -1,6 +1,6 @@
 //! The [`Store`] impl of the Redis backend: each state change is its script's arguments and
 //! the reading of its reply (what runs it is in `commands.rs`); the operator listings walk
-//! the prefix with `SCAN`.
+//! the prefix with `SCAN`; pending approvals are one string each, listed by an index set.
 
 use std::time::Duration;
 
@@ -9,10 +9,12 @@ use redis::Value;
 
 use super::codec::{decode_reply_record, millis, server_time, text};
 use super::connection::Resend;
+use super::keys::{SCAN_COUNT, approval_index};
 use super::{EVICTION_GRACE, RedisBackend};
 use crate::class::OrphanPolicy;
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp, UnknownCause};
+use crate::store::approvals::{ApprovalFilter, PendingApproval};
 use crate::store::codec::outcome_json;
 use crate::store::machine;
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
@@ -353,6 +355,54 @@ impl Store for RedisBackend {
             })
             .await?;
         server_time(&time).ok_or_else(|| StoreError::Unavailable("Redis TIME gave no time".into()))
+    }
+
+    async fn approval_text(&self, key: &RecordKey) -> Result<Option<String>, StoreError> {
+        self.read_approval(key).await
+    }
+
+    async fn swap_approval(
+        &self,
+        key: &RecordKey,
+        expected: Option<&str>,
+        _: &PendingApproval,
+        text: &str,
+    ) -> Result<bool, StoreError> {
+        let (has_expected, expected) = match expected {
+            Some(e) => ("1", e),
+            None => ("0", ""),
+        };
+        let approval = self.keys(key).approval;
+        let index = approval_index(&self.prefix);
+        let (status, _) = self
+            .run_on(
+                &self.scripts.swap_approval,
+                key,
+                &[&approval, &index],
+                "the pending approval",
+                &[
+                    has_expected.as_bytes(),
+                    expected.as_bytes(),
+                    text.as_bytes(),
+                    key.as_str().as_bytes(),
+                ],
+            )
+            .await?;
+        changed(key, &status)
+    }
+
+    /// Every entry in the index: Redis keeps no index by tenant or tool, so the filter is
+    /// left to the caller.
+    async fn approval_texts(
+        &self,
+        _: &ApprovalFilter,
+    ) -> Result<Vec<(RecordKey, String)>, StoreError> {
+        let keys = self.approval_keys().await?;
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(SCAN_COUNT) {
+            out.extend(self.read_approvals(chunk).await?);
+        }
+        Ok(out)
     }
 }
 

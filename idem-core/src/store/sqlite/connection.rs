@@ -1,6 +1,7 @@
 //! The SQLite store's file and its one connection: opening it (WAL mode, the `synchronous`
-//! setting, no automatic checkpoint), the schema's migrations, transactions with the busy
-//! handling of inline and pooled attempts, and the checkpoints this store runs itself.
+//! setting, no automatic checkpoint), the schema's migrations (the pending approvals' table
+//! included), transactions with the busy handling of inline and pooled attempts, and the
+//! checkpoints this store runs itself.
 //!
 //! See "Where operations run" and "Checkpoints" in the [store's documentation](super).
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
-use super::statements::{ADD_TENANT, SCHEMA, SCHEMA_VERSION};
+use super::statements::{ADD_TENANT, APPROVALS_SCHEMA, SCHEMA, SCHEMA_VERSION};
 use crate::record::Timestamp;
 use crate::store::StoreError;
 
@@ -63,9 +64,17 @@ impl Synchronous {
 }
 
 /// Set up the schema, bring a version 1 file up to date, or check that the file holds a
-/// schema this code understands. Runs inside `BEGIN IMMEDIATE`, so processes opening the file
-/// at once take turns and the later ones find it done.
+/// schema this code understands; then create the pending approvals' table if the file lacks
+/// it (a version 2 file from before it). Runs inside `BEGIN IMMEDIATE`, so processes opening
+/// the file at once take turns and the later ones find it done.
 pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<(), Failure> {
+    migrate_records(conn, path)?;
+    conn.execute_batch(APPROVALS_SCHEMA)?;
+    Ok(())
+}
+
+/// The records' table at [`SCHEMA_VERSION`], or the refusal of a newer one.
+fn migrate_records(conn: &Connection, path: &Path) -> Result<(), Failure> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     match version {
         SCHEMA_VERSION => Ok(()),

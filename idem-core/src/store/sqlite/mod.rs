@@ -109,6 +109,15 @@
 //! # Tenants
 //!
 //! Each record keeps the tenant of the claim that created it. Listing and purging by tenant
+//! filter the rows the `(state, expires_at)` index finds (the records needing attention, the
+//! expired ones): there is no index by tenant, which every claim and completion would pay
+//! for. A file written before tenants (schema version 1) gains the column, empty for its
+//! records, the first time a store opens it; an older idem then refuses the file.
+//!
+//! # Pending approvals
+//!
+//! Pending approvals live in a table of their own, `idem_approvals` (one JSON text per record
+//! key, indexed by tenant and tool), created when a store opens a file that lacks it.
 //!
 //! # The folder
 //!

@@ -2,6 +2,8 @@
 
 /// The version of the schema this code reads and writes, kept in `PRAGMA user_version`.
 /// Version 2 added the `tenant` column; [`migrate`] brings a version 1 file up to date.
+/// The pending approvals' table ([`APPROVALS_SCHEMA`]) came later without a new version:
+/// a version 2 file gains it when it is opened, and an idem that does not know it ignores it.
 pub(super) const SCHEMA_VERSION: i64 = 2;
 
 pub(super) const SCHEMA: &str = "
@@ -23,6 +25,20 @@ CREATE TABLE IF NOT EXISTS idem_records (
     tenant      TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS idem_records_state_expires ON idem_records (state, expires_at);
+";
+
+/// The pending approvals ([`approvals`](crate::store::approvals)): one JSON text per record
+/// key, with its tenant and tool copied out to list them by. [`migrate`] runs it at every
+/// open, after [`SCHEMA`]: a file made before the table gains it, and where it exists this
+/// changes nothing.
+pub(super) const APPROVALS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS idem_approvals (
+    key    TEXT PRIMARY KEY NOT NULL,
+    tenant TEXT NOT NULL,
+    tool   TEXT NOT NULL,
+    body   TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idem_approvals_tenant_tool ON idem_approvals (tenant, tool);
 ";
 
 /// What version 2 added to a version 1 table (where the column comes last, as in [`SCHEMA`]).
@@ -88,3 +104,26 @@ pub(super) const LIST_STATE: &str = concat!(
     " FROM idem_records WHERE state = ?1 AND (state <> 'completed' OR expires_at > ?2) \
      AND (?4 IS NULL OR tenant = ?4) ORDER BY created_at, key LIMIT ?3"
 );
+
+/// [`Store::approval_text`]: the text under key `?1`.
+pub(super) const APPROVAL_TEXT: &str = "SELECT body FROM idem_approvals WHERE key = ?1";
+
+/// [`Store::swap_approval`] where no entry is expected: put text `?4` of tenant `?2` and tool
+/// `?3` under key `?1` unless an entry is there (then no row changes).
+pub(super) const INSERT_APPROVAL: &str = "INSERT INTO idem_approvals (key, tenant, tool, body) \
+     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (key) DO NOTHING";
+
+/// [`Store::swap_approval`] where an entry is expected: replace the entry under key `?1` by
+/// text `?4` of tenant `?2` and tool `?3` if its text is still exactly `?5` (else no row
+/// changes).
+pub(super) const UPDATE_APPROVAL: &str = "UPDATE idem_approvals SET body = ?4, tenant = ?2, \
+     tool = ?3 WHERE key = ?1 AND body = ?5";
+
+/// [`Store::approval_texts`] of tenant `?1` (through the index by tenant and tool), of tool
+/// `?2` unless it is null.
+pub(super) const APPROVAL_TEXTS_OF_TENANT: &str = "SELECT key, body FROM idem_approvals \
+     WHERE tenant = ?1 AND (?2 IS NULL OR tool = ?2)";
+
+/// [`Store::approval_texts`] of every tenant, of tool `?1` unless it is null.
+pub(super) const APPROVAL_TEXTS: &str =
+    "SELECT key, body FROM idem_approvals WHERE ?1 IS NULL OR tool = ?1";

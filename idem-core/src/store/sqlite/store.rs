@@ -1,5 +1,7 @@
 //! The [`Store`] impl of the SQLite backend. Each operation is a [`Job`]: a [`Transition`]
-//! of one record (load, decide, apply, inside `BEGIN IMMEDIATE`), or a statement over many.
+//! of one record (load, decide, apply, inside `BEGIN IMMEDIATE`), a statement over many, or
+//! a statement on the pending approvals' table (a swap inside `BEGIN IMMEDIATE`, as writes
+//! are).
 //! A job runs inline on the caller's borrows when it can start at once, or on the blocking
 //! pool on a copy made only then ("Where operations run" in the [store's
 //! documentation](super)).
@@ -9,14 +11,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteBackend;
 use super::codec::{load, load_many, put};
 use super::connection::{CheckpointReservation, Database, Failure};
-use super::statements::{DELETE_ONE, EVICT_ON_CLAIM, LIST_ATTENTION, LIST_STATE, PURGE_EXPIRED};
+use super::statements::{
+    APPROVAL_TEXT, APPROVAL_TEXTS, APPROVAL_TEXTS_OF_TENANT, DELETE_ONE, EVICT_ON_CLAIM,
+    INSERT_APPROVAL, LIST_ATTENTION, LIST_STATE, PURGE_EXPIRED, UPDATE_APPROVAL,
+};
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp};
+use crate::store::approvals::{ApprovalFilter, PendingApproval};
 use crate::store::codec::{signed_millis, state_name};
 use crate::store::machine::{self, Write};
 use crate::store::transition::{self as t, Records, Transition};
@@ -167,6 +173,105 @@ impl Job for Purge<'_> {
     }
 }
 
+/// [`Store::approval_text`]: the text under a key.
+struct ApprovalText<'a>(Cow<'a, RecordKey>);
+
+impl Job for ApprovalText<'_> {
+    type Output = Option<String>;
+    type Owned = ApprovalText<'static>;
+
+    fn run(&self, conn: &Connection, _: Timestamp) -> Result<Option<String>, Failure> {
+        Ok(conn
+            .prepare_cached(APPROVAL_TEXT)?
+            .query_row([self.0.as_str()], |row| row.get(0))
+            .optional()?)
+    }
+
+    fn detached(&self) -> Self::Owned {
+        ApprovalText(t::owned(&*self.0))
+    }
+}
+
+/// [`Store::swap_approval`]: one statement inside the write transaction, which changes one
+/// row if the text under the key is still the expected one (or, expecting none, if there is
+/// no entry), and no row otherwise.
+struct SwapApproval<'a> {
+    key: Cow<'a, RecordKey>,
+    expected: Option<Cow<'a, str>>,
+    tenant: Cow<'a, str>,
+    tool: Cow<'a, str>,
+    text: Cow<'a, str>,
+}
+
+impl Job for SwapApproval<'_> {
+    type Output = bool;
+    type Owned = SwapApproval<'static>;
+
+    fn run(&self, conn: &Connection, _: Timestamp) -> Result<bool, Failure> {
+        let (key, tenant, tool, text) =
+            (self.key.as_str(), &*self.tenant, &*self.tool, &*self.text);
+        let changed = match &self.expected {
+            None => conn
+                .prepare_cached(INSERT_APPROVAL)?
+                .execute(params![key, tenant, tool, text])?,
+            Some(expected) => conn.prepare_cached(UPDATE_APPROVAL)?.execute(params![
+                key,
+                tenant,
+                tool,
+                text,
+                &**expected
+            ])?,
+        };
+        Ok(changed == 1)
+    }
+
+    fn detached(&self) -> Self::Owned {
+        SwapApproval {
+            key: t::owned(&*self.key),
+            expected: self.expected.as_deref().map(t::owned),
+            tenant: t::owned(&*self.tenant),
+            tool: t::owned(&*self.tool),
+            text: t::owned(&*self.text),
+        }
+    }
+}
+
+/// [`Store::approval_texts`]: the entries of the filter's tenant and tool, when it names
+/// them; its state and limit are the caller's to apply.
+struct ApprovalTexts<'a>(Cow<'a, ApprovalFilter>);
+
+impl Job for ApprovalTexts<'_> {
+    type Output = Vec<(RecordKey, String)>;
+    type Owned = ApprovalTexts<'static>;
+
+    fn run(&self, conn: &Connection, _: Timestamp) -> Result<Self::Output, Failure> {
+        let filter = &self.0;
+        let mut stmt;
+        let mut rows = match &filter.tenant {
+            Some(tenant) => {
+                stmt = conn.prepare_cached(APPROVAL_TEXTS_OF_TENANT)?;
+                stmt.query(params![tenant, filter.tool])?
+            }
+            None => {
+                stmt = conn.prepare_cached(APPROVAL_TEXTS)?;
+                stmt.query(params![filter.tool])?
+            }
+        };
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push((
+                RecordKey::from_stored(row.get::<_, String>(0)?),
+                row.get(1)?,
+            ));
+        }
+        Ok(out)
+    }
+
+    fn detached(&self) -> Self::Owned {
+        ApprovalTexts(t::owned(&*self.0))
+    }
+}
+
 /// Whether a job writes (a transaction, which may `fsync` at its commit) or only reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Access {
@@ -314,5 +419,35 @@ impl Store for SqliteBackend {
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
         Ok(Timestamp::now())
+    }
+
+    async fn approval_text(&self, key: &RecordKey) -> Result<Option<String>, StoreError> {
+        self.run(Access::Read, ApprovalText(Cow::Borrowed(key)))
+            .await
+    }
+
+    async fn swap_approval(
+        &self,
+        key: &RecordKey,
+        expected: Option<&str>,
+        entry: &PendingApproval,
+        text: &str,
+    ) -> Result<bool, StoreError> {
+        let job = SwapApproval {
+            key: Cow::Borrowed(key),
+            expected: expected.map(Cow::Borrowed),
+            tenant: Cow::Borrowed(&entry.tenant),
+            tool: Cow::Borrowed(&entry.tool),
+            text: Cow::Borrowed(text),
+        };
+        self.run(Access::Write, job).await
+    }
+
+    async fn approval_texts(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<Vec<(RecordKey, String)>, StoreError> {
+        self.run(Access::Read, ApprovalTexts(Cow::Borrowed(filter)))
+            .await
     }
 }

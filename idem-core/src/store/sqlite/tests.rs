@@ -12,12 +12,13 @@ use rusqlite::{Connection, StatementStatus, TransactionBehavior};
 use serde_json::json;
 
 use super::connection::{CHECKPOINT_PAGES, CheckpointReservation, migrate};
-use super::statements::{EVICT_ON_CLAIM, PURGE_EXPIRED};
+use super::statements::{APPROVAL_TEXTS_OF_TENANT, EVICT_ON_CLAIM, PURGE_EXPIRED};
 use super::{SqliteStore, Synchronous};
 use crate::canonical::Fingerprint;
 use crate::class::OrphanPolicy;
 use crate::key::{KeyMaterial, LogicalKey, RecordKey};
 use crate::record::{Outcome, Record, RecordState, Timestamp};
+use crate::store::approvals::{self, ApprovalFilter, PendingApproval};
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
 
 /// A directory of its own for each test, removed when the test ends.
@@ -506,4 +507,96 @@ fn the_claim_eviction_is_compiled_once() {
     // the statement at every execution, even bound to the same value each time.
     let purge = |now: i64| vec![now.into(), now.into(), Value::Null, 2.into()];
     assert_eq!(recompiled(PURGE_EXPIRED, &purge), 4);
+}
+
+fn approval(key: &RecordKey, tenant: &str, now: Timestamp) -> PendingApproval {
+    PendingApproval {
+        key: key.clone(),
+        namespace: "idem-sqlite-unit".into(),
+        tenant: tenant.into(),
+        tool: "wire".into(),
+        downstream_key: "idem-wire".into(),
+        fingerprint: Fingerprint::of(&json!({"cents": 1})),
+        arguments: json!({"cents": 1}),
+        requested_at: now,
+        expires_at: now.plus(TTL),
+        decision: None,
+    }
+}
+
+/// A version 2 file from before pending approvals gains their table when it is opened, at
+/// the same version; a swap that finds another text changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_from_before_approvals_gains_their_table() {
+    let dir = temp_dir("before-approvals");
+    let path = dir.path().join("idem.db");
+    drop(SqliteStore::open(&path).expect("create"));
+    {
+        let raw = Connection::open(&path).expect("raw connection");
+        raw.execute_batch("DROP TABLE idem_approvals")
+            .expect("a version 2 file without approvals");
+    }
+    let store = SqliteStore::open(&path).expect("open a file from before approvals");
+    let k = key("approval");
+    let entry = approval(&k, "tenant", store.now().await.expect("now"));
+    assert_eq!(
+        approvals::request(&store, &entry).await.expect("request"),
+        entry
+    );
+    let text = store
+        .approval_text(&k)
+        .await
+        .expect("text")
+        .expect("an entry");
+    assert!(
+        !store
+            .swap_approval(&k, None, &entry, "{}")
+            .await
+            .expect("swap"),
+        "an entry is there"
+    );
+    assert!(
+        !store
+            .swap_approval(&k, Some("{}"), &entry, "{}")
+            .await
+            .expect("swap"),
+        "its text is another"
+    );
+    assert_eq!(store.approval_text(&k).await.expect("text"), Some(text));
+    let listed = store
+        .approval_texts(&ApprovalFilter {
+            tenant: Some("tenant".into()),
+            tool: Some("wire".into()),
+            ..ApprovalFilter::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].0, k);
+    drop(store);
+    let raw = Connection::open(&path).expect("raw connection");
+    let version: i64 = raw
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("version");
+    assert_eq!(version, 2, "the table came without a new schema version");
+}
+
+#[test]
+fn a_tenants_approvals_are_found_through_the_index() {
+    let dir = temp_dir("approvals-plan");
+    let conn = Connection::open(dir.path().join("idem.db")).expect("open");
+    migrate(&conn, &dir.path().join("idem.db")).unwrap_or_else(|_| panic!("schema"));
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {APPROVAL_TEXTS_OF_TENANT}"))
+        .expect("prepare");
+    let plan: Vec<String> = stmt
+        .query_map(rusqlite::params!["tenant", "wire"], |row| row.get(3))
+        .expect("plan")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("idem_approvals_tenant_tool")),
+        "{plan:?}"
+    );
 }
