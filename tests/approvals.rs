@@ -405,3 +405,81 @@ async fn an_approval_valid_for_longer_than_the_dispatcher_accepts_is_refused() {
             .deduplicated
     );
 }
+
+/// An irreversible tool whose body fails as `fail` says, with a verify hook that finds the
+/// effect applied.
+fn flaky(runs: &Arc<AtomicUsize>, fail: fn() -> ToolError) -> ToolDef {
+    let runs = runs.clone();
+    ToolDef::builder("flaky_wire", ToolClass::Irreversible)
+        .description("Wire money through a flaky provider.")
+        .input_schema(json!({"type": "object"}))
+        .policy(ToolPolicy {
+            verify_after: Duration::from_secs(1),
+            lease: Duration::from_secs(1),
+            ..ToolPolicy::default()
+        })
+        .handler(move |_: ToolContext, _: Value| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Err::<Value, _>(fail())
+            }
+        })
+        .verify(|_: ToolContext, _: Value| async {
+            Verified::applied(&json!({"wired": "found downstream"}))
+        })
+        .build()
+        .unwrap()
+}
+
+fn flaky_setup(fail: fn() -> ToolError) -> Setup {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
+    let registry = Registry::builder().add(flaky(&runs, fail)).build().unwrap();
+    let keys = ApprovalKeys::new([approval_key()]);
+    let d = Dispatcher::approving(registry, store, keys).unwrap();
+    Setup { d, runs, clock }
+}
+
+#[tokio::test]
+async fn the_verify_hook_of_an_approved_call_is_asked() {
+    // The approval the record journals is not a step of the tool: an Unknown outcome is
+    // still the verify hook's to settle.
+    let s = flaky_setup(|| ToolError::ambiguous("timed out after sending"));
+    let call = ToolCall::new("flaky_wire", json!({})).with_call_id("call-flaky");
+    let r = request(&s.d, &call, &run()).await;
+    let approved = run().approve(approver().approve_for(&r, HOUR));
+    let err = s.d.dispatch(&call, &approved).await.unwrap_err();
+    let DispatchError::OutcomeUnknown { retry_after, .. } = err else {
+        panic!("expected OutcomeUnknown, got {err:?}")
+    };
+    assert!(retry_after.is_some(), "the hook will be asked");
+    s.clock.advance(Duration::from_secs(2));
+    let settled = s.d.dispatch(&call, &approved).await.unwrap();
+    assert!(settled.deduplicated);
+    assert_eq!(settled.output, json!({"wired": "found downstream"}));
+    assert_eq!(s.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_approval_whose_call_failed_does_not_run_it_again() {
+    // The effect did not happen, yet the approval was used: calling again with it replays
+    // the failure instead of running the body a second time.
+    let s = flaky_setup(|| ToolError::not_applied("card declined"));
+    let call = ToolCall::new("flaky_wire", json!({})).with_call_id("call-declined");
+    let r = request(&s.d, &call, &run()).await;
+    let approved = run().approve(approver().approve_for(&r, HOUR));
+    for n in 0..3 {
+        let err = s.d.dispatch(&call, &approved).await.unwrap_err();
+        assert!(
+            matches!(err, DispatchError::ToolFailed { .. }),
+            "dispatch {n}: {err:?}"
+        );
+    }
+    assert_eq!(
+        s.runs.load(Ordering::SeqCst),
+        1,
+        "one approval, one execution"
+    );
+}

@@ -363,3 +363,85 @@ async fn a_store_outage_between_approval_and_execution_runs_nothing() {
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn an_entry_whose_arguments_do_not_match_its_fingerprint_is_not_approved() {
+    // Whoever can write to the store shows the operator small arguments under the
+    // fingerprint of large ones: the operator's approval must not cover what they never saw.
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (agent, operator) = pair(store.clone(), &runs);
+    let run = RunContext::new("t");
+    required(&agent, &refund("call-big", 90_000), &run).await;
+    let real = pending_of(&operator, "t").await.remove(0);
+    let shown = PendingApproval {
+        arguments: json!({"payment": "pay_1", "cents": 5}),
+        ..real.clone()
+    };
+    let text = serde_json::to_string(&real).unwrap();
+    let forged = serde_json::to_string(&shown).unwrap();
+    assert!(
+        store
+            .swap_approval(&real.key, Some(&text), &shown, &forged)
+            .await
+            .unwrap()
+    );
+    let err = operator.approve_pending(&real.key, &approver(), None).await;
+    assert!(matches!(err, Err(DecisionError::Tampered(_))), "{err:?}");
+    assert!(
+        agent
+            .dispatch(&refund("call-big", 90_000), &run)
+            .await
+            .is_err()
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_store_failure_after_the_approval_runs_nothing() {
+    use support::hooked_store::{Hook, Hooked, Op};
+    #[derive(Debug, Default)]
+    struct Fail(std::sync::Mutex<Option<Op>>);
+    #[async_trait::async_trait]
+    impl Hook for Fail {
+        async fn before(&self, op: Op, _: Option<&RecordKey>) -> Result<(), idem::StoreError> {
+            if *self.0.lock().unwrap() == Some(op) {
+                return Err(idem::StoreError::Unavailable("connection reset".into()));
+            }
+            Ok(())
+        }
+    }
+    let inner: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let hooked = Arc::new(Hooked::new(inner, Fail::default()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (agent, operator) = pair(hooked.clone(), &runs);
+    let run = RunContext::new("t");
+    required(&agent, &refund("call-j", 5), &run).await;
+    let j = pending_of(&operator, "t").await.remove(0);
+    operator
+        .approve_pending(&j.key, &approver(), None)
+        .await
+        .unwrap();
+    // Reading the decision fails, then journaling the approval after the claim fails.
+    for op in [Op::Approvals, Op::Journal] {
+        *hooked.hook.0.lock().unwrap() = Some(op);
+        let err = agent
+            .dispatch(&refund("call-j", 5), &run)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, DispatchError::StoreUnavailable { .. }),
+            "{op:?}: {err:?}"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "{op:?}: nothing ran");
+    }
+    *hooked.hook.0.lock().unwrap() = None;
+    assert!(
+        !agent
+            .dispatch(&refund("call-j", 5), &run)
+            .await
+            .unwrap()
+            .deduplicated
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

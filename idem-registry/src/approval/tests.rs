@@ -136,7 +136,9 @@ fn a_malformed_signature_is_refused_not_a_panic() {
     let r = request();
     let a = Approver::new("alice", key("k1", 1)).approve_until(&r, Timestamp(1_000));
     let keys = ApprovalKeys::new([key("k1", 1)]);
-    for signature in ["", "zz", "abc", "é", &"0".repeat(64)] {
+    let upper = a.signature.to_uppercase();
+    let plus = format!("+{}", &a.signature[1..]);
+    for signature in ["", "zz", "abc", "é", &"0".repeat(64), &upper, &plus] {
         let mut json = serde_json::to_value(&a).unwrap();
         json["signature"] = Value::from(signature);
         let bad: Approval = serde_json::from_value(json).unwrap();

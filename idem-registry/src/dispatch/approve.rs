@@ -144,6 +144,22 @@ impl Dispatcher {
                         },
                     ..
                 }) => {
+                    // The store's word is not believed: the approval must verify as one the
+                    // run carried would, for the arguments it says it approved, before
+                    // anything of it is acted on or shown.
+                    let approval: Approval = serde_json::from_str(&approval)
+                        .map_err(|_| refuse(ApprovalRefusal::BadSignature))?;
+                    if fingerprint_of(&arguments) != fingerprint {
+                        return Err(refuse(ApprovalRefusal::OtherArguments));
+                    }
+                    let approved = Binding {
+                        fingerprint,
+                        ..binding
+                    };
+                    let longest = self.max_approval_validity;
+                    approval
+                        .check(&self.approval_keys, &approved, longest, now)
+                        .map_err(refuse)?;
                     if fingerprint != keyed.fingerprint {
                         return Err(DispatchError::ApprovalEdited {
                             tool: tool.name.to_string(),
@@ -151,14 +167,6 @@ impl Dispatcher {
                             arguments,
                         });
                     }
-                    // The store's word is not believed: the approval must verify as one
-                    // the run carried would.
-                    let approval: Approval = serde_json::from_str(&approval)
-                        .map_err(|_| refuse(ApprovalRefusal::BadSignature))?;
-                    let longest = self.max_approval_validity;
-                    approval
-                        .check(&self.approval_keys, &binding, longest, now)
-                        .map_err(refuse)?;
                     Ok(Approved::By(Box::new(approval)))
                 }
             },
@@ -213,6 +221,11 @@ impl Dispatcher {
             .registry
             .get(&entry.tool)
             .ok_or_else(|| DecisionError::UnknownTool(entry.tool.clone()))?;
+        // The approver approves what they are shown: arguments whose fingerprint is not the
+        // entry's were put there by someone else.
+        if fingerprint_of(&entry.arguments) != entry.fingerprint {
+            return Err(DecisionError::Tampered(key.clone()));
+        }
         let (arguments, fingerprint) = match edited {
             None => (entry.arguments.clone(), entry.fingerprint),
             Some(_) if !tool.secrets.is_empty() => {
@@ -223,7 +236,7 @@ impl Dispatcher {
                     .map_err(|e| DecisionError::InvalidArguments(Box::new(e)))?
                     .arguments
                     .into_owned();
-                let fingerprint = Fingerprint::of_canonical(&canonical_json(&normal));
+                let fingerprint = fingerprint_of(&normal);
                 (normal, fingerprint)
             }
         };
@@ -267,6 +280,11 @@ impl Dispatcher {
     }
 }
 
+/// The fingerprint of normalised (sealed) arguments, as the key stage computes it.
+fn fingerprint_of(arguments: &Value) -> Fingerprint {
+    Fingerprint::of_canonical(&canonical_json(arguments))
+}
+
 fn required(request: ApprovalRequest) -> DispatchError {
     DispatchError::ApprovalRequired {
         request: Box::new(request),
@@ -289,6 +307,12 @@ pub enum DecisionError {
     /// The edited arguments do not fit the tool.
     #[error("the edited arguments are refused: {0}")]
     InvalidArguments(Box<DispatchError>),
+    /// The stored entry's arguments are not the ones its fingerprint covers: it was altered
+    /// in the store, and approving it would approve arguments the approver never saw.
+    #[error(
+        "the pending approval under key {0} was altered in the store: its arguments do not match its fingerprint; deny it and investigate"
+    )]
+    Tampered(RecordKey),
     /// The tool has secret parameters: its arguments cannot be edited by an approver.
     #[error(
         "`{0}` has secret parameters, which an approver sees only as seals: approve or deny the call as made"

@@ -82,10 +82,18 @@ impl Dispatcher {
         if let Some(approval) = &call.approval {
             let h = hold.held();
             let text = serde_json::to_string(approval).unwrap_or_default();
-            h.store
+            let journaled = h
+                .store
                 .journal(&h.key, h.fence, super::APPROVAL_STEP, &text)
-                .await
-                .map_err(|e| call.store_error(e))?;
+                .await;
+            if let Err(e) = journaled {
+                // Nothing ran: give the key back. A store that failed may fail this too; the
+                // claim's lease then ends it.
+                if let Err(e2) = hold.give_back(&GiveBack::Release).await {
+                    tracing::warn!(error = %e2, "could not give the claim back; its lease will expire");
+                }
+                return Err(call.store_error(e));
+            }
         }
         let class = tool.class;
         let max = tool.policy.attempts_for(class);
@@ -161,7 +169,13 @@ impl Dispatcher {
                 attempts: attempt,
                 deduplicated: false,
             };
-            if error.kind() == ErrorKind::Terminal {
+            // An approval authorises one execution: a call that ran under one and certainly
+            // had no effect is recorded failed, so that the same approval replays the failure
+            // instead of running the body again (a new attempt is a new call to approve).
+            let spent = call.approval.is_some()
+                && steps.is_empty()
+                && matches!(error.kind(), ErrorKind::Retryable | ErrorKind::NotApplied);
+            if error.kind() == ErrorKind::Terminal || spent {
                 self.record(call, hold, &Outcome::Failure(error.clone()), None)
                     .await?;
                 return Err(failed(error));

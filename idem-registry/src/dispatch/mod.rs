@@ -405,10 +405,12 @@ impl RecordedCall<'_> {
         steps: &[idem_core::JournalEntry],
     ) -> Option<idem_core::Timestamp> {
         let policy = &self.tool.policy;
+        // The approval a record journals is the dispatcher's, not a step of the tool's.
+        let tool_steps = steps.iter().any(|s| s.step != APPROVAL_STEP);
         decide::verifiable_from(
             since,
             self.tool.verify.is_some(),
-            !steps.is_empty(),
+            tool_steps,
             policy.verify_after,
             policy.lease,
         )
