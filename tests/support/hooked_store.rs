@@ -151,6 +151,10 @@ impl<H: Hook> Store for Hooked<H> {
         self.hook.before(Op::Approvals, Some(k)).await?;
         self.inner.swap_approval(k, expected, entry, text).await
     }
+    async fn remove_approval(&self, k: &RecordKey, expected: &str) -> Result<bool, StoreError> {
+        self.hook.before(Op::Approvals, Some(k)).await?;
+        self.inner.remove_approval(k, expected).await
+    }
     async fn approval_texts(
         &self,
         f: &ApprovalFilter,

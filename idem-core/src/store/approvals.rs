@@ -302,6 +302,37 @@ pub async fn list<S: Store + ?Sized>(
     Ok(out)
 }
 
+/// How long an entry is kept after it expired unless [`purge`] is told otherwise: 30 days, the
+/// audit of who decided what (the record of an approved call keeps its approval as well).
+pub const DEFAULT_APPROVAL_RETENTION: std::time::Duration =
+    std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Delete up to `limit` entries that expired more than `retention` ago (decided or not);
+/// returns how many were deleted. An entry changed meanwhile is left alone.
+pub async fn purge<S: Store + ?Sized>(
+    store: &S,
+    retention: std::time::Duration,
+    limit: usize,
+) -> Result<usize, StoreError> {
+    let now = store.now().await?;
+    let everything = ApprovalFilter {
+        pending_only: false,
+        limit: usize::MAX,
+        ..ApprovalFilter::default()
+    };
+    let mut deleted = 0;
+    for (key, text) in store.approval_texts(&everything).await? {
+        if deleted == limit {
+            break;
+        }
+        let entry = decode(&key, &text)?;
+        if now >= entry.expires_at.plus(retention) && store.remove_approval(&key, &text).await? {
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

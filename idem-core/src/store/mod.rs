@@ -462,6 +462,10 @@ pub trait Store: Send + Sync + fmt::Debug {
         text: &str,
     ) -> Result<bool, StoreError>;
 
+    /// Pending approvals: delete the entry under `key` if its text is still `expected`,
+    /// atomically. Returns whether it was deleted; `false` changes nothing.
+    async fn remove_approval(&self, key: &RecordKey, expected: &str) -> Result<bool, StoreError>;
+
     /// Pending approvals: the key and text of every entry `filter` may admit. A store may
     /// narrow by tenant and tool; the caller checks each entry against the filter again.
     async fn approval_texts(

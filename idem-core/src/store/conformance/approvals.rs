@@ -209,3 +209,46 @@ pub(super) async fn pending_approvals_are_listed_by_tenant_and_tool(s: Subject) 
         1
     );
 }
+
+pub(super) async fn expired_approvals_are_purged_after_their_retention(s: Subject) {
+    let tenant = fresh_tenant("approval-purge");
+    let now = s.store.now().await.expect("now");
+    let short = pending(&tenant, "wire", "old", now, Duration::from_secs(1));
+    let long = pending(&tenant, "wire", "new", now, Duration::from_secs(3600));
+    for entry in [&short, &long] {
+        approvals::request(&*s.store, entry).await.expect("request");
+    }
+    // A removal with a stale text changes nothing.
+    assert!(
+        !s.store
+            .remove_approval(&short.key, "{\"not\":\"the text\"}")
+            .await
+            .expect("remove"),
+    );
+    s.pass(Duration::from_millis(1_600)).await;
+    let retention = Duration::from_millis(500);
+    let purged = approvals::purge(&*s.store, retention, usize::MAX)
+        .await
+        .expect("purge");
+    assert!(purged >= 1, "the expired entry is purged");
+    assert_eq!(
+        approvals::get(&*s.store, &short.key).await.expect("get"),
+        None
+    );
+    assert_eq!(
+        approvals::get(&*s.store, &long.key).await.expect("get"),
+        Some(long.clone()),
+        "a standing entry is kept"
+    );
+    let listed = approvals::list(
+        &*s.store,
+        &ApprovalFilter {
+            tenant: Some(tenant.clone()),
+            pending_only: false,
+            ..ApprovalFilter::default()
+        },
+    )
+    .await
+    .expect("list");
+    assert_eq!(listed, [long], "the purged entry is no longer listed");
+}

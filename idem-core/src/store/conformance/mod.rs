@@ -111,6 +111,9 @@ pub const CASES: &[(&str, CaseFn)] = &[
             s,
         ))
     }),
+    ("expired_approvals_are_purged_after_their_retention", |s| {
+        Box::pin(approvals::expired_approvals_are_purged_after_their_retention(s))
+    }),
     ("tenant_is_kept_and_read_back", |s| {
         Box::pin(tenants::tenant_is_kept_and_read_back(s))
     }),

@@ -115,6 +115,11 @@ pub enum Operation<'a> {
         /// The entry to put.
         entry: &'a PendingApproval,
     },
+    /// [`Store::remove_approval`].
+    RemoveApproval {
+        /// The key.
+        key: &'a RecordKey,
+    },
     /// [`Store::approval_texts`].
     ApprovalTexts(&'a ApprovalFilter),
 }
@@ -143,6 +148,7 @@ impl Operation<'_> {
             Operation::Now => "now",
             Operation::ApprovalText { .. } => "approval_text",
             Operation::SwapApproval { .. } => "swap_approval",
+            Operation::RemoveApproval { .. } => "remove_approval",
             Operation::ApprovalTexts(_) => "approval_texts",
         }
     }
@@ -170,7 +176,8 @@ impl Operation<'_> {
             | Operation::SettleUnknown { key, .. }
             | Operation::ForceRelease { key }
             | Operation::ApprovalText { key }
-            | Operation::SwapApproval { key, .. } => Some(key),
+            | Operation::SwapApproval { key, .. }
+            | Operation::RemoveApproval { key } => Some(key),
             Operation::List(_)
             | Operation::PurgeExpired(_)
             | Operation::Now
@@ -494,6 +501,22 @@ impl<S: Store, L: Layer> Store for Layered<S, L> {
         let op = Operation::SwapApproval { key, entry };
         let next = || self.inner.swap_approval(key, expected, entry, text);
         self.layer.around(&op, next)
+    }
+
+    fn remove_approval<'s, 'k, 'x, 'f>(
+        &'s self,
+        key: &'k RecordKey,
+        expected: &'x str,
+    ) -> StoreFuture<'f, bool>
+    where
+        's: 'f,
+        'k: 'f,
+        'x: 'f,
+        Self: 'f,
+    {
+        let op = Operation::RemoveApproval { key };
+        self.layer
+            .around(&op, || self.inner.remove_approval(key, expected))
     }
 
     fn approval_texts<'s, 'a, 'f>(

@@ -210,6 +210,15 @@ impl Store for MemoryBackend {
         Ok(true)
     }
 
+    async fn remove_approval(&self, key: &RecordKey, expected: &str) -> Result<bool, StoreError> {
+        let mut approvals = lock(&self.approvals);
+        if approvals.get(key.as_str()).map(String::as_str) != Some(expected) {
+            return Ok(false);
+        }
+        approvals.remove(key.as_str());
+        Ok(true)
+    }
+
     async fn approval_texts(
         &self,
         _: &ApprovalFilter,

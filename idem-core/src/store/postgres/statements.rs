@@ -123,6 +123,7 @@ pub(super) struct Statements {
     pub(super) approval_text: String,
     pub(super) insert_approval: String,
     pub(super) update_approval: String,
+    pub(super) delete_approval: String,
     pub(super) approval_texts_of_tenant: String,
     pub(super) approval_texts: String,
 }
@@ -317,6 +318,8 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
             "UPDATE {approvals} AS a SET body = $4::text, tenant = $2::text, tool = $3::text \
              WHERE a.key = $1::text AND a.body = $5::text"
         );
+        let delete_approval =
+            format!("DELETE FROM {approvals} AS a WHERE a.key = $1::text AND a.body = $2::text");
         // Listing: a tenant's through the index by tenant and tool, or every tenant's; of one
         // tool unless it is null. State and limit are the caller's to apply.
         let approval_texts_of_tenant = format!(
@@ -347,6 +350,7 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
             approval_text,
             insert_approval,
             update_approval,
+            delete_approval,
             approval_texts_of_tenant,
             approval_texts,
         }
@@ -381,6 +385,7 @@ mod tests {
             &sql.approval_text,
             &sql.insert_approval,
             &sql.update_approval,
+            &sql.delete_approval,
             &sql.approval_texts_of_tenant,
             &sql.approval_texts,
         ] {

@@ -317,6 +317,14 @@ impl Store for PostgresBackend {
         Ok(changed == 1)
     }
 
+    async fn remove_approval(&self, key: &RecordKey, expected: &str) -> Result<bool, StoreError> {
+        let deleted = self
+            .db
+            .execute(&self.sql.delete_approval, &[&key.as_str(), &expected])
+            .await?;
+        Ok(deleted == 1)
+    }
+
     async fn approval_texts(
         &self,
         filter: &ApprovalFilter,

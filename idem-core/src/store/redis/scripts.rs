@@ -1,8 +1,8 @@
 //! The Lua scripts of the Redis store, one file each under `scripts/`: every state change is
 //! one script, run with `EVALSHA` after the shared prelude (the record's keys, the server's
-//! clock, helpers), so each decision is atomic on the server. The swap of a pending approval
-//! is a script too, without the prelude: it touches no record, only the approval's key and
-//! the index of approvals.
+//! clock, helpers), so each decision is atomic on the server. The swap and the removal of a
+//! pending approval are scripts too, without the prelude: they touch no record, only the
+//! approval's key and the index of approvals.
 //!
 //! What a script writes that Rust also knows (the `last_error` of an orphan turned Unknown)
 //! comes in as an argument, never as a copy of the text in Lua: the text is written once, in
@@ -15,6 +15,9 @@ const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 /// The compare-and-swap of a pending approval, run as it is (no record, no prelude).
 const SWAP_APPROVAL: &str = include_str!("scripts/swap_approval.lua");
+
+/// The compare-and-delete of a pending approval, run as it is (no record, no prelude).
+const REMOVE_APPROVAL: &str = include_str!("scripts/remove_approval.lua");
 
 /// The state-changing scripts, hashed once per store.
 pub(super) struct Scripts {
@@ -29,6 +32,7 @@ pub(super) struct Scripts {
     pub(super) settle_unknown: Script,
     pub(super) purge: Script,
     pub(super) swap_approval: Script,
+    pub(super) remove_approval: Script,
 }
 
 /// Each script's body, by name: what [`Scripts::new`] loads.
@@ -71,10 +75,11 @@ impl Scripts {
             settle_unknown,
             purge,
             swap_approval: Script::new(SWAP_APPROVAL),
+            remove_approval: Script::new(REMOVE_APPROVAL),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 11] {
+    pub(super) fn all(&self) -> [&Script; 12] {
         [
             &self.claim,
             &self.complete,
@@ -87,6 +92,7 @@ impl Scripts {
             &self.settle_unknown,
             &self.purge,
             &self.swap_approval,
+            &self.remove_approval,
         ]
     }
 }
@@ -101,7 +107,11 @@ mod tests {
         // Were the text retyped in Lua, rewording `ORPHANED` would leave Redis's orphans with
         // the old text, and their cause would read as an ambiguous error.
         let fragment = &ORPHANED[ORPHANED.len() / 2..];
-        let others = [("prelude", PRELUDE), ("swap_approval", SWAP_APPROVAL)];
+        let others = [
+            ("prelude", PRELUDE),
+            ("swap_approval", SWAP_APPROVAL),
+            ("remove_approval", REMOVE_APPROVAL),
+        ];
         for (name, body) in others.into_iter().chain(BODIES) {
             assert!(
                 !body.contains(fragment),

@@ -391,6 +391,21 @@ impl Store for RedisBackend {
         changed(key, &status)
     }
 
+    async fn remove_approval(&self, key: &RecordKey, expected: &str) -> Result<bool, StoreError> {
+        let approval = self.keys(key).approval;
+        let index = approval_index(&self.prefix);
+        let (status, _) = self
+            .run_on(
+                &self.scripts.remove_approval,
+                key,
+                &[&approval, &index],
+                "the pending approval",
+                &[expected.as_bytes(), key.as_str().as_bytes()],
+            )
+            .await?;
+        changed(key, &status)
+    }
+
     /// Every entry in the index: Redis keeps no index by tenant or tool, so the filter is
     /// left to the caller.
     async fn approval_texts(

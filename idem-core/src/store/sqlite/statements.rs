@@ -119,6 +119,9 @@ pub(super) const INSERT_APPROVAL: &str = "INSERT INTO idem_approvals (key, tenan
 pub(super) const UPDATE_APPROVAL: &str = "UPDATE idem_approvals SET body = ?4, tenant = ?2, \
      tool = ?3 WHERE key = ?1 AND body = ?5";
 
+/// [`Store::remove_approval`]: delete the entry under key `?1` if its text is still `?2`.
+pub(super) const DELETE_APPROVAL: &str = "DELETE FROM idem_approvals WHERE key = ?1 AND body = ?2";
+
 /// [`Store::approval_texts`] of tenant `?1` (through the index by tenant and tool), of tool
 /// `?2` unless it is null.
 pub(super) const APPROVAL_TEXTS_OF_TENANT: &str = "SELECT key, body FROM idem_approvals \

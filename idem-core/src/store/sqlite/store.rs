@@ -17,8 +17,8 @@ use super::SqliteBackend;
 use super::codec::{load, load_many, put};
 use super::connection::{CheckpointReservation, Database, Failure};
 use super::statements::{
-    APPROVAL_TEXT, APPROVAL_TEXTS, APPROVAL_TEXTS_OF_TENANT, DELETE_ONE, EVICT_ON_CLAIM,
-    INSERT_APPROVAL, LIST_ATTENTION, LIST_STATE, PURGE_EXPIRED, UPDATE_APPROVAL,
+    APPROVAL_TEXT, APPROVAL_TEXTS, APPROVAL_TEXTS_OF_TENANT, DELETE_APPROVAL, DELETE_ONE,
+    EVICT_ON_CLAIM, INSERT_APPROVAL, LIST_ATTENTION, LIST_STATE, PURGE_EXPIRED, UPDATE_APPROVAL,
 };
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp};
@@ -236,6 +236,31 @@ impl Job for SwapApproval<'_> {
     }
 }
 
+/// [`Store::remove_approval`]: delete the entry if its text is still the expected one.
+struct RemoveApproval<'a> {
+    key: Cow<'a, RecordKey>,
+    expected: Cow<'a, str>,
+}
+
+impl Job for RemoveApproval<'_> {
+    type Output = bool;
+    type Owned = RemoveApproval<'static>;
+
+    fn run(&self, conn: &Connection, _: Timestamp) -> Result<bool, Failure> {
+        let deleted = conn
+            .prepare_cached(DELETE_APPROVAL)?
+            .execute(params![self.key.as_str(), &*self.expected])?;
+        Ok(deleted == 1)
+    }
+
+    fn detached(&self) -> Self::Owned {
+        RemoveApproval {
+            key: t::owned(&*self.key),
+            expected: t::owned(&*self.expected),
+        }
+    }
+}
+
 /// [`Store::approval_texts`]: the entries of the filter's tenant and tool, when it names
 /// them; its state and limit are the caller's to apply.
 struct ApprovalTexts<'a>(Cow<'a, ApprovalFilter>);
@@ -439,6 +464,14 @@ impl Store for SqliteBackend {
             tenant: Cow::Borrowed(&entry.tenant),
             tool: Cow::Borrowed(&entry.tool),
             text: Cow::Borrowed(text),
+        };
+        self.run(Access::Write, job).await
+    }
+
+    async fn remove_approval(&self, key: &RecordKey, expected: &str) -> Result<bool, StoreError> {
+        let job = RemoveApproval {
+            key: Cow::Borrowed(key),
+            expected: Cow::Borrowed(expected),
         };
         self.run(Access::Write, job).await
     }
