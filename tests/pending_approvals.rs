@@ -445,3 +445,22 @@ async fn a_store_failure_after_the_approval_runs_nothing() {
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_call_run_with_a_carried_approval_is_no_longer_pending() {
+    let (agent, operator, _, runs) = on_clock();
+    let run = RunContext::new("t");
+    let call = refund("call-carried", 5);
+    let request = match agent.dispatch(&call, &run).await {
+        Err(DispatchError::ApprovalRequired { request }) => request,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(pending_of(&operator, "t").await.len(), 1);
+    let approved = run.approve(approver().approve_for(&request, Duration::from_secs(600)));
+    agent.dispatch(&call, &approved).await.unwrap();
+    assert!(
+        pending_of(&operator, "t").await.is_empty(),
+        "it ran: nothing to decide"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

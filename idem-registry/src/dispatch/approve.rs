@@ -194,12 +194,25 @@ impl Dispatcher {
     }
 
     /// Operator: the pending approvals `filter` admits (by default every tenant's calls
-    /// still awaiting a decision), oldest first.
+    /// still awaiting a decision), oldest first. A call that ran meanwhile with an approval
+    /// its run carried has a record with its arguments: it awaits nothing, and is not listed
+    /// as pending.
     pub async fn pending_approvals(
         &self,
         filter: &ApprovalFilter,
     ) -> Result<Vec<PendingApproval>, StoreError> {
-        approvals::list(&*self.store, filter).await
+        let mut listed = approvals::list(&*self.store, filter).await?;
+        if filter.pending_only {
+            let mut awaiting = Vec::with_capacity(listed.len());
+            for entry in listed {
+                let ran = self.store.get(&entry.key).await?;
+                if !ran.is_some_and(|r| r.fingerprint == entry.fingerprint) {
+                    awaiting.push(entry);
+                }
+            }
+            listed = awaiting;
+        }
+        Ok(listed)
     }
 
     /// Operator: approve the pending call under `key`, signed by `approver`, valid until the
