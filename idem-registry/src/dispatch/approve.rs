@@ -206,7 +206,7 @@ impl Dispatcher {
             let mut awaiting = Vec::with_capacity(listed.len());
             for entry in listed {
                 let ran = self.store.get(&entry.key).await?;
-                if !ran.is_some_and(|r| r.fingerprint == entry.fingerprint) {
+                if ran.is_none_or(|r| r.fingerprint != entry.fingerprint) {
                     awaiting.push(entry);
                 }
             }
