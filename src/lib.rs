@@ -147,6 +147,8 @@ pub use idem_registry::dispatch::{
 };
 /// Provider exports (OpenAI, Anthropic, Gemini, MCP) and their portability reports.
 pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
+#[cfg(feature = "mcp")]
+pub use idem_registry::mcp;
 pub use idem_registry::tool::Location;
 pub use idem_registry::{
     Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,

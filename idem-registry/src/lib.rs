@@ -5,7 +5,7 @@
 //! The modules form layers, each using only those below it: `error` and `pointer` at the
 //! bottom; `args` (reading a call's arguments); `schema` (generating, checking and
 //! validating JSON Schemas, knowing nothing of tools); `tool` (definitions, builders,
-//! specs, policy); `registry`; then `export` and `redact`, and the dispatcher on top.
+//! specs, policy); `registry`; then `export` and `redact`, the dispatcher, and `mcp` (feature `mcp`) serving it.
 //! `scripts/check_layers.py` fails on any import cycle between them.
 
 #![warn(missing_docs)]
@@ -17,6 +17,8 @@ pub mod dispatch;
 mod error;
 pub mod export;
 mod heartbeat;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod pointer;
 pub mod redact;
 pub mod registry;

@@ -1,0 +1,218 @@
+//! Serving a dispatcher's tools over MCP (feature `mcp`, on rmcp): every `tools/call` goes
+//! through the dispatcher, with its class's policy, and a client that re-sends a call after
+//! a broken stream gets the recorded result, marked deduplicated.
+//!
+//! - `tools/list`: each tool as the MCP export states it (input and output schemas, title,
+//!   description, the four annotations from the class), in the registry's order.
+//! - `tools/call`: the key comes from the request's `_meta`: [`META_KEY`] (an idempotency
+//!   key the client keeps across re-sends), else [`META_RUN`] with [`META_STEP`], else the
+//!   tool's natural key. A write with none of them is refused with a result telling the
+//!   client how to pass one.
+//! - Results carry the output as `structuredContent` (wrapped as `{"result": ...}` when it
+//!   is not an object, as the exported `outputSchema` says) and as text; their `_meta`
+//!   carries [`META_DEDUPLICATED`] and the downstream key ([`META_DOWNSTREAM_KEY`]). What the
+//!   model can act on (invalid arguments, a missing key, permission, approval, an unknown
+//!   outcome, a key reused) is an `isError` result with the dispatcher's words; what the
+//!   client did wrong (an unknown tool) is a protocol error; what the host must handle (the
+//!   store unreachable, a fenced worker) is an internal error.
+//! - `notifications/cancelled` drops the dispatch, with the dispatcher's cancel safety.
+//!
+//! Not yet: Streamable HTTP with a tenant per request, and approvals over MCP's
+//! `input_required` rounds (issue #14).
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+
+use crate::dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
+use crate::export::{ExportError, Provider};
+
+/// `_meta` key of a call's idempotency key: the same on every re-send of the call.
+pub const META_KEY: &str = "io.idem/idempotency-key";
+/// `_meta` key of the agent's run id (with [`META_STEP`], a key for the call).
+pub const META_RUN: &str = "io.idem/run-id";
+/// `_meta` key of the step within the run (an integer).
+pub const META_STEP: &str = "io.idem/step";
+/// Result `_meta` key: whether the result is a replay of a recorded one.
+pub const META_DEDUPLICATED: &str = "io.idem/deduplicated";
+/// Result `_meta` key: the downstream key the tool was given.
+pub const META_DOWNSTREAM_KEY: &str = "io.idem/key";
+
+/// An MCP server over a [`Dispatcher`], acting for one tenant (a stdio server serves one
+/// client).
+///
+/// ```no_run
+/// # async fn run(dispatcher: idem_registry::Dispatcher) -> Result<(), Box<dyn std::error::Error>> {
+/// use idem_registry::mcp::McpServer;
+///
+/// McpServer::new(dispatcher, "tenant-a")?.serve_stdio().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct McpServer {
+    dispatcher: Arc<Dispatcher>,
+    tenant: String,
+    tools: Arc<Vec<Tool>>,
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpServeError {
+    /// A tool cannot be stated as MCP asks.
+    #[error("a tool cannot be served over MCP: {0}")]
+    Export(#[from] ExportError),
+    /// The export did not read back as rmcp's tool type.
+    #[error("the MCP export of `{tool}` did not read as an MCP tool: {reason}")]
+    Tool {
+        /// The tool.
+        tool: String,
+        /// What rmcp's reader said.
+        reason: String,
+    },
+    /// The transport failed.
+    #[error("the MCP transport failed: {0}")]
+    Transport(String),
+}
+
+impl McpServer {
+    /// A server for `tenant` over `dispatcher`'s registry.
+    pub fn new(dispatcher: Dispatcher, tenant: impl Into<String>) -> Result<Self, McpServeError> {
+        let exported = dispatcher.registry().export(Provider::Mcp)?;
+        let entries = exported.as_array().cloned().unwrap_or_default();
+        let tools = entries
+            .into_iter()
+            .map(|entry| {
+                let tool = entry["name"].as_str().unwrap_or_default().to_owned();
+                serde_json::from_value::<Tool>(entry).map_err(|e| McpServeError::Tool {
+                    tool,
+                    reason: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(McpServer {
+            dispatcher: Arc::new(dispatcher),
+            tenant: tenant.into(),
+            tools: Arc::new(tools),
+        })
+    }
+
+    /// Serve on standard input and output until the client goes away.
+    pub async fn serve_stdio(self) -> Result<(), McpServeError> {
+        use rmcp::ServiceExt;
+        let running = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| McpServeError::Transport(e.to_string()))?;
+        running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| McpServeError::Transport(e.to_string()))
+    }
+
+    /// The run a call acts in, from the tenant and the request's `_meta`.
+    fn run(&self, meta: &MetaObject) -> RunContext {
+        let run = RunContext::new(&self.tenant);
+        match (
+            meta.get(META_RUN).and_then(Value::as_str),
+            meta.get(META_STEP).and_then(Value::as_u64),
+        ) {
+            (Some(run_id), Some(step)) => run.with_run(run_id, step),
+            _ => run,
+        }
+    }
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("idem", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.to_vec()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        if self.dispatcher.registry().get(&name).is_none() {
+            let hint = self
+                .dispatcher
+                .registry()
+                .nearest(&name)
+                .map(|n| format!("; did you mean `{n}`?"))
+                .unwrap_or_default();
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{name}`{hint}"),
+                None,
+            ));
+        }
+        let arguments = request.arguments.map_or_else(|| json!({}), Value::Object);
+        let mut call = ToolCall::new(name, arguments);
+        if let Some(key) = context.meta.get(META_KEY).and_then(Value::as_str) {
+            call = call.with_key(key);
+        }
+        let run = self.run(&context.meta);
+        // A cancelled request drops the dispatch: the dispatcher settles its claim.
+        let dispatched = tokio::select! {
+            result = self.dispatcher.dispatch(&call, &run) => result,
+            () = context.ct.cancelled() => {
+                return Err(ErrorData::internal_error("the call was cancelled", None));
+            }
+        };
+        result_of(dispatched).map(Into::into)
+    }
+}
+
+/// The MCP result of a dispatch, or the protocol error of what the host must handle.
+fn result_of(dispatched: Result<Dispatched, DispatchError>) -> Result<CallToolResult, ErrorData> {
+    match dispatched {
+        Ok(done) => {
+            let structured = match done.output {
+                Value::Object(_) => done.output.clone(),
+                other => json!({ "result": other }),
+            };
+            let mut meta = MetaObject::new();
+            meta.insert(META_DEDUPLICATED.into(), Value::Bool(done.deduplicated));
+            if let Some(key) = &done.key {
+                meta.insert(META_DOWNSTREAM_KEY.into(), Value::from(key.as_str()));
+            }
+            let mut result = CallToolResult::structured(structured);
+            result.content = vec![ContentBlock::text(done.output_json)];
+            Ok(result.with_meta(Some(meta)))
+        }
+        Err(
+            e @ (DispatchError::StoreUnavailable { .. }
+            | DispatchError::Store { .. }
+            | DispatchError::Fenced { .. }),
+        ) => Err(ErrorData::internal_error(e.to_string(), None)),
+        Err(e) => {
+            let text = match &e {
+                DispatchError::MissingKey { .. } => format!(
+                    "{e}. Over MCP, pass one in the request's `_meta`: \"{META_KEY}\": \"<a key you keep across re-sends>\", or \"{META_RUN}\" with \"{META_STEP}\""
+                ),
+                _ => e.to_string(),
+            };
+            let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+            let mut meta = MetaObject::new();
+            meta.insert("io.idem/error".into(), Value::from(e.code()));
+            result = result.with_meta(Some(meta));
+            Ok(result)
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The MCP server (feature `mcp`) driven by rmcp's own client, in process: what a client
+//! lists, and what a call, a re-sent call and a refused call answer.
+#![cfg(feature = "mcp")]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use idem::mcp::{META_DEDUPLICATED, META_DOWNSTREAM_KEY, META_KEY, McpServer};
+use idem::prelude::*;
+use idem::{Store, ToolDef};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ErrorCode, InitializeResult, JsonObject, MetaObject,
+    ProtocolVersion, RequestMetaObject,
+};
+use rmcp::service::{RunningService, ServiceError, serve_directly};
+use rmcp::{ClientHandler, RoleClient, RoleServer};
+use serde_json::{Value, json};
+
+fn tools(sent: &Arc<AtomicUsize>) -> Vec<ToolDef> {
+    let counter = sent.clone();
+    let send = ToolDef::builder("send_email", ToolClass::NonIdempotentWrite)
+        .description("Send an email.")
+        .input_schema(json!({
+            "type": "object",
+            "properties": {"to": {"type": "string"}},
+            "required": ["to"]
+        }))
+        .handler(move |ctx: ToolContext, args: Value| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(json!({"to": args["to"], "message_id": ctx.idempotency_key()}))
+            }
+        })
+        .build()
+        .unwrap();
+    let weather = ToolDef::builder("get_weather", ToolClass::Read)
+        .description("Read the weather.")
+        .input_schema(json!({"type": "object"}))
+        .handler(|_: ToolContext, _: Value| async { Ok::<_, ToolError>(json!("sunny")) })
+        .build()
+        .unwrap();
+    let delete = ToolDef::builder("delete_account", ToolClass::Irreversible)
+        .description("Delete an account.")
+        .input_schema(json!({"type": "object"}))
+        .handler(|_: ToolContext, _: Value| async { Ok::<_, ToolError>(json!("deleted")) })
+        .build()
+        .unwrap();
+    vec![send, weather, delete]
+}
+
+/// A client connected to a server over the tools, on a memory store.
+fn connect(sent: &Arc<AtomicUsize>) -> RunningService<RoleClient, ()> {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut registry = Registry::builder();
+    for tool in tools(sent) {
+        registry = registry.add(tool);
+    }
+    let dispatcher = support::dispatcher::dispatcher(registry.build().unwrap(), store);
+    let server = McpServer::new(dispatcher, "tenant-mcp").unwrap();
+    let (server_side, client_side) = tokio::io::duplex(64 * 1024);
+    let running =
+        serve_directly::<RoleServer, _, _, _, _>(server, server_side, Some(().get_info()));
+    std::mem::forget(running); // lives as long as the test's runtime
+    let mut peer = InitializeResult::default();
+    peer.protocol_version = ProtocolVersion::V_2026_07_28;
+    serve_directly::<RoleClient, _, _, _, _>((), client_side, Some(peer.into()))
+}
+
+fn params(tool: &str, arguments: Value, key: Option<&str>) -> CallToolRequestParams {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments are an object")
+    };
+    let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+    if let Some(key) = key {
+        let mut meta = MetaObject::new();
+        meta.insert(META_KEY.into(), Value::from(key));
+        params.meta = Some(RequestMetaObject::from(meta));
+    }
+    params
+}
+
+fn meta_of(result: &CallToolResult) -> JsonObject {
+    result.meta.clone().map(|m| m.0).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn tools_are_listed_in_order_with_their_annotations() {
+    let client = connect(&Arc::new(AtomicUsize::new(0)));
+    let listed = client.list_tools(None).await.unwrap().tools;
+    let names: Vec<_> = listed.iter().map(|t| t.name.to_string()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "a deterministic order");
+    assert_eq!(names.len(), 3);
+    let send = listed.iter().find(|t| t.name == "send_email").unwrap();
+    // All four hints are stated, from the class (MCP's defaults are the pessimistic ones).
+    let hints = send.annotations.clone().expect("annotations");
+    let class = ToolClass::NonIdempotentWrite.hints();
+    assert_eq!(hints.read_only_hint, Some(class.read_only));
+    assert_eq!(hints.destructive_hint, Some(class.destructive));
+    assert_eq!(hints.idempotent_hint, Some(false));
+    assert_eq!(hints.open_world_hint, Some(false));
+    assert_eq!(send.input_schema["required"], json!(["to"]));
+    let read = listed.iter().find(|t| t.name == "get_weather").unwrap();
+    assert_eq!(read.annotations.clone().unwrap().read_only_hint, Some(true));
+}
+
+#[tokio::test]
+async fn a_re_sent_call_is_replayed_with_the_deduplicated_flag() {
+    let sent = Arc::new(AtomicUsize::new(0));
+    let client = connect(&sent);
+    let call = || params("send_email", json!({"to": "a@b.c"}), Some("mcp-key-1"));
+    let first = client.call_tool(call()).await.unwrap();
+    assert_ne!(first.is_error, Some(true), "{first:?}");
+    assert_eq!(meta_of(&first)[META_DEDUPLICATED], json!(false));
+    let structured = first.structured_content.clone().unwrap();
+    assert_eq!(structured["to"], "a@b.c");
+    assert_eq!(
+        structured["message_id"],
+        meta_of(&first)[META_DOWNSTREAM_KEY],
+        "the tool got the downstream key the result names"
+    );
+    // The stream broke; the client re-sends the call with a new request id.
+    let again = client.call_tool(call()).await.unwrap();
+    assert_eq!(meta_of(&again)[META_DEDUPLICATED], json!(true));
+    assert_eq!(again.structured_content, first.structured_content);
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "sent once");
+}
+
+#[tokio::test]
+async fn a_write_without_a_key_is_refused_with_how_to_pass_one() {
+    let sent = Arc::new(AtomicUsize::new(0));
+    let client = connect(&sent);
+    let refused = client
+        .call_tool(params("send_email", json!({"to": "a@b.c"}), None))
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    let text = format!("{:?}", refused.content);
+    assert!(text.contains(META_KEY), "{text}");
+    assert_eq!(meta_of(&refused)["io.idem/error"], json!("missing_key"));
+    assert_eq!(sent.load(Ordering::SeqCst), 0);
+    // A read needs no key; its output, not an object, comes wrapped.
+    let read = client
+        .call_tool(params("get_weather", json!({}), None))
+        .await
+        .unwrap();
+    assert_eq!(read.structured_content, Some(json!({"result": "sunny"})));
+}
+
+#[tokio::test]
+async fn what_the_model_can_act_on_is_an_error_result_and_an_unknown_tool_a_protocol_error() {
+    let client = connect(&Arc::new(AtomicUsize::new(0)));
+    let invalid = client
+        .call_tool(params("send_email", json!({"to": 42}), Some("k-invalid")))
+        .await
+        .unwrap();
+    assert_eq!(invalid.is_error, Some(true));
+    assert!(
+        format!("{:?}", invalid.content).contains("/to"),
+        "{invalid:?}"
+    );
+    let pending = client
+        .call_tool(params("delete_account", json!({}), Some("k-delete")))
+        .await
+        .unwrap();
+    assert_eq!(pending.is_error, Some(true));
+    assert_eq!(
+        meta_of(&pending)["io.idem/error"],
+        json!("approval_required")
+    );
+    match client
+        .call_tool(params("send_mail", json!({}), Some("k-unknown")))
+        .await
+    {
+        Err(ServiceError::McpError(e)) => {
+            assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
+            assert!(e.message.contains("did you mean `send_email`"), "{e:?}");
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+}
