@@ -48,12 +48,25 @@ fn tools(sent: &Arc<AtomicUsize>) -> Vec<ToolDef> {
         .handler(|_: ToolContext, _: Value| async { Ok::<_, ToolError>(json!("deleted")) })
         .build()
         .unwrap();
-    vec![send, weather, delete]
+    let slow = ToolDef::builder("rebuild_index", ToolClass::IdempotentWrite)
+        .description("Rebuild the search index (slow).")
+        .input_schema(json!({"type": "object"}))
+        .handler(|_: ToolContext, _: Value| async {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            Ok::<_, ToolError>(json!("rebuilt"))
+        })
+        .build()
+        .unwrap();
+    vec![send, weather, delete, slow]
 }
 
 /// A client connected to a server over the tools, on a memory store.
 fn connect(sent: &Arc<AtomicUsize>) -> RunningService<RoleClient, ()> {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    connect_to(sent, Arc::new(MemoryStore::new()))
+}
+
+/// A client connected to a server over the tools, on `store`.
+fn connect_to(sent: &Arc<AtomicUsize>, store: Arc<dyn Store>) -> RunningService<RoleClient, ()> {
     let mut registry = Registry::builder();
     for tool in tools(sent) {
         registry = registry.add(tool);
@@ -94,7 +107,7 @@ async fn tools_are_listed_in_order_with_their_annotations() {
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted, "a deterministic order");
-    assert_eq!(names.len(), 3);
+    assert_eq!(names.len(), 4);
     let send = listed.iter().find(|t| t.name == "send_email").unwrap();
     // All four hints are stated, from the class (MCP's defaults are the pessimistic ones).
     let hints = send.annotations.clone().expect("annotations");
@@ -182,4 +195,32 @@ async fn what_the_model_can_act_on_is_an_error_result_and_an_unknown_tool_a_prot
         }
         other => panic!("expected a protocol error, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_cancelled_call_leaves_no_live_claim() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let client = connect_to(&Arc::new(AtomicUsize::new(0)), store.clone());
+    // The client gives up: dropping its request sends `notifications/cancelled`.
+    let call = client.call_tool(params("rebuild_index", json!({}), Some("k-slow")));
+    let waited = tokio::time::timeout(std::time::Duration::from_millis(300), call).await;
+    assert!(waited.is_err(), "the tool was still running");
+    // The dispatch is dropped and its claim given back (an idempotent write's is released),
+    // so no record stays held by a dispatch that is gone.
+    let mut held = usize::MAX;
+    for _ in 0..200 {
+        held = store
+            .list(idem::ListFilter {
+                state: Some(idem::StateKind::InProgress),
+                ..idem::ListFilter::default()
+            })
+            .await
+            .unwrap()
+            .len();
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(held, 0, "no live claim is left behind");
 }
