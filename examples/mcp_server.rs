@@ -3,9 +3,15 @@
 //! write without key material is refused with how to pass one. Records live in SQLite.
 //!
 //! ```text
-//! cargo run --example mcp_server --features mcp               # store in the system temp dir
+//! cargo run --example mcp_server --features mcp               # stdio, store in the temp dir
 //! IDEM_DB=my.db cargo run --example mcp_server --features mcp
+//! IDEM_MCP_TOKENS="token-a=acme,token-b=globex" \
+//!     cargo run --example mcp_server --features mcp -- --http 127.0.0.1:8080
 //! ```
+//!
+//! Over HTTP (`POST /mcp`), each request acts for the tenant of its bearer token
+//! (`Authorization: Bearer token-a` acts for `acme`); a request without a known token is
+//! refused. Two tenants never share a record, even under the same key.
 //!
 //! A client passes its key in the request's `_meta`:
 //! `{"name": "create_ticket", "arguments": {...}, "_meta": {"io.idem/idempotency-key": "..."}}`.
@@ -63,8 +69,44 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let key = ApprovalKey::new("mcp-2026-12", *b"example-approval-key-not-secret!")?;
     let dispatcher = Dispatcher::approving(Registry::linked()?, store, ApprovalKeys::new([key]))?
         .with_namespace("mcp-example");
-    // Logs go to stderr: stdout is the protocol's.
-    eprintln!("idem MCP server on stdio, records in {}", path.display());
-    McpServer::new(dispatcher, "local")?.serve_stdio().await?;
+    let server = McpServer::new(dispatcher, "local")?;
+    let mut args = std::env::args().skip(1);
+    match (args.next().as_deref(), args.next()) {
+        (None, _) => {
+            // Logs go to stderr: stdout is the protocol's.
+            eprintln!("idem MCP server on stdio, records in {}", path.display());
+            server.serve_stdio().await?;
+        }
+        (Some("--http"), Some(addr)) => serve_http(server, &addr).await?,
+        _ => {
+            eprintln!("usage: mcp_server [--http ADDR]");
+            std::process::exit(2);
+        }
+    }
+    Ok(())
+}
+
+/// Serve over Streamable HTTP at `addr`, each request acting for its bearer token's tenant
+/// (tokens from `IDEM_MCP_TOKENS`, as `token=tenant,token=tenant`).
+async fn serve_http(server: McpServer, addr: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let tokens: std::collections::HashMap<String, String> = std::env::var("IDEM_MCP_TOKENS")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(token, tenant)| (format!("Bearer {}", token.trim()), tenant.trim().to_owned()))
+        .collect();
+    if tokens.is_empty() {
+        return Err(
+            "set IDEM_MCP_TOKENS to `token=tenant,...`: every HTTP request needs one".into(),
+        );
+    }
+    let server = server.authenticate(move |headers| {
+        let presented = headers.get("authorization")?.to_str().ok()?;
+        tokens.get(presented).cloned()
+    });
+    let router = axum::Router::new().nest_service("/mcp", server.http_service(&[]));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    eprintln!("idem MCP server on http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, router).await?;
     Ok(())
 }

@@ -6,21 +6,26 @@ Installs `mcp` (pinned below) into a virtual environment under `target/`, builds
 real client sees: the tools listed with their annotations, a call executed, the same call
 re-sent replayed with `io.idem/deduplicated`, a write without a key refused with how to pass
 one, an irreversible call refused pending approval, and an unknown tool a protocol error.
+Then it serves the example over Streamable HTTP with two bearer tokens and checks that each
+request acts for its token's tenant (one key in two tenants is two calls) and that a request
+without a known token is refused.
 
 Usage: python3 scripts/check_mcp.py   (from anywhere; exits non-zero on any problem)
 """
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "mcp-venv"
-PACKAGES = ["mcp==2.3.0"]
+PACKAGES = ["mcp==2.3.0"]  # brings httpx2, its HTTP client
 KEY = "io.idem/idempotency-key"
 
 
@@ -101,11 +106,84 @@ async def check(binary, db):
     return problems
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def messages(error):
+    """Every message inside an exception (groups included)."""
+    inner = getattr(error, "exceptions", None)
+    if inner:
+        return " ".join(messages(e) for e in inner)
+    return f"{type(error).__name__}: {error}"
+
+
+async def check_http(binary, db):
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    problems = []
+
+    def expect(ok, what):
+        print(("ok   " if ok else "FAIL ") + what)
+        if not ok:
+            problems.append(what)
+
+    port = free_port()
+    env = dict(os.environ, IDEM_DB=db, IDEM_MCP_TOKENS="token-a=acme,token-b=globex")
+    server = subprocess.Popen([binary, "--http", f"127.0.0.1:{port}"], env=env)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/mcp"
+
+        def client(token):
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            http = httpx2.AsyncClient(headers=headers)
+            return Client(streamable_http_client(url, http_client=http))
+
+        args = {"customer_id": "cus_2", "subject": "Scanner"}
+        meta = {KEY: "mcp-http-1"}
+        async with client("token-a") as acme:
+            names = [t.name for t in (await acme.list_tools()).tools]
+            expect(len(names) == 3, f"over HTTP the tools are listed: {names}")
+            first = await acme.call_tool("create_ticket", args, meta=meta)
+            expect((first.meta or {}).get("io.idem/deduplicated") is False, "acme's call runs")
+            again = await acme.call_tool("create_ticket", args, meta=meta)
+            expect((again.meta or {}).get("io.idem/deduplicated") is True,
+                   "acme's re-send is replayed")
+        async with client("token-b") as globex:
+            theirs = await globex.call_tool("create_ticket", args, meta=meta)
+            expect((theirs.meta or {}).get("io.idem/deduplicated") is False,
+                   "the same key for another tenant is another call")
+            expect((theirs.meta or {}).get("io.idem/key") != (first.meta or {}).get("io.idem/key"),
+                   "with another downstream key")
+        for token in (None, "token-x"):
+            try:
+                async with client(token) as stranger:
+                    await stranger.list_tools()
+                expect(False, f"a request with token {token!r} is refused")
+            except Exception as e:  # the client raises the server's refusal in a group
+                expect("unauthenticated" in messages(e), f"a request with token {token!r} is refused")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    return problems
+
+
 def main():
     ensure_mcp()
     binary = server_binary()
     with tempfile.TemporaryDirectory(prefix="idem-mcp-check-") as tmp:
         problems = asyncio.run(check(binary, str(Path(tmp) / "idem.db")))
+        problems += asyncio.run(check_http(binary, str(Path(tmp) / "idem-http.db")))
     if problems:
         print(f"{len(problems)} problem(s)", file=sys.stderr)
         sys.exit(1)

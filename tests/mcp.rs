@@ -73,6 +73,11 @@ fn connect_to(sent: &Arc<AtomicUsize>, store: Arc<dyn Store>) -> RunningService<
     }
     let dispatcher = support::dispatcher::dispatcher(registry.build().unwrap(), store);
     let server = McpServer::new(dispatcher, "tenant-mcp").unwrap();
+    connect_server(server)
+}
+
+/// A client connected to `server` in process.
+fn connect_server(server: McpServer) -> RunningService<RoleClient, ()> {
     let (server_side, client_side) = tokio::io::duplex(64 * 1024);
     let running =
         serve_directly::<RoleServer, _, _, _, _>(server, server_side, Some(().get_info()));
@@ -223,4 +228,35 @@ async fn a_cancelled_call_leaves_no_live_claim() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert_eq!(held, 0, "no live claim is left behind");
+}
+
+#[tokio::test]
+async fn a_server_that_authenticates_refuses_a_request_without_headers() {
+    // Headers come only over HTTP (scripts/check_mcp.py drives that with bearer tokens):
+    // a request without them acts for nobody.
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut registry = Registry::builder();
+    for tool in tools(&Arc::new(AtomicUsize::new(0))) {
+        registry = registry.add(tool);
+    }
+    let dispatcher = support::dispatcher::dispatcher(registry.build().unwrap(), store);
+    let server = McpServer::new(dispatcher, "unused")
+        .unwrap()
+        .authenticate(|_| Some("anyone".into()));
+    let client = connect_server(server);
+    for refused in [
+        client.list_tools(None).await.map(|_| ()),
+        client
+            .call_tool(params("get_weather", json!({}), None))
+            .await
+            .map(|_| ()),
+    ] {
+        match refused {
+            Err(ServiceError::McpError(e)) => {
+                assert_eq!(e.code, ErrorCode::INVALID_REQUEST);
+                assert!(e.message.contains("unauthenticated"), "{e:?}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
 }

@@ -17,8 +17,11 @@
 //!   store unreachable, a fenced worker) is an internal error.
 //! - `notifications/cancelled` drops the dispatch, with the dispatcher's cancel safety.
 //!
-//! Not yet: Streamable HTTP with a tenant per request, and approvals over MCP's
-//! `input_required` rounds (issue #14).
+//! - Over Streamable HTTP ([`McpServer::http_service`], a tower service to mount in any
+//!   server), each request may act for its own tenant: [`McpServer::authenticate`] maps its
+//!   headers (a bearer token, say) to one, and refuses a request it maps to none.
+//!
+//! Not yet: approvals over MCP's `input_required` rounds (issue #14).
 
 use std::sync::Arc;
 
@@ -59,7 +62,11 @@ pub struct McpServer {
     dispatcher: Arc<Dispatcher>,
     tenant: String,
     tools: Arc<Vec<Tool>>,
+    authenticate: Option<Authenticate>,
 }
+
+/// Who a request over HTTP acts for, from its headers: a tenant, or `None` to refuse it.
+pub type Authenticate = Arc<dyn Fn(&http::HeaderMap) -> Option<String> + Send + Sync>;
 
 /// Why a server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -100,7 +107,71 @@ impl McpServer {
             dispatcher: Arc::new(dispatcher),
             tenant: tenant.into(),
             tools: Arc::new(tools),
+            authenticate: None,
         })
+    }
+
+    /// Authenticate every request by its HTTP headers: `who` gives the tenant it acts for
+    /// (e.g. the tenant of a bearer token), or `None`, and the request is refused. A server
+    /// that authenticates serves only over HTTP: a stdio request has no headers.
+    ///
+    /// ```no_run
+    /// # fn f(server: idem_registry::mcp::McpServer) {
+    /// let server = server.authenticate(|headers| {
+    ///     match headers.get("authorization")?.to_str().ok()? {
+    ///         "Bearer token-of-acme" => Some("acme".to_owned()),
+    ///         _ => None,
+    ///     }
+    /// });
+    /// # let _ = server; }
+    /// ```
+    pub fn authenticate(
+        mut self,
+        who: impl Fn(&http::HeaderMap) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.authenticate = Some(Arc::new(who));
+        self
+    }
+
+    /// The server as a Streamable HTTP service (rmcp's, a tower `Service`): mount it in a
+    /// router, e.g. axum's `Router::new().nest_service("/mcp", server.http_service())`. It
+    /// accepts requests for `localhost` only unless `hosts` names others (what the `Host`
+    /// header may say: a guard against DNS rebinding).
+    pub fn http_service(
+        self,
+        hosts: &[&str],
+    ) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+        McpServer,
+        rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+    > {
+        use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+        let mut config = StreamableHttpServerConfig::default();
+        if !hosts.is_empty() {
+            config = config.with_allowed_hosts(hosts.iter().map(|h| (*h).to_owned()));
+        }
+        rmcp::transport::streamable_http_server::StreamableHttpService::new(
+            move || Ok(self.clone()),
+            Arc::default(),
+            config,
+        )
+    }
+
+    /// The tenant a request acts for: the configured one, or, when the server
+    /// authenticates, the one its headers give (else the request is refused).
+    fn tenant(&self, context: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
+        let Some(who) = &self.authenticate else {
+            return Ok(self.tenant.clone());
+        };
+        context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| who(&parts.headers))
+            .ok_or_else(|| {
+                ErrorData::invalid_request(
+                    "unauthenticated: this server needs credentials it accepts (e.g. `Authorization: Bearer <token>`)",
+                    None,
+                )
+            })
     }
 
     /// Serve on standard input and output until the client goes away.
@@ -117,9 +188,9 @@ impl McpServer {
             .map_err(|e| McpServeError::Transport(e.to_string()))
     }
 
-    /// The run a call acts in, from the tenant and the request's `_meta`.
-    fn run(&self, meta: &MetaObject) -> RunContext {
-        let run = RunContext::new(&self.tenant);
+    /// The run a call acts in, from its tenant and the request's `_meta`.
+    fn run(tenant: String, meta: &MetaObject) -> RunContext {
+        let run = RunContext::new(tenant);
         match (
             meta.get(META_RUN).and_then(Value::as_str),
             meta.get(META_STEP).and_then(Value::as_u64),
@@ -139,8 +210,9 @@ impl ServerHandler for McpServer {
     async fn list_tools(
         &self,
         _: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.tenant(&context)?;
         Ok(ListToolsResult::with_all_items(self.tools.to_vec()))
     }
 
@@ -149,6 +221,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let tenant = self.tenant(&context)?;
         let name = request.name.to_string();
         if self.dispatcher.registry().get(&name).is_none() {
             let hint = self
@@ -167,7 +240,7 @@ impl ServerHandler for McpServer {
         if let Some(key) = context.meta.get(META_KEY).and_then(Value::as_str) {
             call = call.with_key(key);
         }
-        let run = self.run(&context.meta);
+        let run = Self::run(tenant, &context.meta);
         // A cancelled request drops the dispatch: the dispatcher settles its claim.
         let dispatched = tokio::select! {
             result = self.dispatcher.dispatch(&call, &run) => result,
