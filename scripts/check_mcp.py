@@ -91,6 +91,10 @@ async def check(binary, db):
         expect((again.meta or {}).get("io.idem/deduplicated") is True, "a re-send is replayed")
         expect(again.structured_content == first.structured_content, "with the same output")
 
+        invalid = await client.call_tool("create_ticket", {"customer_id": 7, "subject": "x"},
+                                         meta={KEY: "mcp-check-4"})
+        expect(invalid.is_error is True and "/customer_id" in text_of(invalid),
+               "an invalid argument is an error result with its pointer")
         unkeyed = await client.call_tool("create_ticket", args)
         expect(unkeyed.is_error is True and KEY in text_of(unkeyed),
                "a write without a key is refused with how to pass one")

@@ -57,7 +57,15 @@ fn tools(sent: &Arc<AtomicUsize>) -> Vec<ToolDef> {
         })
         .build()
         .unwrap();
-    vec![send, weather, delete, slow]
+    let status = ToolDef::builder("set_status", ToolClass::IdempotentWrite)
+        .description("Set a ticket's status.")
+        .input_schema(json!({"type": "object", "properties": {"status": {"type": "string"}}}))
+        .handler(|ctx: ToolContext, args: Value| async move {
+            Ok::<_, ToolError>(json!({"status": args["status"], "key": ctx.idempotency_key()}))
+        })
+        .build()
+        .unwrap();
+    vec![send, weather, delete, slow, status]
 }
 
 /// A client connected to a server over the tools, on a memory store.
@@ -74,6 +82,17 @@ fn connect_to(sent: &Arc<AtomicUsize>, store: Arc<dyn Store>) -> RunningService<
     let dispatcher = support::dispatcher::dispatcher(registry.build().unwrap(), store);
     let server = McpServer::new(dispatcher, "tenant-mcp").unwrap();
     connect_server(server)
+}
+
+/// A client connected to a server over the tools on a memory store, configured by `setup`.
+fn connect_with(setup: fn(McpServer) -> McpServer) -> RunningService<RoleClient, ()> {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut registry = Registry::builder();
+    for tool in tools(&Arc::new(AtomicUsize::new(0))) {
+        registry = registry.add(tool);
+    }
+    let dispatcher = support::dispatcher::dispatcher(registry.build().unwrap(), store);
+    connect_server(setup(McpServer::new(dispatcher, "tenant-mcp").unwrap()))
 }
 
 /// A client connected to `server` in process.
@@ -112,7 +131,7 @@ async fn tools_are_listed_in_order_with_their_annotations() {
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted, "a deterministic order");
-    assert_eq!(names.len(), 4);
+    assert_eq!(names.len(), 5);
     let send = listed.iter().find(|t| t.name == "send_email").unwrap();
     // All four hints are stated, from the class (MCP's defaults are the pessimistic ones).
     let hints = send.annotations.clone().expect("annotations");
@@ -234,16 +253,7 @@ async fn a_cancelled_call_leaves_no_live_claim() {
 async fn a_server_that_authenticates_refuses_a_request_without_headers() {
     // Headers come only over HTTP (scripts/check_mcp.py drives that with bearer tokens):
     // a request without them acts for nobody.
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let mut registry = Registry::builder();
-    for tool in tools(&Arc::new(AtomicUsize::new(0))) {
-        registry = registry.add(tool);
-    }
-    let dispatcher = support::dispatcher::dispatcher(registry.build().unwrap(), store);
-    let server = McpServer::new(dispatcher, "unused")
-        .unwrap()
-        .authenticate(|_| Some("anyone".into()));
-    let client = connect_server(server);
+    let client = connect_with(|s| s.authenticate(|_| Some("anyone".into())));
     for refused in [
         client.list_tools(None).await.map(|_| ()),
         client
@@ -257,6 +267,50 @@ async fn a_server_that_authenticates_refuses_a_request_without_headers() {
                 assert!(e.message.contains("unauthenticated"), "{e:?}");
             }
             other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn keyless_idempotent_writes_are_keyed_by_their_arguments_when_allowed() {
+    let strict = connect_with(|s| s);
+    let refused = strict
+        .call_tool(params("set_status", json!({"status": "open"}), None))
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true), "refused by default");
+    let lenient = connect_with(|s| s.keyless_idempotent_writes(true));
+    let call = || params("set_status", json!({"status": "open"}), None);
+    let first = lenient.call_tool(call()).await.unwrap();
+    assert_ne!(first.is_error, Some(true), "{first:?}");
+    let again = lenient.call_tool(call()).await.unwrap();
+    assert_eq!(meta_of(&again)[META_DEDUPLICATED], json!(true));
+    // Other writes still need a key.
+    let send = lenient
+        .call_tool(params("send_email", json!({"to": "a@b.c"}), None))
+        .await
+        .unwrap();
+    assert_eq!(send.is_error, Some(true));
+}
+
+#[tokio::test]
+async fn meta_of_the_wrong_type_is_a_protocol_error() {
+    let client = connect(&Arc::new(AtomicUsize::new(0)));
+    for (key, value) in [
+        (META_KEY, json!(42)),
+        (META_KEY, json!("")),
+        ("io.idem/step", json!("one")),
+    ] {
+        let mut p = params("set_status", json!({"status": "open"}), None);
+        let mut meta = MetaObject::new();
+        meta.insert(key.into(), value.clone());
+        p.meta = Some(RequestMetaObject::from(meta));
+        match client.call_tool(p).await {
+            Err(ServiceError::McpError(e)) => {
+                assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
+                assert!(e.message.contains(key), "{key}={value}: {e:?}");
+            }
+            other => panic!("{key}={value}: expected a protocol error, got {other:?}"),
         }
     }
 }

@@ -7,7 +7,9 @@
 //! - `tools/call`: the key comes from the request's `_meta`: [`META_KEY`] (an idempotency
 //!   key the client keeps across re-sends), else [`META_RUN`] with [`META_STEP`], else the
 //!   tool's natural key. A write with none of them is refused with a result telling the
-//!   client how to pass one.
+//!   client how to pass one, unless [`McpServer::keyless_idempotent_writes`] accepts an
+//!   `idempotent_write` keyed by its arguments. A `_meta` value of the wrong type is a
+//!   protocol error naming it.
 //! - Results carry the output as `structuredContent` (wrapped as `{"result": ...}` when it
 //!   is not an object, as the exported `outputSchema` says) and as text; their `_meta`
 //!   carries [`META_DEDUPLICATED`] and the downstream key ([`META_DOWNSTREAM_KEY`]). What the
@@ -63,6 +65,7 @@ pub struct McpServer {
     tenant: String,
     tools: Arc<Vec<Tool>>,
     authenticate: Option<Authenticate>,
+    keyless_idempotent: bool,
 }
 
 /// Who a request over HTTP acts for, from its headers: a tenant, or `None` to refuse it.
@@ -108,7 +111,18 @@ impl McpServer {
             tenant: tenant.into(),
             tools: Arc::new(tools),
             authenticate: None,
+            keyless_idempotent: false,
         })
+    }
+
+    /// Accept an `idempotent_write` call without key material, keyed by its arguments as
+    /// sent. The trade-off: two calls with the same arguments within the tool's TTL are one
+    /// call (the second replays the first), which is what re-sending after a broken stream
+    /// needs, and wrong for a client that means to do the same thing twice. Other writes
+    /// still need a key.
+    pub fn keyless_idempotent_writes(mut self, accept: bool) -> Self {
+        self.keyless_idempotent = accept;
+        self
     }
 
     /// Authenticate every request by its HTTP headers: `who` gives the tenant it acts for
@@ -189,15 +203,22 @@ impl McpServer {
     }
 
     /// The run a call acts in, from its tenant and the request's `_meta`.
-    fn run(tenant: String, meta: &MetaObject) -> RunContext {
+    fn run(tenant: String, meta: &MetaObject) -> Result<RunContext, ErrorData> {
         let run = RunContext::new(tenant);
-        match (
-            meta.get(META_RUN).and_then(Value::as_str),
-            meta.get(META_STEP).and_then(Value::as_u64),
-        ) {
+        let run_id = meta_str(meta, META_RUN)?;
+        let step = match meta.get(META_STEP) {
+            None => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| {
+                ErrorData::invalid_params(
+                    format!("`_meta` \"{META_STEP}\" must be a non-negative integer, got {v}"),
+                    None,
+                )
+            })?),
+        };
+        Ok(match (run_id, step) {
             (Some(run_id), Some(step)) => run.with_run(run_id, step),
             _ => run,
-        }
+        })
     }
 }
 
@@ -236,11 +257,18 @@ impl ServerHandler for McpServer {
             ));
         }
         let arguments = request.arguments.map_or_else(|| json!({}), Value::Object);
+        let class = self.dispatcher.registry().get(&name).map(|t| t.class());
         let mut call = ToolCall::new(name, arguments);
-        if let Some(key) = context.meta.get(META_KEY).and_then(Value::as_str) {
+        let run = Self::run(tenant, &context.meta)?;
+        if let Some(key) = meta_str(&context.meta, META_KEY)? {
             call = call.with_key(key);
+        } else if self.keyless_idempotent
+            && class == Some(idem_core::ToolClass::IdempotentWrite)
+            && run.run_id.is_none()
+        {
+            let by_arguments = idem_core::Fingerprint::of(&call.arguments).to_hex();
+            call = call.with_key(format!("arguments:{by_arguments}"));
         }
-        let run = Self::run(tenant, &context.meta);
         // A cancelled request drops the dispatch: the dispatcher settles its claim.
         let dispatched = tokio::select! {
             result = self.dispatcher.dispatch(&call, &run) => result,
@@ -249,6 +277,18 @@ impl ServerHandler for McpServer {
             }
         };
         result_of(dispatched).map(Into::into)
+    }
+}
+
+/// A string in `_meta`, if there: anything else there is the client's mistake.
+fn meta_str<'m>(meta: &'m MetaObject, key: &str) -> Result<Option<&'m str>, ErrorData> {
+    match meta.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s)),
+        Some(other) => Err(ErrorData::invalid_params(
+            format!("`_meta` \"{key}\" must be a non-empty string, got {other}"),
+            None,
+        )),
     }
 }
 
