@@ -244,26 +244,23 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let tenant = self.tenant(&context)?;
         let name = request.name.to_string();
-        if self.dispatcher.registry().get(&name).is_none() {
-            let hint = self
-                .dispatcher
-                .registry()
-                .nearest(&name)
-                .map(|n| format!("; did you mean `{n}`?"))
-                .unwrap_or_default();
-            return Err(ErrorData::invalid_params(
-                format!("unknown tool `{name}`{hint}"),
-                None,
-            ));
-        }
+        let registry = self.dispatcher.registry();
+        let Some(class) = registry.get(&name).map(|t| t.class()) else {
+            // The client named a tool the server never listed: its mistake, in the
+            // dispatcher's words (with the nearest name).
+            let unknown = DispatchError::UnknownTool {
+                suggestion: registry.nearest(&name).map(str::to_owned),
+                name,
+            };
+            return Err(ErrorData::invalid_params(unknown.to_string(), None));
+        };
         let arguments = request.arguments.map_or_else(|| json!({}), Value::Object);
-        let class = self.dispatcher.registry().get(&name).map(|t| t.class());
         let mut call = ToolCall::new(name, arguments);
         let run = Self::run(tenant, &context.meta)?;
         if let Some(key) = meta_str(&context.meta, META_KEY)? {
             call = call.with_key(key);
         } else if self.keyless_idempotent
-            && class == Some(idem_core::ToolClass::IdempotentWrite)
+            && class == idem_core::ToolClass::IdempotentWrite
             && run.run_id.is_none()
         {
             let by_arguments = idem_core::Fingerprint::of(&call.arguments).to_hex();

@@ -150,24 +150,26 @@ pub enum DecisionRefused {
     },
 }
 
-/// The entry a request leaves under its key: an entry that still stands is kept (the agent
+/// What a request writes under its key: nothing while an entry stands there (the agent
 /// calling again finds its decision, or the request still pending); otherwise `new`.
 pub fn requested(
-    existing: Option<PendingApproval>,
-    new: PendingApproval,
+    existing: Option<&PendingApproval>,
+    new: &PendingApproval,
     now: Timestamp,
-) -> PendingApproval {
+) -> Option<PendingApproval> {
     match existing {
-        Some(entry) if entry.stands(now) => entry,
-        _ => new,
+        Some(entry) if entry.stands(now) => None,
+        _ => Some(new.clone()),
     }
 }
 
-/// The entry a decision leaves, or why it cannot be made: only a pending request, once.
+/// The entry a decision by `by` leaves, made at `now`, or why it cannot be made: only a
+/// pending request, once.
 pub fn decided(
     existing: Option<PendingApproval>,
     key: &RecordKey,
-    decision: ApprovalDecision,
+    by: &str,
+    verdict: &Verdict,
     now: Timestamp,
 ) -> Result<PendingApproval, DecisionRefused> {
     let mut entry = existing.ok_or_else(|| DecisionRefused::NotRequested(key.clone()))?;
@@ -184,7 +186,11 @@ pub fn decided(
             expired_at: entry.expires_at,
         });
     }
-    entry.decision = Some(decision);
+    entry.decision = Some(ApprovalDecision {
+        by: by.to_owned(),
+        at: now,
+        verdict: verdict.clone(),
+    });
     Ok(entry)
 }
 
@@ -247,27 +253,21 @@ pub async fn request<S: Store + ?Sized>(
     request: &PendingApproval,
 ) -> Result<PendingApproval, StoreError> {
     let outcome = change(store, &request.key, |existing, now| {
-        let keep = existing.as_ref().is_some_and(|e| e.stands(now));
-        Ok::<_, std::convert::Infallible>(if keep {
-            None
-        } else {
-            Some(requested(existing, request.clone(), now))
-        })
+        Ok::<_, std::convert::Infallible>(requested(existing.as_ref(), request, now))
     })
     .await?;
     outcome.map_err(|never| match never {})
 }
 
-/// Record `decision` on the pending request under `key`.
+/// Record `by`'s `verdict` on the pending request under `key`, at the store's time.
 pub async fn decide<S: Store + ?Sized>(
     store: &S,
     key: &RecordKey,
-    decision: &ApprovalDecision,
+    by: &str,
+    verdict: &Verdict,
 ) -> Result<Result<PendingApproval, DecisionRefused>, StoreError> {
     change(store, key, |existing, now| {
-        let mut decision = decision.clone();
-        decision.at = now;
-        decided(existing, key, decision, now).map(Some)
+        decided(existing, key, by, verdict, now).map(Some)
     })
     .await
 }
@@ -352,13 +352,17 @@ mod tests {
         }
     }
 
+    fn no() -> Verdict {
+        Verdict::Denied {
+            reason: "no".into(),
+        }
+    }
+
     fn denial(by: &str) -> ApprovalDecision {
         ApprovalDecision {
             by: by.into(),
             at: Timestamp(5),
-            verdict: Verdict::Denied {
-                reason: "no".into(),
-            },
+            verdict: no(),
         }
     }
 
@@ -369,26 +373,34 @@ mod tests {
             requested_at: Timestamp(20),
             ..entry(30)
         };
-        assert_eq!(requested(Some(old.clone()), new.clone(), Timestamp(9)), old);
-        assert_eq!(requested(Some(old), new.clone(), Timestamp(10)), new);
-        assert_eq!(requested(None, new.clone(), Timestamp(0)), new);
+        assert_eq!(requested(Some(&old), &new, Timestamp(9)), None, "kept");
+        assert_eq!(
+            requested(Some(&old), &new, Timestamp(10)),
+            Some(new.clone())
+        );
+        assert_eq!(requested(None, &new, Timestamp(0)), Some(new.clone()));
     }
 
     #[test]
     fn a_decision_is_made_once_and_only_before_expiry() {
         let key = RecordKey::from_stored("k");
-        let once = decided(Some(entry(10)), &key, denial("a"), Timestamp(5)).unwrap();
+        let once = decided(Some(entry(10)), &key, "a", &no(), Timestamp(5)).unwrap();
         assert!(!once.is_pending(Timestamp(5)));
+        assert_eq!(
+            once.decision,
+            Some(denial("a")),
+            "by, at the time given, what"
+        );
         assert!(matches!(
-            decided(Some(once), &key, denial("b"), Timestamp(6)),
+            decided(Some(once), &key, "b", &no(), Timestamp(6)),
             Err(DecisionRefused::AlreadyDecided { by, .. }) if by == "a"
         ));
         assert!(matches!(
-            decided(Some(entry(10)), &key, denial("a"), Timestamp(10)),
+            decided(Some(entry(10)), &key, "a", &no(), Timestamp(10)),
             Err(DecisionRefused::Expired { .. })
         ));
         assert_eq!(
-            decided(None, &key, denial("a"), Timestamp(1)),
+            decided(None, &key, "a", &no(), Timestamp(1)),
             Err(DecisionRefused::NotRequested(key))
         );
     }

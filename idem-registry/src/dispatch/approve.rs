@@ -262,16 +262,12 @@ impl Dispatcher {
             arguments: arguments.clone(),
         };
         let approval = approver.approve_until(&request, entry.expires_at);
-        let decision = ApprovalDecision {
-            by: approver.identity().to_owned(),
-            at: entry.requested_at, // the store sets its own clock's time
-            verdict: Verdict::Approved {
-                approval: serde_json::to_string(&approval).unwrap_or_default(),
-                arguments,
-                fingerprint,
-            },
+        let verdict = Verdict::Approved {
+            approval: serde_json::to_string(&approval).unwrap_or_default(),
+            arguments,
+            fingerprint,
         };
-        Ok(approvals::decide(&*self.store, key, &decision).await??)
+        Ok(approvals::decide(&*self.store, key, approver.identity(), &verdict).await??)
     }
 
     /// Operator: deny the pending call under `key`: the agent's calls with its key are
@@ -282,14 +278,10 @@ impl Dispatcher {
         by: &str,
         reason: &str,
     ) -> Result<PendingApproval, DecisionError> {
-        let decision = ApprovalDecision {
-            by: by.to_owned(),
-            at: idem_core::Timestamp(0), // the store sets its own clock's time
-            verdict: Verdict::Denied {
-                reason: reason.to_owned(),
-            },
+        let verdict = Verdict::Denied {
+            reason: reason.to_owned(),
         };
-        Ok(approvals::decide(&*self.store, key, &decision).await??)
+        Ok(approvals::decide(&*self.store, key, by, &verdict).await??)
     }
 }
 

@@ -20,6 +20,19 @@ pub(crate) fn may_retry(class: ToolClass, kind: ErrorKind, attempt: u32, max: u3
         }
 }
 
+/// Whether a failure that will not be retried is recorded (and replayed to every later call
+/// with the key) rather than given back: a terminal error always; and, since an approval
+/// authorises one execution, any certain failure of a call that ran under one, unless it
+/// journaled steps (then it is partly applied: Unknown). A new attempt at an approved call
+/// is a new call to approve.
+pub(crate) fn records_failure(kind: ErrorKind, approved: bool, has_steps: bool) -> bool {
+    match kind {
+        ErrorKind::Terminal => true,
+        ErrorKind::Retryable | ErrorKind::NotApplied => approved && !has_steps,
+        _ => false,
+    }
+}
+
 /// How a holder gives its claim back when it will not record an outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum GiveBack {
@@ -203,6 +216,27 @@ mod tests {
                 assert!(
                     !may_retry(class, kind, 3, 3),
                     "{class} {kind} at the last attempt"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_recorded_failure_table() {
+        // Columns: (approved, has steps) = (no, no), (no, yes), (yes, no), (yes, yes).
+        let table = [
+            (ErrorKind::Retryable, [false, false, true, false]),
+            (ErrorKind::NotApplied, [false, false, true, false]),
+            (ErrorKind::Ambiguous, [false, false, false, false]),
+            (ErrorKind::Terminal, [true, true, true, true]),
+        ];
+        let columns = [(false, false), (false, true), (true, false), (true, true)];
+        for (kind, row) in table {
+            for ((approved, has_steps), expected) in columns.into_iter().zip(row) {
+                assert_eq!(
+                    records_failure(kind, approved, has_steps),
+                    expected,
+                    "{kind:?} approved={approved} steps={has_steps}"
                 );
             }
         }

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use idem_core::{ErrorKind, IdempotencyKey, Outcome, StoreError, Timestamp, ToolError};
+use idem_core::{IdempotencyKey, Outcome, StoreError, Timestamp, ToolError};
 use serde_json::Value;
 
 use super::body::{self, scrub_tool_error};
@@ -169,13 +169,7 @@ impl Dispatcher {
                 attempts: attempt,
                 deduplicated: false,
             };
-            // An approval authorises one execution: a call that ran under one and certainly
-            // had no effect is recorded failed, so that the same approval replays the failure
-            // instead of running the body again (a new attempt is a new call to approve).
-            let spent = call.approval.is_some()
-                && steps.is_empty()
-                && matches!(error.kind(), ErrorKind::Retryable | ErrorKind::NotApplied);
-            if error.kind() == ErrorKind::Terminal || spent {
+            if decide::records_failure(error.kind(), call.approval.is_some(), !steps.is_empty()) {
                 self.record(call, hold, &Outcome::Failure(error.clone()), None)
                     .await?;
                 return Err(failed(error));

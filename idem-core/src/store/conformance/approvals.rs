@@ -8,9 +8,7 @@ use super::subject::Subject;
 use crate::canonical::Fingerprint;
 use crate::key::RecordKey;
 use crate::record::Timestamp;
-use crate::store::approvals::{
-    self, ApprovalDecision, ApprovalFilter, DecisionRefused, PendingApproval, Verdict,
-};
+use crate::store::approvals::{self, ApprovalFilter, DecisionRefused, PendingApproval, Verdict};
 
 fn pending(tenant: &str, tool: &str, key: &str, now: Timestamp, ttl: Duration) -> PendingApproval {
     PendingApproval {
@@ -27,13 +25,9 @@ fn pending(tenant: &str, tool: &str, key: &str, now: Timestamp, ttl: Duration) -
     }
 }
 
-fn denial(by: &str) -> ApprovalDecision {
-    ApprovalDecision {
-        by: by.into(),
-        at: Timestamp(0),
-        verdict: Verdict::Denied {
-            reason: format!("{by} says no"),
-        },
+fn denial(by: &str) -> Verdict {
+    Verdict::Denied {
+        reason: format!("{by} says no"),
     }
 }
 
@@ -80,7 +74,8 @@ pub(super) async fn a_decision_is_made_once(s: Subject) {
         let store = s.store.clone();
         let key = entry.key.clone();
         tasks.push(tokio::spawn(async move {
-            approvals::decide(&*store, &key, &denial(&format!("op-{n}"))).await
+            let by = format!("op-{n}");
+            approvals::decide(&*store, &key, &by, &denial(&by)).await
         }));
     }
     let mut winners = Vec::new();
@@ -104,7 +99,7 @@ pub(super) async fn a_decision_is_made_once(s: Subject) {
     let decision = stored.decision.expect("decided");
     assert!(decision.at >= now, "decided on the store's clock");
     // Deciding again is refused, naming who decided.
-    let again = approvals::decide(&*s.store, &entry.key, &denial("late"))
+    let again = approvals::decide(&*s.store, &entry.key, "late", &denial("late"))
         .await
         .expect("store");
     assert!(
@@ -114,7 +109,7 @@ pub(super) async fn a_decision_is_made_once(s: Subject) {
     // So is a decision on a request never made, and one after expiry.
     let missing = RecordKey::from_stored(format!("{tenant}:missing"));
     assert!(matches!(
-        approvals::decide(&*s.store, &missing, &denial("x"))
+        approvals::decide(&*s.store, &missing, "x", &denial("x"))
             .await
             .expect("store"),
         Err(DecisionRefused::NotRequested(_))
@@ -125,7 +120,7 @@ pub(super) async fn a_decision_is_made_once(s: Subject) {
         .expect("request");
     s.pass(Duration::from_millis(1_100)).await;
     assert!(matches!(
-        approvals::decide(&*s.store, &short.key, &denial("x"))
+        approvals::decide(&*s.store, &short.key, "x", &denial("x"))
             .await
             .expect("store"),
         Err(DecisionRefused::Expired { .. })
@@ -150,7 +145,7 @@ pub(super) async fn pending_approvals_are_listed_by_tenant_and_tool(s: Subject) 
             .expect("request");
     }
     let decided = RecordKey::from_stored(format!("{mine}:3"));
-    approvals::decide(&*s.store, &decided, &denial("op"))
+    approvals::decide(&*s.store, &decided, "op", &denial("op"))
         .await
         .expect("store")
         .expect("decided");
