@@ -179,6 +179,17 @@ impl Approver {
         &self.identity
     }
 
+    /// A secret for another purpose, derived from the approver's key and `label` (which
+    /// names the purpose): whoever shares the key derives the same one, and it reveals
+    /// nothing of the key.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn derived_secret(&self, label: &[u8]) -> [u8; 32] {
+        let mut mac = self.key.mac();
+        mac.update(b"idem/derived/");
+        mac.update(label);
+        mac.finalize().into_bytes().into()
+    }
+
     /// Approve exactly the call `request` describes, until `expires_at` (compared with the
     /// store's clock when the call is dispatched).
     pub fn approve_until(&self, request: &ApprovalRequest, expires_at: Timestamp) -> Approval {

@@ -15,7 +15,7 @@ use idem_core::{
 };
 use serde_json::Value;
 
-use super::call::{Dispatched, RunContext};
+use super::call::{Dispatched, RunContext, ToolCall};
 use super::error::{DispatchError, store_error};
 use super::key::Keyed;
 use super::{Dispatcher, arguments, replay};
@@ -101,18 +101,7 @@ impl Dispatcher {
         if let Some(refusal) = refused {
             return Err(refuse(refusal));
         }
-        let arguments = match &keyed.sealed {
-            Some(sealed) => sealed.clone(),
-            None => Value::clone(args),
-        };
-        let request = ApprovalRequest {
-            namespace: self.namespace.clone(),
-            tenant: run.tenant.clone(),
-            tool: tool.name.to_string(),
-            key: IdempotencyKey::new(key),
-            fingerprint: keyed.fingerprint,
-            arguments,
-        };
+        let request = self.request_of(tool, run, keyed, args);
         let Some((record_key, _)) = &keyed.keys else {
             return Err(required(request));
         };
@@ -193,6 +182,52 @@ impl Dispatcher {
         }
     }
 
+    /// What an approver is asked for this keyed call.
+    fn request_of(
+        &self,
+        tool: &ToolDef,
+        run: &RunContext,
+        keyed: &Keyed,
+        args: &Value,
+    ) -> ApprovalRequest {
+        let key = keyed
+            .keys
+            .as_ref()
+            .map_or("", |(_, downstream)| downstream.as_str());
+        let arguments = match &keyed.sealed {
+            Some(sealed) => sealed.clone(),
+            None => Value::clone(args),
+        };
+        ApprovalRequest {
+            namespace: self.namespace.clone(),
+            tenant: run.tenant.clone(),
+            tool: tool.name.to_string(),
+            key: IdempotencyKey::new(key),
+            fingerprint: keyed.fingerprint,
+            arguments,
+        }
+    }
+
+    /// What an approver would be asked for `call`, and its record key, without reading or
+    /// writing the store: the checks a dispatch makes before its approve stage (the tool,
+    /// its arguments, scopes, key material) and their errors.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn approval_request(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+    ) -> Result<(RecordKey, ApprovalRequest), DispatchError> {
+        let tool = self.lookup(&call.name)?;
+        let args = arguments::validate(tool, &call.arguments)?.arguments;
+        super::authorize(tool, run)?;
+        let keyed = self.key(tool, call, run, &args)?;
+        let request = self.request_of(tool, run, &keyed, &args);
+        match keyed.keys {
+            Some((record_key, _)) => Ok((record_key, request)),
+            None => Err(required(request)),
+        }
+    }
+
     /// Operator: the pending approvals `filter` admits (by default every tenant's calls
     /// still awaiting a decision), oldest first. A call that ran meanwhile with an approval
     /// its run carried has a record with its arguments: it awaits nothing, and is not listed
@@ -227,9 +262,26 @@ impl Dispatcher {
         approver: &Approver,
         edited: Option<&Value>,
     ) -> Result<PendingApproval, DecisionError> {
+        self.approve_pending_as_shown(key, approver, edited, None)
+            .await
+    }
+
+    /// [`approve_pending`](Self::approve_pending), only if the pending call's arguments are
+    /// the ones `shown` (their fingerprint) to the approver: another call pending under the
+    /// key is refused with [`DecisionError::NotShown`].
+    pub(crate) async fn approve_pending_as_shown(
+        &self,
+        key: &RecordKey,
+        approver: &Approver,
+        edited: Option<&Value>,
+        shown: Option<Fingerprint>,
+    ) -> Result<PendingApproval, DecisionError> {
         let entry = approvals::get(&*self.store, key)
             .await?
             .ok_or_else(|| DecisionError::Refused(DecisionRefused::NotRequested(key.clone())))?;
+        if shown.is_some_and(|shown| shown != entry.fingerprint) {
+            return Err(DecisionError::NotShown(key.clone()));
+        }
         let tool = self
             .registry
             .get(&entry.tool)
@@ -318,6 +370,11 @@ pub enum DecisionError {
         "the pending approval under key {0} was altered in the store: its arguments do not match its fingerprint; deny it and investigate"
     )]
     Tampered(RecordKey),
+    /// The call pending under the key has other arguments than the approver was shown.
+    #[error(
+        "the call pending approval under key {0} has other arguments than the ones shown to the approver: nothing was approved"
+    )]
+    NotShown(RecordKey),
     /// The tool has secret parameters: its arguments cannot be edited by an approver.
     #[error(
         "`{0}` has secret parameters, which an approver sees only as seals: approve or deny the call as made"

@@ -23,9 +23,16 @@
 //!   server), each request may act for its own tenant: [`McpServer::authenticate`] maps its
 //!   headers (a bearer token, say) to one, and refuses a request it maps to none.
 //!
-//! Not yet: approvals over MCP's `input_required` rounds (issue #14).
+//! - An irreversible call needs an approval. A server made with
+//!   [`McpServer::approve_by_elicitation`] asks the client's user with the 2026-07-28
+//!   revision's `input_required` rounds (see [`approval`]); otherwise, or for a client that
+//!   cannot elicit, the call is refused as pending, recorded in the store for an operator
+//!   ([`Dispatcher::pending_approvals`]).
+
+pub mod approval;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -35,6 +42,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
+use crate::approval::Approver;
 use crate::dispatch::{DispatchError, Dispatched, Dispatcher, RunContext, ToolCall};
 use crate::export::{ExportError, Provider};
 
@@ -48,6 +56,9 @@ pub const META_STEP: &str = "io.idem/step";
 pub const META_DEDUPLICATED: &str = "io.idem/deduplicated";
 /// Result `_meta` key: the downstream key the tool was given.
 pub const META_DOWNSTREAM_KEY: &str = "io.idem/key";
+/// Result `_meta` key of an error result: the error's code (`missing_key`,
+/// `approval_required`, `outcome_unknown`, ...; [`DispatchError::code`]).
+pub const META_ERROR: &str = "io.idem/error";
 
 /// An MCP server over a [`Dispatcher`], acting for one tenant (a stdio server serves one
 /// client).
@@ -66,6 +77,7 @@ pub struct McpServer {
     tools: Arc<Vec<Tool>>,
     authenticate: Option<Authenticate>,
     keyless_idempotent: bool,
+    elicitation: Option<approval::Elicitation>,
 }
 
 /// Who a request over HTTP acts for, from its headers: a tenant, or `None` to refuse it.
@@ -112,6 +124,7 @@ impl McpServer {
             tools: Arc::new(tools),
             authenticate: None,
             keyless_idempotent: false,
+            elicitation: None,
         })
     }
 
@@ -122,6 +135,32 @@ impl McpServer {
     /// still need a key.
     pub fn keyless_idempotent_writes(mut self, accept: bool) -> Self {
         self.keyless_idempotent = accept;
+        self
+    }
+
+    /// Let the client's user approve irreversible calls: a call held for approval is
+    /// answered with an elicitation that shows the tool and its exact arguments, and the
+    /// user's "yes" is an approval signed by `approver` (whose key must be one of the
+    /// dispatcher's approval keys, or the call is refused as unsigned). Use this where the
+    /// person at the client is who may approve: whoever drives the client can then approve.
+    /// The question can be answered for [`approval::DEFAULT_ELICITATION_VALIDITY`]; see
+    /// [`approval`] for the rounds and what is refused.
+    ///
+    /// ```no_run
+    /// # fn f(server: idem_registry::mcp::McpServer, key: idem_registry::ApprovalKey) {
+    /// use idem_registry::Approver;
+    ///
+    /// let server = server.approve_by_elicitation(Approver::new("the MCP client's user", key));
+    /// # let _ = server; }
+    /// ```
+    pub fn approve_by_elicitation(self, approver: Approver) -> Self {
+        self.approve_by_elicitation_for(approver, approval::DEFAULT_ELICITATION_VALIDITY)
+    }
+
+    /// [`approve_by_elicitation`](Self::approve_by_elicitation), with questions that can be
+    /// answered for `validity` (on this process's clock).
+    pub fn approve_by_elicitation_for(mut self, approver: Approver, validity: Duration) -> Self {
+        self.elicitation = Some(approval::Elicitation::new(approver, validity));
         self
     }
 
@@ -266,13 +305,32 @@ impl ServerHandler for McpServer {
             let by_arguments = idem_core::Fingerprint::of(&call.arguments).to_hex();
             call = call.with_key(format!("arguments:{by_arguments}"));
         }
-        // A cancelled request drops the dispatch: the dispatcher settles its claim.
+        if let Some(state) = &request.request_state {
+            let responses = request.input_responses.as_ref();
+            return self.answered(&call, &run, state, responses, &context).await;
+        }
+        self.dispatch(&call, &run, &context).await
+    }
+}
+
+impl McpServer {
+    /// Dispatch `call`; a cancelled request drops the dispatch (the dispatcher settles its
+    /// claim). A call held for approval may be answered with a question instead.
+    async fn dispatch(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let dispatched = tokio::select! {
-            result = self.dispatcher.dispatch(&call, &run) => result,
+            result = self.dispatcher.dispatch(call, run) => result,
             () = context.ct.cancelled() => {
                 return Err(ErrorData::internal_error("the call was cancelled", None));
             }
         };
+        if let Some(asked) = self.ask_instead(call, &dispatched, context) {
+            return asked;
+        }
         result_of(dispatched).map(Into::into)
     }
 }
@@ -320,7 +378,7 @@ fn result_of(dispatched: Result<Dispatched, DispatchError>) -> Result<CallToolRe
             };
             let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
             let mut meta = MetaObject::new();
-            meta.insert("io.idem/error".into(), Value::from(e.code()));
+            meta.insert(META_ERROR.into(), Value::from(e.code()));
             result = result.with_meta(Some(meta));
             Ok(result)
         }
