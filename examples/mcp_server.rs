@@ -1,6 +1,8 @@
 //! An MCP server over stdio whose tools keep their side-effect policy: a client that re-sends
-//! a call after a broken stream gets the recorded result (`_meta` says `deduplicated`), and a
-//! write without key material is refused with how to pass one. Records live in SQLite.
+//! a call after a broken stream gets the recorded result (`_meta` says `deduplicated`); a
+//! write without key material is refused with how to pass one; an irreversible call
+//! runs once its user says yes to a question showing the exact call (a client that cannot
+//! ask its user gets the call refused as pending, for an operator). Records live in SQLite.
 //!
 //! ```text
 //! cargo run --example mcp_server --features mcp               # stdio, store in the temp dir
@@ -21,7 +23,7 @@ use std::sync::Arc;
 
 use idem::mcp::McpServer;
 use idem::prelude::*;
-use idem::{ApprovalKey, ApprovalKeys, SqliteStore};
+use idem::{ApprovalKey, ApprovalKeys, Approver, SqliteStore};
 
 /// Read the current weather in a city.
 #[tool(class = "read")]
@@ -67,9 +69,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Approvals are verified with this key; an operator signs them with it (see the agent
     // example). A deployment reads it from a secret manager.
     let key = ApprovalKey::new("mcp-2026-12", *b"example-approval-key-not-secret!")?;
-    let dispatcher = Dispatcher::approving(Registry::linked()?, store, ApprovalKeys::new([key]))?
-        .with_namespace("mcp-example");
-    let server = McpServer::new(dispatcher, "local")?;
+    let keys = ApprovalKeys::new([key.clone()]);
+    let dispatcher =
+        Dispatcher::approving(Registry::linked()?, store, keys)?.with_namespace("mcp-example");
+    // A client that can elicit asks its user, showing the exact call; the user's yes is an
+    // approval signed with the key. Other clients' calls wait for an operator.
+    let server = McpServer::new(dispatcher, "local")?
+        .approve_by_elicitation(Approver::new("the MCP client's user", key));
     let mut args = std::env::args().skip(1);
     match (args.next().as_deref(), args.next()) {
         (None, _) => {
