@@ -8,7 +8,9 @@ re-sent replayed with `io.idem/deduplicated`, a write without a key refused with
 one, an irreversible call refused pending approval, and an unknown tool a protocol error.
 Then it serves the example over Streamable HTTP with two bearer tokens and checks that each
 request acts for its token's tenant (one key in two tenants is two calls) and that a request
-without a known token is refused.
+without a known token is refused. Last, the approval rounds: the client's elicitation callback
+answers the question (yes runs the call once, no denies it), and the rounds driven by hand show
+that a requestState answered twice or altered is refused.
 
 Usage: python3 scripts/check_mcp.py   (from anywhere; exits non-zero on any problem)
 """
@@ -110,6 +112,76 @@ async def check(binary, db):
     return problems
 
 
+async def check_approval(binary, db):
+    """The approval rounds: the official client's elicitation callback answers idem's question."""
+    from mcp import Client, MCPError, StdioServerParameters, types
+
+    params = StdioServerParameters(command=binary, args=[], env=dict(os.environ, IDEM_DB=db))
+    problems = []
+
+    def expect(ok, what):
+        print(("ok   " if ok else "FAIL ") + what)
+        if not ok:
+            problems.append(what)
+
+    asked = []
+
+    def answering(answer):
+        async def callback(context, question):
+            asked.append(question)
+            return answer
+        return callback
+
+    yes = types.ElicitResult(action="accept", content={"approve": True})
+    args = {"customer_id": "cus_9"}
+    async with Client(params, elicitation_callback=answering(yes)) as client:
+        done = await client.call_tool("delete_account", args, meta={KEY: "mcp-approve-1"})
+        expect(done.is_error is not True and "deleted cus_9" in text_of(done),
+               "the user's yes runs the irreversible call")
+        shown = asked[0].message if asked else ""
+        expect(len(asked) == 1 and "delete_account" in shown and '"cus_9"' in shown
+               and "mcp-approve-1" in shown,
+               "the question shows the tool, its exact arguments and its key")
+        again = await client.call_tool("delete_account", args, meta={KEY: "mcp-approve-1"})
+        expect((again.meta or {}).get("io.idem/deduplicated") is True and len(asked) == 1,
+               "the call re-sent is replayed without a new question")
+
+        # The rounds by hand: the same state answered twice, and a forged one.
+        meta = {KEY: "mcp-approve-2"}
+        first = await client.session.call_tool("delete_account", args, meta=meta,
+                                               allow_input_required=True)
+        state = getattr(first, "request_state", None)
+        expect(state is not None and "io.idem/approval" in (first.input_requests or {}),
+               "round one is input_required with the question and a requestState")
+        answer = {"io.idem/approval": yes}
+        ran = await client.session.call_tool("delete_account", args, meta=meta,
+                                             input_responses=answer, request_state=state,
+                                             allow_input_required=True)
+        expect(getattr(ran, "is_error", True) is not True, "round two with a yes runs the call")
+        replayed = await client.session.call_tool("delete_account", args, meta=meta,
+                                                  input_responses=answer, request_state=state,
+                                                  allow_input_required=True)
+        expect(getattr(replayed, "is_error", False) is True
+               and (replayed.meta or {}).get("io.idem/error") == "approval_answered",
+               "the same requestState again is refused")
+        try:
+            await client.session.call_tool("delete_account", args, meta={KEY: "mcp-approve-3"},
+                                           input_responses=answer, request_state=state + "x",
+                                           allow_input_required=True)
+            expect(False, "an altered requestState is a protocol error")
+        except MCPError as e:
+            expect("not issued by this server" in str(e), f"an altered requestState is a protocol error ({e})")
+
+    no = types.ElicitResult(action="decline")
+    async with Client(params, elicitation_callback=answering(no)) as client:
+        denied = await client.call_tool("delete_account", {"customer_id": "cus_10"},
+                                        meta={KEY: "mcp-approve-4"})
+        expect(denied.is_error is True
+               and (denied.meta or {}).get("io.idem/error") == "approval_denied",
+               "the user's no denies the call")
+    return problems
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -188,6 +260,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="idem-mcp-check-") as tmp:
         problems = asyncio.run(check(binary, str(Path(tmp) / "idem.db")))
         problems += asyncio.run(check_http(binary, str(Path(tmp) / "idem-http.db")))
+        problems += asyncio.run(check_approval(binary, str(Path(tmp) / "idem-approval.db")))
     if problems:
         print(f"{len(problems)} problem(s)", file=sys.stderr)
         sys.exit(1)
