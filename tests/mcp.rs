@@ -7,7 +7,9 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use idem::mcp::{META_DEDUPLICATED, META_DOWNSTREAM_KEY, META_KEY, McpServer};
+use idem::mcp::{
+    META_DEDUPLICATED, META_DOWNSTREAM_KEY, META_ERROR, META_KEY, META_RETRY_AFTER, McpServer,
+};
 use idem::prelude::*;
 use idem::{Store, ToolDef};
 use rmcp::model::{
@@ -312,5 +314,54 @@ async fn meta_of_the_wrong_type_is_a_protocol_error() {
             }
             other => panic!("{key}={value}: expected a protocol error, got {other:?}"),
         }
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_says_when_to_call_again_and_a_recorded_failure_is_marked_replayed() {
+    let timing_out = ToolDef::builder("charge_card", ToolClass::NonIdempotentWrite)
+        .description("Charge a card.")
+        .input_schema(json!({"type": "object"}))
+        .handler(|_: ToolContext, _: Value| async {
+            Err::<Value, _>(ToolError::ambiguous("the processor timed out"))
+        })
+        .verify(|_: ToolContext, _: Value| async { Ok(idem::Verified::NotApplied) })
+        .build()
+        .unwrap();
+    let declining = ToolDef::builder("refund", ToolClass::NonIdempotentWrite)
+        .description("Refund a charge.")
+        .input_schema(json!({"type": "object"}))
+        .handler(|_: ToolContext, _: Value| async {
+            Err::<Value, _>(ToolError::terminal("the charge was already refunded"))
+        })
+        .build()
+        .unwrap();
+    let registry = Registry::builder()
+        .add(timing_out)
+        .add(declining)
+        .build()
+        .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let dispatcher = support::dispatcher::dispatcher(registry, store);
+    let client = connect_server(McpServer::new(dispatcher, "tenant-mcp").unwrap());
+
+    let unknown = client
+        .call_tool(params("charge_card", json!({}), Some("k-charge")))
+        .await
+        .unwrap();
+    assert_eq!(unknown.is_error, Some(true));
+    let meta = meta_of(&unknown);
+    assert_eq!(meta[META_ERROR], json!("outcome_unknown"));
+    let at = meta[META_RETRY_AFTER].as_str().expect("when to call again");
+    assert!(format!("{:?}", unknown.content).contains(at), "{unknown:?}");
+
+    for deduplicated in [false, true] {
+        let refused = client
+            .call_tool(params("refund", json!({}), Some("k-refund")))
+            .await
+            .unwrap();
+        assert_eq!(refused.is_error, Some(true));
+        assert!(format!("{:?}", refused.content).contains("already refunded"));
+        assert_eq!(meta_of(&refused)[META_DEDUPLICATED], json!(deduplicated));
     }
 }

@@ -56,6 +56,9 @@ pub const META_STEP: &str = "io.idem/step";
 pub const META_DEDUPLICATED: &str = "io.idem/deduplicated";
 /// Result `_meta` key: the downstream key the tool was given.
 pub const META_DOWNSTREAM_KEY: &str = "io.idem/key";
+/// Result `_meta` key of an unknown outcome that a verify hook can settle: when to call
+/// again (RFC 3339, on the store's clock).
+pub const META_RETRY_AFTER: &str = "io.idem/retry-after";
 /// Result `_meta` key of an error result: the error's code (`missing_key`,
 /// `approval_required`, `outcome_unknown`, ...; [`DispatchError::code`]).
 pub const META_ERROR: &str = "io.idem/error";
@@ -379,6 +382,19 @@ fn result_of(dispatched: Result<Dispatched, DispatchError>) -> Result<CallToolRe
             let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
             let mut meta = MetaObject::new();
             meta.insert(META_ERROR.into(), Value::from(e.code()));
+            match &e {
+                // A recorded terminal failure, replayed.
+                DispatchError::ToolFailed { deduplicated, .. } => {
+                    meta.insert(META_DEDUPLICATED.into(), Value::Bool(*deduplicated));
+                }
+                DispatchError::OutcomeUnknown {
+                    retry_after: Some(at),
+                    ..
+                } => {
+                    meta.insert(META_RETRY_AFTER.into(), Value::from(at.to_rfc3339()));
+                }
+                _ => {}
+            }
             result = result.with_meta(Some(meta));
             Ok(result)
         }
