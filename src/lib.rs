@@ -147,6 +147,10 @@ pub use idem_registry::dispatch::{
 };
 /// Provider exports (OpenAI, Anthropic, Gemini, MCP) and their portability reports.
 pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
+#[cfg(feature = "reqwest")]
+pub use idem_registry::http;
+#[cfg(feature = "agent")]
+pub use idem_registry::agent;
 #[cfg(feature = "mcp")]
 pub use idem_registry::mcp;
 pub use idem_registry::tool::Location;

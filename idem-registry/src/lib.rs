@@ -10,6 +10,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "agent")]
+pub mod agent;
 pub mod approval;
 pub mod args;
 pub mod context;
@@ -17,6 +19,8 @@ pub mod dispatch;
 mod error;
 pub mod export;
 mod heartbeat;
+#[cfg(feature = "reqwest")]
+pub mod http;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod pointer;

@@ -79,6 +79,8 @@ pub(crate) async fn run(
     typed: Option<TypedArguments>,
     lease: Option<Registration>,
 ) -> Result<Value, ToolError> {
+    #[cfg(feature = "reqwest")]
+    let downstream = ctx.key().clone();
     // Borrowed by the wrapper's future for as long as the body runs.
     let key: IdempotencyKey;
     let body = match execution {
@@ -96,6 +98,9 @@ pub(crate) async fn run(
         }
         None => (tool.handler)(ctx, args, typed),
     };
+    // The key is the task's while the body runs, for the HTTP middleware to send.
+    #[cfg(feature = "reqwest")]
+    let body: BodyFuture<'_> = Box::pin(crate::http::scoped(downstream, body));
     let body = AssertUnwindSafe(body).catch_unwind();
     let flatten = |r: std::thread::Result<Result<Value, ToolError>>| {
         r.unwrap_or_else(|panic| {
