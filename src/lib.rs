@@ -153,6 +153,8 @@ pub use idem_registry::http;
 pub use idem_registry::agent;
 #[cfg(feature = "mcp")]
 pub use idem_registry::mcp;
+#[cfg(feature = "mcp-proxy")]
+pub use idem_registry::mcp_proxy;
 pub use idem_registry::tool::Location;
 pub use idem_registry::{
     Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,

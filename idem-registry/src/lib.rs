@@ -5,7 +5,8 @@
 //! The modules form layers, each using only those below it: `error` and `pointer` at the
 //! bottom; `args` (reading a call's arguments); `schema` (generating, checking and
 //! validating JSON Schemas, knowing nothing of tools); `tool` (definitions, builders,
-//! specs, policy); `registry`; then `export` and `redact`, the dispatcher, and `mcp` (feature `mcp`) serving it.
+//! specs, policy); `registry`; then `export` and `redact`, the dispatcher, `mcp` (feature `mcp`)
+//! serving it, and `mcp_proxy` (feature `mcp-proxy`) serving another MCP server's tools through it.
 //! `scripts/check_layers.py` fails on any import cycle between them.
 
 #![warn(missing_docs)]
@@ -23,6 +24,8 @@ mod heartbeat;
 pub mod http;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "mcp-proxy")]
+pub mod mcp_proxy;
 mod pointer;
 pub mod redact;
 pub mod registry;
