@@ -83,6 +83,7 @@ pub(crate) fn signed_millis(t: Timestamp) -> i64 {
 
 /// A duration in whole milliseconds, clamped to `max`: each server's arithmetic on instants
 /// has its own range (Lua's doubles, PostgreSQL's `bigint`).
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 pub(crate) fn clamped_millis(d: Duration, max: Duration) -> u64 {
     crate::record::saturating_millis(d.min(max))
 }
