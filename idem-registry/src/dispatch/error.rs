@@ -215,6 +215,34 @@ impl DispatchError {
             DispatchError::ToolFailed { .. } => "tool_failed",
         }
     }
+
+    /// Whether the program running the agent must handle this error, rather than the model.
+    ///
+    /// The model can act on every other refusal (fix its arguments, pick another tool, wait,
+    /// ask for approval), so a front end answers it with a result the model reads. These
+    /// three say nothing about the call and everything about the host: the store is down
+    /// (`StoreUnavailable`), failed otherwise (`Store`), or this worker lost the key
+    /// (`Fenced`); showing them to the model would invite it to retry a call whose outcome
+    /// the host has not settled. Every front end (MCP, the agent loop) asks this one
+    /// question.
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use idem::DispatchError;
+    ///
+    /// let down = DispatchError::StoreUnavailable { tool: "send_email".into(), message: "timed out".into() };
+    /// let unknown = DispatchError::UnknownTool { name: "send_emial".into(), suggestion: Some("send_email".into()) };
+    /// assert!(down.is_for_host());
+    /// assert!(!unknown.is_for_host());
+    /// ```
+    pub fn is_for_host(&self) -> bool {
+        matches!(
+            self,
+            DispatchError::StoreUnavailable { .. }
+                | DispatchError::Store { .. }
+                | DispatchError::Fenced { .. }
+        )
+    }
 }
 
 /// A store's error as the dispatcher reports it: unreachable, or what the store said.

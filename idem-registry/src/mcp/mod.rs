@@ -367,11 +367,7 @@ fn result_of(dispatched: Result<Dispatched, DispatchError>) -> Result<CallToolRe
             result.content = vec![ContentBlock::text(done.output_json)];
             Ok(result.with_meta(Some(meta)))
         }
-        Err(
-            e @ (DispatchError::StoreUnavailable { .. }
-            | DispatchError::Store { .. }
-            | DispatchError::Fenced { .. }),
-        ) => Err(ErrorData::internal_error(e.to_string(), None)),
+        Err(e) if e.is_for_host() => Err(ErrorData::internal_error(e.to_string(), None)),
         Err(e) => {
             let text = match &e {
                 DispatchError::MissingKey { .. } => format!(
