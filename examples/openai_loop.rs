@@ -258,7 +258,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 mail(|m| m.delivered.len())
             );
             *HANGS_FOR.lock().unwrap() = None;
-            drop(agent);
             d = dispatcher(&path)?;
         }
         let turn = AgentLoop::new(&d)

@@ -51,7 +51,10 @@ def ensure_sdks():
     if not python.exists():
         VENV.parent.mkdir(parents=True, exist_ok=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    subprocess.run([str(python), *pip], check=True)
+    # pip asks the index even when everything is installed: skip it when the pins are there.
+    pinned = "import importlib.metadata as m, sys; sys.exit(any(m.version(p.split('==')[0]) != p.split('==')[1] for p in sys.argv[1:]))"
+    if subprocess.run([str(python), "-c", pinned, *PACKAGES], capture_output=True).returncode != 0:
+        subprocess.run([str(python), *pip], check=True)
     env = dict(os.environ, IDEM_PROVIDERS_CHECK_VENV="1")
     sys.exit(subprocess.run([str(python), __file__, *sys.argv[1:]], env=env).returncode)
 

@@ -1,34 +1,40 @@
-//! Which key each call of a response gets: its provider's id, or its position in the run.
-//!
-//! The rule, a pure function of the response's calls ([`keyed_by`]):
-//!
-//! - A call whose id the provider **minted** is keyed by that id, scoped by the run
-//!   ([`KeyMaterial::CallId`](idem_core::KeyMaterial::CallId) with the run id): OpenAI's
-//!   `call_DdmO9pD3xa9XTPNJ32zg2hcA`, Anthropic's `toolu_01A09q90qw90lq917835lq9`. The
-//!   step is not part of it, so the same response answered again (a crash before its
-//!   results were sent, a resumed checkpoint) finds its records even if the host counts
-//!   its steps differently the second time.
-//! - Every other call is keyed by **position**: run id, step, and its index among the
-//!   response's calls ([`KeyMaterial::RunStep`](idem_core::KeyMaterial::RunStep)). That is
-//!   a call without an id (Gemini before version 3), with an empty one, with an id another
-//!   call of the same response also has, or with an id a server **numbers** per response:
-//!   local and OpenAI-compatible servers send `call_0`, `call_1` in every response, so
-//!   `call_0` of step 3 is not `call_0` of step 2, and scoping it by the run alone would
-//!   replay step 2's outcome (or refuse step 3's call as a reused key). A numbered id is
-//!   ASCII letters (maybe none), then maybe one `_` or `-`, then ASCII digits only:
-//!   `call_0`, `tool-12`, `7`. A minted id is random text, never digits alone after its
-//!   prefix (the chance that 24 random alphanumerics are all digits is below 10⁻¹¹), and
-//!   a minted id mistaken for a numbered one would only be keyed by position, which is as
-//!   safe within one run: a re-sent response has the same step and the same order.
-//!
-//! A tool's natural key still comes first (the dispatcher's order): the model calling
-//! `create_ticket` again "to be sure", under a new id, finds the ticket it made.
+//! Which key each call of a response gets: its provider's id, or its position in the run
+//! (the rule is on [`KeyedBy`]; [`keyed_by`] applies it, a pure function of the response's
+//! calls, tested as a table below).
 
 use crate::dispatch::ToolCall;
 
 use super::call::ModelCall;
 
-/// How the agent loop keyed a call (the dispatcher still prefers a tool's natural key).
+/// How the agent loop keyed a call. The rule:
+///
+/// - A call whose id the provider **minted** is keyed by that id, scoped by the run
+///   ([`KeyMaterial::CallId`](idem_core::KeyMaterial::CallId) with the run id): OpenAI's
+///   `call_DdmO9pD3xa9XTPNJ32zg2hcA`, Anthropic's `toolu_01A09q90qw90lq917835lq9`. The step
+///   is not part of it, so the same response answered again (after a crash before its
+///   results were sent, or from a checkpoint) finds its records even if the host numbers
+///   its steps differently the second time.
+/// - Every other call is keyed by **position**: the run id, the step, and the call's index
+///   among the response's calls ([`KeyMaterial::RunStep`](idem_core::KeyMaterial::RunStep)).
+///   That is a call without an id (Gemini often sends none), with an empty one, with an id
+///   another call of the same response also has, or with an id a server **numbers** per
+///   response: local and OpenAI-compatible servers send `call_0`, `call_1` in every
+///   response, so `call_0` of step 3 is not `call_0` of step 2, and scoping it by the run
+///   alone would replay step 2's outcome for it (or refuse it as a reused key). A numbered
+///   id is ASCII letters (maybe none), then at most one `_` or `-`, then ASCII digits only:
+///   `call_0`, `tool-12`, `7`.
+///
+/// Why detect numbered ids rather than always add the step: a minted id is found again
+/// whatever step the host gives it, and a numbered one cannot be told apart across steps
+/// without the step. A minted id that happened to look numbered (random text that is all
+/// digits after its prefix: for OpenAI's 24 characters, odds below 10⁻¹⁸) is keyed by
+/// position, which is as safe: a response answered again has its step and its order. The
+/// host must give each response its own step: one that answers a later response under the
+/// step of an earlier one has its numbered calls refused as `key_reused` (or, with the very
+/// same arguments, replayed).
+///
+/// A tool's natural key still comes first (the dispatcher's order): the model calling
+/// `create_ticket` again "to be sure", under a new id, finds the ticket it made.
 ///
 /// ```
 /// # use idem_registry as idem;
@@ -51,7 +57,7 @@ pub enum KeyedBy {
 }
 
 impl KeyedBy {
-    /// How each of a response's calls is keyed (see the module docs of `agent` for the rule).
+    /// How each of a response's calls is keyed, by the rule above.
     pub fn of(calls: &[ModelCall]) -> Vec<KeyedBy> {
         keyed_by(calls)
     }
