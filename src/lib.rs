@@ -142,6 +142,8 @@ pub use idem_core::{
     ToolClass, ToolError, UnknownCause, UnknownClass,
 };
 pub use idem_macros::tool;
+#[cfg(feature = "agent")]
+pub use idem_registry::agent;
 pub use idem_registry::dispatch::{
     APPROVAL_STEP, DEFAULT_MAX_APPROVAL_VALIDITY, DEFAULT_MAX_ARGUMENT_BYTES, DEFAULT_NAMESPACE,
 };
@@ -149,8 +151,6 @@ pub use idem_registry::dispatch::{
 pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
 #[cfg(feature = "reqwest")]
 pub use idem_registry::http;
-#[cfg(feature = "agent")]
-pub use idem_registry::agent;
 #[cfg(feature = "mcp")]
 pub use idem_registry::mcp;
 #[cfg(feature = "mcp-proxy")]
