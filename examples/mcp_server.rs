@@ -17,6 +17,10 @@
 //!
 //! A client passes its key in the request's `_meta`:
 //! `{"name": "create_ticket", "arguments": {...}, "_meta": {"io.idem/idempotency-key": "..."}}`.
+//!
+//! `add_note` answers after `delay_ms`, like a slow downstream system: a client can cancel it
+//! mid-call, or send it twice at once under one key, and see it run once. With `IDEM_NOTES`
+//! naming a file, each execution appends a line to it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +52,33 @@ async fn create_ticket(
         "ticket {} for {customer_id}: {subject}",
         &ctx.idempotency_key()[..13]
     ))
+}
+
+/// Add a note to the notebook; the notebook takes `delay_ms` to answer.
+#[tool(class = "idempotent_write")]
+async fn add_note(
+    ctx: &ToolContext,
+    /// The note.
+    note: String,
+    /// How long the notebook takes, in milliseconds.
+    delay_ms: u64,
+) -> Result<String, ToolError> {
+    tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+    let key = &ctx.idempotency_key()[..13];
+    // The notebook keeps one note per key, so running this again under a key is safe; the
+    // file is a log of executions, for whoever wants to count them.
+    if let Some(path) = std::env::var_os("IDEM_NOTES") {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| ToolError::retryable(format!("the notebook is unavailable: {e}")))?;
+        // One write per line: concurrent servers appending to one file never interleave.
+        file.write_all(format!("{key} {note}\n").as_bytes())
+            .map_err(|e| ToolError::retryable(format!("the notebook is unavailable: {e}")))?;
+    }
+    Ok(format!("note {key}: {note}"))
 }
 
 /// Delete a customer's account. Irreversible: runs only with an operator's approval.

@@ -2,20 +2,39 @@
 """Check idem's MCP server with the official Python MCP client (the `mcp` package).
 
 Installs `mcp` (pinned below) into a virtual environment under `target/`, builds
-`examples/mcp_server.rs`, starts it over stdio on a fresh SQLite file, and checks what a
-real client sees: the tools listed with their annotations, a call executed, the same call
-re-sent replayed with `io.idem/deduplicated`, a write without a key refused with how to pass
-one, an irreversible call refused pending approval, and an unknown tool a protocol error.
-Then it serves the example over Streamable HTTP with two bearer tokens and checks that each
-request acts for its token's tenant (one key in two tenants is two calls) and that a request
-without a known token is refused. Last, the approval rounds: the client's elicitation callback
-answers the question (yes runs the call once, no denies it), and the rounds driven by hand show
-that a requestState answered twice or altered is refused.
+`examples/mcp_server.rs`, and checks what a real client sees, each group on a fresh SQLite
+file:
+
+- Over stdio: the tools listed with their annotations, a call executed, the same call re-sent
+  replayed with `io.idem/deduplicated`, an invalid argument an error result with its pointer,
+  a write without a key refused with how to pass one, an irreversible call refused pending
+  approval, and an unknown tool a protocol error.
+- A cancelled call: the client cancels a slow call in flight (`notifications/cancelled`); the
+  same call re-sent under the same key is not held as in progress but runs afresh and
+  completes, and the notebook shows one execution: the cancel left no live claim and the
+  cancelled call did not finish behind the client's back.
+- Two clients racing one key: the same slow call sent at once by two clients, over HTTP (one
+  server, two connections) and over stdio (two server processes on one SQLite file), runs
+  once: one result fresh, the other a replay, one downstream key, one line in the notebook.
+- Bad input: over raw stdio (no SDK), a line that is not JSON, a request whose `params` is a
+  string, a `tools/call` whose params do not fit, and a line over 16 MiB are each answered
+  with a JSON-RPC error (-32700 with id null; -32600 with the request's id; -32602 with its
+  id; -32600), and the next request is answered. With the client: a `_meta` key of the wrong
+  type is a protocol error naming it; 2 MB of arguments are an error result naming the limit
+  (stdio and HTTP); an HTTP body over rmcp's 4 MiB limit is a protocol error naming the
+  limit, and a body that is not JSON a JSON-RPC error; and the server serves the next call.
+- Over Streamable HTTP with two bearer tokens: each request acts for its token's tenant (one
+  key in two tenants is two calls), and a request without a known token is refused.
+- The approval rounds: the client's elicitation callback answers the question (yes runs the
+  call once, no denies it), and the rounds driven by hand show that a requestState answered
+  twice or altered is refused.
 
 Usage: python3 scripts/check_mcp.py   (from anywhere; exits non-zero on any problem)
 """
 
 import asyncio
+import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -29,6 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "mcp-venv"
 PACKAGES = ["mcp==2.3.0"]  # brings httpx2, its HTTP client
 KEY = "io.idem/idempotency-key"
+TOOLS = ["add_note", "create_ticket", "delete_account", "get_weather"]
+# What bounds every wait: generous, so that only a hang fails by it.
+PATIENCE = 60
 
 
 def ensure_mcp():
@@ -52,15 +74,8 @@ def server_binary():
     return str(target / "debug" / "examples" / "mcp_server")
 
 
-def text_of(result):
-    return " ".join(getattr(block, "text", "") for block in result.content)
-
-
-async def check(binary, db):
-    from mcp import Client, StdioServerParameters
-    from mcp import MCPError
-
-    params = StdioServerParameters(command=binary, args=[], env=dict(os.environ, IDEM_DB=db))
+def checker():
+    """`expect(ok, what)`, which prints `ok   what` or `FAIL what`, and the list of failures."""
     problems = []
 
     def expect(ok, what):
@@ -68,10 +83,88 @@ async def check(binary, db):
         if not ok:
             problems.append(what)
 
-    async with Client(params) as client:
+    return expect, problems
+
+
+def text_of(result):
+    return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+def meta_of(result):
+    return result.meta or {}
+
+
+def notes_in(path, note):
+    """How many times the example's `add_note` ran with `note` (one line per execution)."""
+    if not Path(path).exists():
+        return 0
+    return sum(1 for line in Path(path).read_text().splitlines() if line.endswith(" " + note))
+
+
+def stdio(binary, db, notes=None, **options):
+    """A client of the example over stdio (`options` for `mcp.Client`, e.g. a callback)."""
+    from mcp import Client, StdioServerParameters
+
+    env = dict(os.environ, IDEM_DB=db)
+    if notes:
+        env["IDEM_NOTES"] = notes
+    params = StdioServerParameters(command=binary, args=[], env=env)
+    return Client(params, read_timeout_seconds=PATIENCE, **options)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def http_server(binary, db, notes=None):
+    """The example over Streamable HTTP with two tokens (acme's, globex's); yields its URL."""
+    port = free_port()
+    env = dict(os.environ, IDEM_DB=db, IDEM_MCP_TOKENS="token-a=acme,token-b=globex")
+    if notes:
+        env["IDEM_NOTES"] = notes
+    server = subprocess.Popen([binary, "--http", f"127.0.0.1:{port}"], env=env)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def http_client(url, token):
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=PATIENCE)
+    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=PATIENCE)
+
+
+def messages(error):
+    """Every message inside an exception (groups included)."""
+    inner = getattr(error, "exceptions", None)
+    if inner:
+        return " ".join(messages(e) for e in inner)
+    return f"{type(error).__name__}: {error}"
+
+
+async def check_stdio(binary, db):
+    from mcp import MCPError
+
+    expect, problems = checker()
+    async with stdio(binary, db) as client:
         tools = (await client.list_tools()).tools
         names = [t.name for t in tools]
-        expect(names == sorted(names) and len(names) == 3, f"three tools in order: {names}")
+        expect(names == TOOLS, f"{len(TOOLS)} tools in order: {names}")
         by_name = {t.name: t for t in tools}
         for tool in tools:
             a = tool.annotations
@@ -87,10 +180,10 @@ async def check(binary, db):
         args = {"customer_id": "cus_1", "subject": "Printer"}
         first = await client.call_tool("create_ticket", args, meta={KEY: "mcp-check-1"})
         expect(first.is_error is not True, "a keyed write runs")
-        expect((first.meta or {}).get("io.idem/deduplicated") is False, "first: not deduplicated")
+        expect(meta_of(first).get("io.idem/deduplicated") is False, "first: not deduplicated")
         expect("cus_1" in str(first.structured_content), "structuredContent carries the output")
         again = await client.call_tool("create_ticket", args, meta={KEY: "mcp-check-1"})
-        expect((again.meta or {}).get("io.idem/deduplicated") is True, "a re-send is replayed")
+        expect(meta_of(again).get("io.idem/deduplicated") is True, "a re-send is replayed")
         expect(again.structured_content == first.structured_content, "with the same output")
 
         invalid = await client.call_tool("create_ticket", {"customer_id": 7, "subject": "x"},
@@ -112,18 +205,222 @@ async def check(binary, db):
     return problems
 
 
+async def check_cancel(binary, db, notes):
+    """A call the client cancels leaves nothing behind: the re-sent call runs, promptly."""
+    expect, problems = checker()
+    args = {"note": "cancelled-then-re-sent", "delay_ms": 3000}
+    meta = {KEY: "mcp-cancel-1"}
+    async with stdio(binary, db, notes) as client:
+        # The client gives up on a call in flight: cancelling the task that awaits it sends
+        # `notifications/cancelled` for the request.
+        call = asyncio.create_task(client.call_tool("add_note", args, meta=meta))
+        await asyncio.sleep(0.5)
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        expect(call.cancelled(), "the client cancels a call in flight")
+        # Were the claim left live (the dispatch running on, or dropped without giving its
+        # key back), this call would wait for it and be refused as in progress, or replay
+        # what the cancelled call went on to do.
+        again = await asyncio.wait_for(client.call_tool("add_note", args, meta=meta), PATIENCE)
+        expect(again.is_error is not True,
+               f"the same call re-sent under the same key completes ({text_of(again)[:80]})")
+        expect(meta_of(again).get("io.idem/deduplicated") is False,
+               "it ran afresh: the cancelled call did not finish behind the client's back")
+    expect(notes_in(notes, args["note"]) == 1, "the notebook shows one execution")
+    return problems
+
+
+async def race(clients, note):
+    """The same slow `add_note` under one key from every client at once: their results."""
+    args = {"note": note, "delay_ms": 1500}
+    meta = {KEY: f"mcp-race-{note}"}
+    calls = [c.call_tool("add_note", args, meta=meta) for c in clients]
+    return await asyncio.wait_for(asyncio.gather(*calls), PATIENCE)
+
+
+def expect_one_execution(expect, results, notes, note, over):
+    flags = sorted(str(meta_of(r).get("io.idem/deduplicated")) for r in results)
+    expect(all(r.is_error is not True for r in results), f"{over}: both racing calls complete")
+    expect(flags == ["False", "True"], f"{over}: one ran, the other replayed it ({flags})")
+    keys = {meta_of(r).get("io.idem/key") for r in results}
+    expect(len(keys) == 1 and None not in keys, f"{over}: under one downstream key")
+    expect(results[0].structured_content == results[1].structured_content,
+           f"{over}: with one output")
+    expect(notes_in(notes, note) == 1, f"{over}: the notebook shows one execution")
+
+
+async def check_race(binary, tmp):
+    """Two clients send the same call under one key at once: it runs once."""
+    expect, problems = checker()
+    notes = str(Path(tmp) / "race-notes.txt")
+    with http_server(binary, str(Path(tmp) / "race-http.db"), notes) as url:
+        async with http_client(url, "token-a") as one, http_client(url, "token-a") as two:
+            results = await race([one, two], "raced-over-http")
+    expect_one_execution(expect, results, notes, "raced-over-http", "HTTP, two connections")
+    # Two server processes share a store only through its file.
+    db = str(Path(tmp) / "race-stdio.db")
+    async with stdio(binary, db, notes) as one, stdio(binary, db, notes) as two:
+        results = await race([one, two], "raced-over-stdio")
+    expect_one_execution(expect, results, notes, "raced-over-stdio",
+                         "stdio, two processes on one SQLite file")
+    return problems
+
+
+# The 2026-07-28 revision has no handshake: every request carries these in its `_meta`.
+INLINE_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "check_mcp.py", "version": "0"},
+}
+
+
+async def check_bad_lines(binary, db):
+    """Raw stdio, no SDK: every line a broken client writes is answered, and nothing is lost."""
+    expect, problems = checker()
+    server = await asyncio.create_subprocess_exec(
+        binary, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=dict(os.environ, IDEM_DB=db), limit=1 << 20)
+
+    async def send(line):
+        server.stdin.write(line + b"\n")
+        await server.stdin.drain()
+
+    async def answer():
+        """The next line the server writes, as JSON; None if none comes within 10 s."""
+        try:
+            line = await asyncio.wait_for(server.stdout.readline(), 10)
+        except TimeoutError:
+            return None
+        return json.loads(line) if line else None
+
+    def request(id, method, params):
+        return json.dumps({"jsonrpc": "2.0", "id": id, "method": method,
+                           "params": params}).encode()
+
+    def error_of(answer):
+        error = (answer or {}).get("error") or {}
+        return error.get("code"), error.get("message", ""), (answer or {}).get("id")
+
+    try:
+        await send(b"this is not json")
+        parsed = await answer() or {}
+        code, message, _ = error_of(parsed)
+        expect(code == -32700 and "id" in parsed and parsed["id"] is None,
+               f"a line that is not JSON is answered with a parse error, id null ({message})")
+        await send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                               "params": "x"}).encode())
+        code, message, id = error_of(await answer())
+        expect(code == -32600 and id == 1 and "params" in message,
+               f"a request whose params is a string: invalid request, with its id ({message})")
+        await send(request(2, "tools/call", {"name": 5, "_meta": INLINE_META}))
+        code, message, id = error_of(await answer())
+        expect(code == -32602 and id == 2 and "tools/call" in message,
+               f"a tools/call whose name is a number: invalid params, with its id ({message})")
+        await send(b'"' + b"x" * (16 << 20) + b'"')
+        code, message, _ = error_of(await answer())
+        expect(code == -32600 and "16777216" in message,
+               f"a line over 16 MiB is discarded and answered ({message[:60]})")
+        await send(request(3, "tools/list", {"_meta": INLINE_META}))
+        listed = await answer() or {}
+        names = [t["name"] for t in (listed.get("result") or {}).get("tools", [])]
+        expect(listed.get("id") == 3 and names == TOOLS,
+               "the next request is answered: nothing was lost")
+        expect(server.returncode is None, "and the server still serves")
+    finally:
+        server.stdin.close()
+        try:
+            await asyncio.wait_for(server.wait(), 10)
+        except TimeoutError:
+            server.kill()
+    return problems
+
+
+async def expect_big_arguments_refused(expect, client, over):
+    """2 MB of arguments: an error result naming the limit; then the next call is served."""
+    args = {"customer_id": "cus_big", "subject": "x" * (2 << 20)}
+    big = await client.call_tool("create_ticket", args, meta={KEY: f"mcp-big-{over}"})
+    expect(big.is_error is True and "over the limit of 1048576 bytes" in text_of(big),
+           f"{over}: 2 MB of arguments are an error result naming the limit "
+           f"({text_of(big)[:70]}...)")
+    weather = await client.call_tool("get_weather", {"city": "Oslo"})
+    expect(weather.is_error is not True, f"{over}: and the next call is served")
+
+
+async def check_bad_calls(binary, tmp):
+    """A client's malformed calls are clear errors, and the server serves the next call."""
+    from mcp import MCPError
+
+    expect, problems = checker()
+    async with stdio(binary, str(Path(tmp) / "bad-stdio.db")) as client:
+        args = {"customer_id": "cus_3", "subject": "Toner"}
+        try:
+            await client.call_tool("create_ticket", args, meta={KEY: 5})
+            expect(False, "a key that is a number is a protocol error naming the field")
+        except MCPError as e:
+            expect(KEY in str(e), f"a key that is a number is a protocol error naming it ({e})")
+        await expect_big_arguments_refused(expect, client, "stdio")
+    with http_server(binary, str(Path(tmp) / "bad-http.db")) as url:
+        async with http_client(url, "token-a") as client:
+            await expect_big_arguments_refused(expect, client, "HTTP")
+            args = {"customer_id": "cus_huge", "subject": "x" * (5 << 20)}
+            try:
+                huge = await client.call_tool("create_ticket", args, meta={KEY: "mcp-huge"})
+                expect(False, f"HTTP: a body over 4 MiB is refused (got {text_of(huge)[:60]})")
+            except MCPError as e:
+                expect("4194304" in str(e), f"HTTP: a body over 4 MiB is refused, saying so ({e})")
+            weather = await client.call_tool("get_weather", {"city": "Oslo"})
+            expect(weather.is_error is not True, "HTTP: and the next call is served")
+        # Below the SDK: a POST whose body is not JSON.
+        import httpx2
+        async with httpx2.AsyncClient(timeout=PATIENCE) as http:
+            headers = {"Authorization": "Bearer token-a", "Content-Type": "application/json",
+                       "Accept": "application/json, text/event-stream"}
+            refused = await http.post(url, content=b"this is not json", headers=headers)
+            try:
+                error = refused.json().get("error") or {}
+            except ValueError:
+                error = {}
+            expect(400 <= refused.status_code < 500 and error.get("code") == -32600,
+                   f"HTTP: a body that is not JSON is a JSON-RPC error ({refused.status_code}: "
+                   f"{error.get('message', refused.text)[:60]})")
+    return problems
+
+
+async def check_http(binary, db):
+    expect, problems = checker()
+    with http_server(binary, db) as url:
+        args = {"customer_id": "cus_2", "subject": "Scanner"}
+        meta = {KEY: "mcp-http-1"}
+        async with http_client(url, "token-a") as acme:
+            names = [t.name for t in (await acme.list_tools()).tools]
+            expect(names == TOOLS, f"over HTTP the tools are listed: {names}")
+            first = await acme.call_tool("create_ticket", args, meta=meta)
+            expect(meta_of(first).get("io.idem/deduplicated") is False, "acme's call runs")
+            again = await acme.call_tool("create_ticket", args, meta=meta)
+            expect(meta_of(again).get("io.idem/deduplicated") is True,
+                   "acme's re-send is replayed")
+        async with http_client(url, "token-b") as globex:
+            theirs = await globex.call_tool("create_ticket", args, meta=meta)
+            expect(meta_of(theirs).get("io.idem/deduplicated") is False,
+                   "the same key for another tenant is another call")
+            expect(meta_of(theirs).get("io.idem/key") != meta_of(first).get("io.idem/key"),
+                   "with another downstream key")
+        for token in (None, "token-x"):
+            try:
+                async with http_client(url, token) as stranger:
+                    await stranger.list_tools()
+                expect(False, f"a request with token {token!r} is refused")
+            except Exception as e:  # the client raises the server's refusal in a group
+                expect("unauthenticated" in messages(e), f"a request with token {token!r} is refused")
+    return problems
+
+
 async def check_approval(binary, db):
     """The approval rounds: the official client's elicitation callback answers idem's question."""
-    from mcp import Client, MCPError, StdioServerParameters, types
+    from mcp import MCPError, types
 
-    params = StdioServerParameters(command=binary, args=[], env=dict(os.environ, IDEM_DB=db))
-    problems = []
-
-    def expect(ok, what):
-        print(("ok   " if ok else "FAIL ") + what)
-        if not ok:
-            problems.append(what)
-
+    expect, problems = checker()
     asked = []
 
     def answering(answer):
@@ -134,7 +431,7 @@ async def check_approval(binary, db):
 
     yes = types.ElicitResult(action="accept", content={"approve": True})
     args = {"customer_id": "cus_9"}
-    async with Client(params, elicitation_callback=answering(yes)) as client:
+    async with stdio(binary, db, elicitation_callback=answering(yes)) as client:
         done = await client.call_tool("delete_account", args, meta={KEY: "mcp-approve-1"})
         expect(done.is_error is not True and "deleted cus_9" in text_of(done),
                "the user's yes runs the irreversible call")
@@ -173,7 +470,7 @@ async def check_approval(binary, db):
             expect("not issued by this server" in str(e), f"an altered requestState is a protocol error ({e})")
 
     no = types.ElicitResult(action="decline")
-    async with Client(params, elicitation_callback=answering(no)) as client:
+    async with stdio(binary, db, elicitation_callback=answering(no)) as client:
         denied = await client.call_tool("delete_account", {"customer_id": "cus_10"},
                                         meta={KEY: "mcp-approve-4"})
         expect(denied.is_error is True
@@ -182,83 +479,16 @@ async def check_approval(binary, db):
     return problems
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def messages(error):
-    """Every message inside an exception (groups included)."""
-    inner = getattr(error, "exceptions", None)
-    if inner:
-        return " ".join(messages(e) for e in inner)
-    return f"{type(error).__name__}: {error}"
-
-
-async def check_http(binary, db):
-    import httpx2
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
-
-    problems = []
-
-    def expect(ok, what):
-        print(("ok   " if ok else "FAIL ") + what)
-        if not ok:
-            problems.append(what)
-
-    port = free_port()
-    env = dict(os.environ, IDEM_DB=db, IDEM_MCP_TOKENS="token-a=acme,token-b=globex")
-    server = subprocess.Popen([binary, "--http", f"127.0.0.1:{port}"], env=env)
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}/mcp"
-
-        def client(token):
-            headers = {"Authorization": f"Bearer {token}"} if token else {}
-            http = httpx2.AsyncClient(headers=headers)
-            return Client(streamable_http_client(url, http_client=http))
-
-        args = {"customer_id": "cus_2", "subject": "Scanner"}
-        meta = {KEY: "mcp-http-1"}
-        async with client("token-a") as acme:
-            names = [t.name for t in (await acme.list_tools()).tools]
-            expect(len(names) == 3, f"over HTTP the tools are listed: {names}")
-            first = await acme.call_tool("create_ticket", args, meta=meta)
-            expect((first.meta or {}).get("io.idem/deduplicated") is False, "acme's call runs")
-            again = await acme.call_tool("create_ticket", args, meta=meta)
-            expect((again.meta or {}).get("io.idem/deduplicated") is True,
-                   "acme's re-send is replayed")
-        async with client("token-b") as globex:
-            theirs = await globex.call_tool("create_ticket", args, meta=meta)
-            expect((theirs.meta or {}).get("io.idem/deduplicated") is False,
-                   "the same key for another tenant is another call")
-            expect((theirs.meta or {}).get("io.idem/key") != (first.meta or {}).get("io.idem/key"),
-                   "with another downstream key")
-        for token in (None, "token-x"):
-            try:
-                async with client(token) as stranger:
-                    await stranger.list_tools()
-                expect(False, f"a request with token {token!r} is refused")
-            except Exception as e:  # the client raises the server's refusal in a group
-                expect("unauthenticated" in messages(e), f"a request with token {token!r} is refused")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-    return problems
-
-
 def main():
     ensure_mcp()
     binary = server_binary()
     with tempfile.TemporaryDirectory(prefix="idem-mcp-check-") as tmp:
-        problems = asyncio.run(check(binary, str(Path(tmp) / "idem.db")))
+        problems = asyncio.run(check_stdio(binary, str(Path(tmp) / "idem.db")))
+        problems += asyncio.run(check_cancel(binary, str(Path(tmp) / "cancel.db"),
+                                             str(Path(tmp) / "cancel-notes.txt")))
+        problems += asyncio.run(check_race(binary, tmp))
+        problems += asyncio.run(check_bad_lines(binary, str(Path(tmp) / "bad-lines.db")))
+        problems += asyncio.run(check_bad_calls(binary, tmp))
         problems += asyncio.run(check_http(binary, str(Path(tmp) / "idem-http.db")))
         problems += asyncio.run(check_approval(binary, str(Path(tmp) / "idem-approval.db")))
     if problems:

@@ -30,6 +30,7 @@
 //!   ([`Dispatcher::pending_approvals`]).
 
 pub mod approval;
+pub mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -192,24 +193,10 @@ impl McpServer {
     /// The server as a Streamable HTTP service (rmcp's, a tower `Service`): mount it in a
     /// router, e.g. axum's `Router::new().nest_service("/mcp", server.http_service())`. It
     /// accepts requests for `localhost` only unless `hosts` names others (what the `Host`
-    /// header may say: a guard against DNS rebinding).
-    pub fn http_service(
-        self,
-        hosts: &[&str],
-    ) -> rmcp::transport::streamable_http_server::StreamableHttpService<
-        McpServer,
-        rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-    > {
-        use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-        let mut config = StreamableHttpServerConfig::default();
-        if !hosts.is_empty() {
-            config = config.with_allowed_hosts(hosts.iter().map(|h| (*h).to_owned()));
-        }
-        rmcp::transport::streamable_http_server::StreamableHttpService::new(
-            move || Ok(self.clone()),
-            Arc::default(),
-            config,
-        )
+    /// header may say: a guard against DNS rebinding). A POST rmcp refuses before reading a
+    /// message (a body over 4 MiB, say) is answered with a JSON-RPC error the client can show.
+    pub fn http_service(self, hosts: &[&str]) -> transport::McpHttpService {
+        transport::McpHttpService::new(self, hosts)
     }
 
     /// The tenant a request acts for: the configured one, or, when the server
@@ -230,18 +217,11 @@ impl McpServer {
             })
     }
 
-    /// Serve on standard input and output until the client goes away.
+    /// Serve on standard input and output until the client goes away; a line that is not a
+    /// message the server can read is answered with a JSON-RPC error (see
+    /// [`serve_on`](Self::serve_on)).
     pub async fn serve_stdio(self) -> Result<(), McpServeError> {
-        use rmcp::ServiceExt;
-        let running = self
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| McpServeError::Transport(e.to_string()))?;
-        running
-            .waiting()
-            .await
-            .map(|_| ())
-            .map_err(|e| McpServeError::Transport(e.to_string()))
+        self.serve_on(tokio::io::stdin(), tokio::io::stdout()).await
     }
 
     /// The run a call acts in, from its tenant and the request's `_meta`.

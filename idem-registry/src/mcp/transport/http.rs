@@ -1,0 +1,205 @@
+//! rmcp's Streamable HTTP service, with refusals a client can read.
+//!
+//! rmcp refuses some POSTs before it reads a JSON-RPC message out of them (a body over its
+//! 4 MiB limit: 413; a body that is not a JSON-RPC message: 415; a bad header: 400) with a
+//! plain-text body. A client reads a JSON-RPC error from the body of a failed POST when
+//! there is one (the official Python client does, and gives it to the caller of the request)
+//! and otherwise says only that the server failed. [`McpHttpService`] puts rmcp's words in
+//! such an error, under the same status.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use rmcp::model::ErrorData;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use crate::mcp::McpServer;
+
+type Inner = StreamableHttpService<McpServer, LocalSessionManager>;
+type Response = http::Response<BoxBody<Bytes, Infallible>>;
+
+/// An [`McpServer`] as a Streamable HTTP service (a tower `Service`, made by
+/// [`McpServer::http_service`]): rmcp's, except that a POST rmcp refuses before reading a
+/// message (a body over 4 MiB, a body that is not JSON-RPC) is answered with a JSON-RPC
+/// error (`-32600`, rmcp's words as its message) instead of plain text.
+///
+/// ```no_run
+/// # async fn run(server: idem_registry::mcp::McpServer) -> Result<(), Box<dyn std::error::Error>> {
+/// let service: idem_registry::mcp::transport::McpHttpService = server.http_service(&[]);
+/// # let _ = service; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct McpHttpService {
+    inner: Inner,
+}
+
+impl McpHttpService {
+    /// `server` over HTTP, accepting requests for `localhost` and `hosts`.
+    pub(crate) fn new(server: McpServer, hosts: &[&str]) -> Self {
+        let mut config = StreamableHttpServerConfig::default();
+        if !hosts.is_empty() {
+            config = config.with_allowed_hosts(hosts.iter().map(|h| (*h).to_owned()));
+        }
+        let inner = StreamableHttpService::new(move || Ok(server.clone()), Arc::default(), config);
+        McpHttpService { inner }
+    }
+}
+
+impl<B> tower_service::Service<http::Request<B>> for McpHttpService
+where
+    Inner: tower_service::Service<http::Request<B>, Response = Response, Error = Infallible>,
+    <Inner as tower_service::Service<http::Request<B>>>::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        tower_service::Service::<http::Request<B>>::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let post = request.method() == http::Method::POST;
+        let answered = self.inner.call(request);
+        Box::pin(async move {
+            let response = answered.await?;
+            if post && unreadable_refusal(response.status(), response.headers()) {
+                Ok(as_json_rpc_error(response).await)
+            } else {
+                Ok(response)
+            }
+        })
+    }
+}
+
+/// Whether a response to a POST is a refusal a client cannot read: a 4xx without JSON.
+fn unreadable_refusal(status: http::StatusCode, headers: &http::HeaderMap) -> bool {
+    let json = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+    status.is_client_error() && !json
+}
+
+/// The same refusal, its text the message of a JSON-RPC error (without an `id`: rmcp did not
+/// read one, so `null`; a client puts its request's), on a connection that closes after it.
+async fn as_json_rpc_error(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let text = match body.collect().await {
+        Ok(collected) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
+        Err(never) => match never {},
+    };
+    let error = super::error_response(ErrorData::invalid_request(text, None), None);
+    let body = error.to_string().into_bytes();
+    parts.headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    // rmcp may have left the body unread, and then the connection ends with this response:
+    // said so, a client does not send its next request on it.
+    parts.headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    http::Response::from_parts(parts, Full::new(Bytes::from(body)).boxed())
+}
+
+#[cfg(test)]
+mod tests {
+    use http::StatusCode;
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_without_json_is_rewritten() {
+        let typed = |content_type: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_str(content_type).unwrap(),
+            );
+            headers
+        };
+        let none = http::HeaderMap::new();
+        let cases = [
+            (StatusCode::PAYLOAD_TOO_LARGE, &none, true),
+            (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &typed("text/plain"),
+                true,
+            ),
+            (StatusCode::BAD_REQUEST, &none, true),
+            // Already a JSON-RPC error (rmcp's own, or the server's refusal of a tenant).
+            (StatusCode::BAD_REQUEST, &typed("application/json"), false),
+            (
+                StatusCode::BAD_REQUEST,
+                &typed("Application/JSON; charset=utf-8"),
+                false,
+            ),
+            // Not refusals.
+            (StatusCode::OK, &typed("text/event-stream"), false),
+            (StatusCode::ACCEPTED, &none, false),
+            // The server's own failure: not the client's to read as its mistake.
+            (StatusCode::INTERNAL_SERVER_ERROR, &none, false),
+        ];
+        for (status, headers, rewritten) in cases {
+            assert_eq!(
+                unreadable_refusal(status, headers),
+                rewritten,
+                "{status} {headers:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refusal_keeps_its_status_and_says_what_rmcp_said_as_json_rpc() {
+        let refusal = http::Response::builder()
+            .status(StatusCode::PAYLOAD_TOO_LARGE)
+            .header(http::header::CONTENT_LENGTH, "52")
+            .body(
+                Full::new(Bytes::from(
+                    "Payload Too Large: request body exceeds 4194304 bytes",
+                ))
+                .boxed(),
+            )
+            .unwrap();
+        let rewritten = as_json_rpc_error(refusal).await;
+        assert_eq!(rewritten.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(
+            rewritten.headers()[http::header::CONTENT_TYPE],
+            "application/json"
+        );
+        assert!(
+            rewritten
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .is_none()
+        );
+        assert_eq!(rewritten.headers()[http::header::CONNECTION], "close");
+        let body = rewritten.into_body().collect().await.unwrap().to_bytes();
+        let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(error["jsonrpc"], "2.0");
+        assert_eq!(
+            error.get("id"),
+            Some(&Value::Null),
+            "JSON-RPC 2.0: `id` is there, null"
+        );
+        assert_eq!(error["error"]["code"], -32600);
+        assert_eq!(
+            error["error"]["message"],
+            "Payload Too Large: request body exceeds 4194304 bytes"
+        );
+    }
+}
