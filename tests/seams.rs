@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem::dispatch::{Attempt, BodyFuture, DispatchEvent, EventKind, Execution, Observer};
+use idem::dispatch::{Attempt, BodyFuture, DispatchEvent, EventKind, Execution, Observer, Stage};
 use idem::prelude::*;
 use idem::{ErrorKind, ToolDef, ToolPolicy};
 use serde_json::{Value, json};
@@ -14,17 +14,29 @@ use serde_json::{Value, json};
 /// One event as the test keeps it: kind, class, key hash, error code.
 type Kept = (EventKind, Option<ToolClass>, Option<String>, Option<String>);
 
-/// What an observer saw.
+/// What an observer saw; a stage's time is kept as zero (tests never assert on the clock).
 #[derive(Default)]
 struct Seen(Mutex<Vec<Kept>>);
 
 impl Observer for Seen {
     fn event(&self, e: &DispatchEvent<'_>) {
         let error = e.error.map(|e| e.code().to_owned());
+        let kind = match e.kind {
+            EventKind::Stage { stage, .. } => timed(stage),
+            kind => kind,
+        };
         self.0
             .lock()
             .unwrap()
-            .push((e.kind, e.class, e.key.map(str::to_owned), error));
+            .push((kind, e.class, e.key.map(str::to_owned), error));
+    }
+}
+
+/// A stage as [`Seen`] keeps it.
+fn timed(stage: Stage) -> EventKind {
+    EventKind::Stage {
+        stage,
+        took: Duration::ZERO,
     }
 }
 
@@ -92,10 +104,14 @@ async fn an_observer_sees_claim_retry_execution_and_replay_under_one_key() {
         kinds,
         [
             EventKind::Claimed { takeover: false },
+            timed(Stage::Claim),
+            timed(Stage::Execute),
             EventKind::Retried {
                 attempt: 1,
                 error: ErrorKind::Retryable
             },
+            timed(Stage::Execute),
+            timed(Stage::Record),
             EventKind::Executed { attempts: 2 },
         ]
     );
@@ -108,7 +124,7 @@ async fn an_observer_sees_claim_retry_execution_and_replay_under_one_key() {
     }
 
     d.dispatch(&call, &run).await.unwrap();
-    assert_eq!(seen.kinds(), [EventKind::Replayed]);
+    assert_eq!(seen.kinds(), [timed(Stage::Claim), EventKind::Replayed]);
     assert_eq!(runs.load(Ordering::SeqCst), 2, "the replay ran nothing");
 }
 
@@ -143,7 +159,7 @@ async fn an_observer_sees_refusals_failures_and_unknown_outcomes_with_their_erro
     let events = seen.take();
     let ends: Vec<_> = events
         .iter()
-        .filter(|e| !matches!(e.0, EventKind::Claimed { .. }))
+        .filter(|e| !matches!(e.0, EventKind::Claimed { .. } | EventKind::Stage { .. }))
         .map(|e| (e.0, e.1, e.3.clone()))
         .collect();
     let code = |c: &str| Some(c.to_owned());
@@ -165,6 +181,8 @@ async fn an_observer_sees_refusals_failures_and_unknown_outcomes_with_their_erro
                 nidw,
                 code("missing_key")
             ),
+            // Made Unknown here, then reported so.
+            (EventKind::LeftUnknown, nidw, None),
             (EventKind::Unknown, nidw, code("outcome_unknown")),
             // A non_idempotent_write is not retried on a retryable error: one attempt.
             (EventKind::Failed { attempts: 1 }, nidw, code("tool_failed")),

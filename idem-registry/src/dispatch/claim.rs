@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use idem_core::{Claim, ClaimRequest, RecordState, StoreError};
+use tracing::Instrument;
 
 use super::call::Dispatched;
 use super::decide::{self, GiveBack, Reuse};
@@ -107,6 +108,7 @@ impl Dispatcher {
                         verifications += 1;
                         match self
                             .verify(call, record.fence, record.steps, since, &last_error, watch)
+                            .instrument(tracing::info_span!("idem.verify"))
                             .await?
                         {
                             Settled::Applied(outcome) => {

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use idem_core::{IdempotencyKey, Outcome, StoreError, Timestamp, ToolError};
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::body::{self, scrub_tool_error};
 use super::call::{Dispatched, RunContext};
@@ -12,7 +13,7 @@ use super::decide::{self, GiveBack, too_deep};
 use super::error::DispatchError;
 use super::hold::{Held, Hold};
 use super::key::{random_u64, unkeyed};
-use super::observe::EventKind;
+use super::observe::{EventKind, Stage};
 use super::{Dispatcher, RecordedCall, Watch, context_parts};
 use crate::context::ToolContext;
 use crate::tool::{ToolDef, TypedArguments};
@@ -26,6 +27,7 @@ impl Dispatcher {
         args: Cow<'_, Value>,
         mut typed: Option<TypedArguments>,
         downstream: Option<IdempotencyKey>,
+        watch: &Watch<'_>,
     ) -> Result<Dispatched, DispatchError> {
         let keyed = downstream.is_some();
         let key = downstream.unwrap_or_else(unkeyed);
@@ -35,7 +37,14 @@ impl Dispatcher {
             attempt += 1;
             let parts = context_parts(tool, run, &key);
             let ctx = ToolContext::new(parts, attempt, None, false, Vec::new());
-            let result = body::run(tool, self.execution(), ctx, &args, typed.take(), None).await;
+            let begun = watch.begin();
+            let result = body::run(tool, self.execution(), ctx, &args, typed.take(), None)
+                .instrument(tracing::info_span!(
+                    "idem.execute",
+                    idem.attempt = i64::from(attempt)
+                ))
+                .await;
+            watch.finished_stage(tool.class, None, Stage::Execute, begun);
             let error = match result {
                 Ok(output) => {
                     let output_json = output.to_string();
@@ -109,6 +118,7 @@ impl Dispatcher {
             );
             hold.running(&ctx);
             let lease = hold.keep_alive(tool.policy.lease);
+            let begun = watch.begin();
             let result = body::run(
                 tool,
                 self.execution(),
@@ -117,12 +127,18 @@ impl Dispatcher {
                 typed.take(),
                 Some(lease),
             )
+            .instrument(tracing::info_span!(
+                "idem.execute",
+                idem.attempt = i64::from(attempt)
+            ))
             .await;
+            watch.finished(call, Stage::Execute, begun);
             steps = ctx.journal();
             let error = match result {
                 Ok(output) => {
                     let outcome = Outcome::Success(output.to_string());
-                    self.record(call, hold, &outcome, Some(&output)).await?;
+                    self.record(call, hold, &outcome, Some(&output), watch)
+                        .await?;
                     let Outcome::Success(output_json) = outcome else {
                         unreachable!("a success was recorded just above")
                     };
@@ -170,7 +186,7 @@ impl Dispatcher {
                 deduplicated: false,
             };
             if decide::records_failure(error.kind(), call.approval.is_some(), !steps.is_empty()) {
-                self.record(call, hold, &Outcome::Failure(error.clone()), None)
+                self.record(call, hold, &Outcome::Failure(error.clone()), None, watch)
                     .await?;
                 return Err(failed(error));
             }
@@ -180,13 +196,16 @@ impl Dispatcher {
                 .await
                 .map_err(|e| call.store_error(e))?;
             return match how {
-                GiveBack::Unknown(reason) => Err(DispatchError::OutcomeUnknown {
-                    tool: tool.name.to_string(),
-                    key: call.downstream.clone(),
-                    since,
-                    reason,
-                    retry_after: call.verifiable_from(since, &steps),
-                }),
+                GiveBack::Unknown(reason) => {
+                    watch.saw(call, EventKind::LeftUnknown);
+                    Err(DispatchError::OutcomeUnknown {
+                        tool: tool.name.to_string(),
+                        key: call.downstream.clone(),
+                        since,
+                        reason,
+                        retry_after: call.verifiable_from(since, &steps),
+                    })
+                }
                 GiveBack::Release | GiveBack::Expire => Err(failed(error)),
             };
         }
@@ -201,11 +220,18 @@ impl Dispatcher {
         mut hold: Hold,
         outcome: &Outcome,
         output: Option<&Value>,
+        watch: &Watch<'_>,
     ) -> Result<(), DispatchError> {
-        let result = match too_deep(outcome, output) {
-            Some(e) => Err(e),
-            None => hold.complete(outcome, call.ttl).await,
-        };
+        let begun = watch.begin();
+        let result = async {
+            match too_deep(outcome, output) {
+                Some(e) => Err(e),
+                None => hold.complete(outcome, call.ttl).await,
+            }
+        }
+        .instrument(tracing::info_span!("idem.record"))
+        .await;
+        watch.finished(call, Stage::Record, begun);
         let e = match result {
             Ok(()) => return Ok(()),
             Err(StoreError::Fenced { .. }) => {
@@ -218,8 +244,14 @@ impl Dispatcher {
         };
         let note = format!("the effect happened but its outcome could not be recorded: {e}");
         let how = GiveBack::unrecorded(call.tool.class, note);
-        if let Err(e2) = hold.give_back(&how).await {
-            tracing::warn!(error = %e2, "could not settle the claim; its lease will expire");
+        match hold.give_back(&how).await {
+            Err(e2) => {
+                tracing::warn!(error = %e2, "could not settle the claim; its lease will expire")
+            }
+            Ok(()) if matches!(how, GiveBack::Unknown(_)) => {
+                watch.saw(call, EventKind::LeftUnknown);
+            }
+            Ok(()) => {}
         }
         Err(call.store_error(e))
     }

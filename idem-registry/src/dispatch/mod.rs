@@ -29,6 +29,8 @@ mod error;
 mod execute;
 mod hold;
 mod key;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod observe;
 mod verify;
 
@@ -41,17 +43,19 @@ use idem_core::{Fingerprint, IdempotencyKey, Outcome, RecordKey, Store, StoreErr
 use serde_json::Value;
 use tracing::Instrument;
 
+#[cfg(feature = "metrics")]
+pub use self::metrics::MetricsObserver;
 pub use approve::{APPROVAL_STEP, DecisionError};
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, RunContext, ToolCall};
 pub use error::DispatchError;
-pub use observe::{DispatchEvent, EventKind, Observer, TracingObserver};
+pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
 
 use crate::approval::ApprovalKeys;
 use crate::redact::SecretKey;
 use crate::registry::Registry;
 use crate::tool::{PreparedArguments, ToolDef};
-use observe::Observers;
+use observe::{Observers, Watch};
 
 /// Applies each tool's class policy to calls; see the module docs for the order of checks.
 ///
@@ -209,8 +213,8 @@ impl Dispatcher {
         self
     }
 
-    /// Drop the default [`TracingObserver`] (the `idem.dispatch` span keeps its name but
-    /// gets no fields, and the per-dispatch log line goes).
+    /// Drop the default [`TracingObserver`] (the `execute_tool` span keeps its name and the
+    /// call's fields, but gets no outcome fields, and the per-dispatch log line goes).
     pub fn without_tracing(mut self) -> Self {
         self.observers = self.observers.without_tracing();
         self
@@ -254,14 +258,7 @@ impl Dispatcher {
         call: &ToolCall,
         run: &RunContext,
     ) -> Result<Dispatched, DispatchError> {
-        let span = tracing::info_span!(
-            "idem.dispatch",
-            tool = %call.name,
-            class = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-            attempts = tracing::field::Empty,
-            deduplicated = tracing::field::Empty,
-        );
+        let span = observe::dispatch_span(call);
         let watch = Watch {
             observers: &self.observers,
             started: Instant::now(),
@@ -308,7 +305,7 @@ impl Dispatcher {
             keys => {
                 let downstream = keys.map(|(_, downstream)| downstream);
                 return self
-                    .execute_unrecorded(tool, run, args, typed, downstream)
+                    .execute_unrecorded(tool, run, args, typed, downstream, watch)
                     .await;
             }
         };
@@ -324,7 +321,13 @@ impl Dispatcher {
             ttl: self.record_ttl(tool),
             approval,
         };
-        match self.claim(&call, keyed.canonical, watch).await? {
+        let begun = watch.begin();
+        let claimed = self
+            .claim(&call, keyed.canonical, watch)
+            .instrument(tracing::info_span!("idem.claim"))
+            .await;
+        watch.finished(&call, Stage::Claim, begun);
+        match claimed? {
             claim::Claimed::Held(held) => self.execute_held(&call, held, typed, watch).await,
             claim::Claimed::Settled(dispatched) => Ok(dispatched),
         }
@@ -474,71 +477,5 @@ fn replay(
             attempts: 0,
             deduplicated: true,
         }),
-    }
-}
-
-/// One dispatch as its observers see it.
-struct Watch<'a> {
-    observers: &'a Observers,
-    started: Instant,
-    tool: &'a str,
-}
-
-impl Watch<'_> {
-    /// Tell the observers of an event in the middle of a dispatch.
-    fn saw(&self, call: &RecordedCall<'_>, kind: EventKind) {
-        self.observers.emit(&DispatchEvent {
-            kind,
-            tool: self.tool,
-            class: Some(call.tool.class),
-            key: Some(call.key_hash()),
-            elapsed: self.elapsed(),
-            error: None,
-        });
-    }
-
-    /// Tell the observers how the dispatch ended.
-    fn ended(
-        &self,
-        tool: Option<&Arc<ToolDef>>,
-        key: Option<&RecordKey>,
-        result: &Result<Dispatched, DispatchError>,
-    ) {
-        let (kind, error) = match result {
-            Ok(d) if d.deduplicated => (EventKind::Replayed, None),
-            Ok(d) => (
-                EventKind::Executed {
-                    attempts: d.attempts,
-                },
-                None,
-            ),
-            Err(e) => (
-                match e {
-                    DispatchError::ToolFailed { attempts, .. } => EventKind::Failed {
-                        attempts: *attempts,
-                    },
-                    DispatchError::OutcomeUnknown { .. } => EventKind::Unknown,
-                    DispatchError::Fenced { .. } => EventKind::Fenced,
-                    e => EventKind::Refused { code: e.code() },
-                },
-                Some(e),
-            ),
-        };
-        let class = match result {
-            Ok(d) => Some(d.class),
-            Err(_) => tool.map(|t| t.class),
-        };
-        self.observers.emit(&DispatchEvent {
-            kind,
-            tool: self.tool,
-            class,
-            key: key.map(key_hash),
-            elapsed: self.elapsed(),
-            error,
-        });
-    }
-
-    fn elapsed(&self) -> Duration {
-        self.started.elapsed()
     }
 }

@@ -1,16 +1,25 @@
 //! Seam: observers of dispatch events (ARCHITECTURE.md, "Seams").
 //!
 //! A dispatch tells its observers what happened to a call: claimed, executed, replayed,
-//! retried, unknown, fenced, verified, failed, refused. Each event names the tool and its
-//! class, a short hash of the record key (never an argument value) and the time since the
-//! dispatch began. Metrics, audit logs and OpenTelemetry attach here; the order of checks
-//! does not change and an observer cannot change an outcome.
+//! retried, left unknown, unknown, fenced, verified, failed, refused, and how long each of
+//! its claim, execute and record stages took. Each event names the tool and its class, a
+//! short hash of the record key (never an argument value) and the time since the dispatch
+//! began. Metrics, audit logs and OpenTelemetry attach here; the order of checks does not
+//! change and an observer cannot change an outcome.
 //!
-//! The default observer, [`TracingObserver`], is the dispatch span idem always had
-//! (`idem.dispatch`, with `class`, `outcome`, `attempts` and `deduplicated` recorded as the
-//! call ends) and its one log line. [`Dispatcher::with_observer`](super::Dispatcher::with_observer)
-//! adds an observer beside it; [`Dispatcher::without_tracing`](super::Dispatcher::without_tracing)
-//! drops the default.
+//! Every dispatch is a `tracing` span named for the OpenTelemetry GenAI conventions of a
+//! tool's execution: `execute_tool`, whose `otel.name` is `execute_tool {tool}` (the name
+//! `tracing-opentelemetry` exports), with `gen_ai.operation.name`, `gen_ai.tool.name`,
+//! `gen_ai.tool.call.id` (the provider's call id, when the call has one) and
+//! `gen_ai.tool.type` set as it opens. Its stages are child spans: `idem.claim` (with
+//! `idem.verify` inside it when a verify hook is asked), `idem.execute` (one per attempt)
+//! and `idem.record`. The default observer, [`TracingObserver`], fills in the rest as the
+//! call ends: `idem.class`, `idem.outcome`, `idem.attempts`, `idem.deduplicated`,
+//! `idem.key_hash` (the record key's first 16 hex digits, never the key material or an
+//! argument), and on an error `error.type` (its [`DispatchError::code`]) and
+//! `otel.status_code = "error"`; and it logs one line.
+//! [`Dispatcher::with_observer`](super::Dispatcher::with_observer) adds an observer beside
+//! it; [`Dispatcher::without_tracing`](super::Dispatcher::without_tracing) drops the default.
 //!
 //! ```
 //! # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
@@ -38,11 +47,14 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use idem_core::{ErrorKind, ToolClass};
+use idem_core::{ErrorKind, RecordKey, ToolClass};
 
+use super::call::{Dispatched, ToolCall};
 use super::error::DispatchError;
+use super::{RecordedCall, key_hash};
+use crate::tool::ToolDef;
 
 /// What happened to a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +79,15 @@ pub enum EventKind {
         /// How it failed.
         error: ErrorKind,
     },
-    /// The call's outcome is Unknown (made so now, or found so).
+    /// The call's outcome is Unknown (made so now, or found so); the dispatch ends with
+    /// [`DispatchError::OutcomeUnknown`](super::DispatchError::OutcomeUnknown).
     Unknown,
+    /// This dispatch made the record Unknown: the effect may have happened (the tool's
+    /// ambiguous error, or an output the store would not take). Emitted once, where the
+    /// record changed, before the dispatch ends (with `Unknown`, or a store error). A
+    /// worker that crashed, or a dispatch dropped while its body ran, leaves its record to
+    /// become Unknown without this event.
+    LeftUnknown,
     /// This worker lost the key before it could record.
     Fenced,
     /// A verify hook settled an Unknown record.
@@ -87,6 +106,40 @@ pub enum EventKind {
         /// The error's code.
         code: &'static str,
     },
+    /// A stage of the dispatch ended (however it ended), after `took`. Timed and emitted
+    /// only on a dispatcher with an observer added by
+    /// [`Dispatcher::with_observer`](super::Dispatcher::with_observer): the default one has
+    /// no use for it.
+    Stage {
+        /// Which stage.
+        stage: Stage,
+        /// How long it took.
+        took: Duration,
+    },
+}
+
+/// A timed stage of a dispatch (see [`EventKind::Stage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Stage {
+    /// From the first claim to holding the key or settling the call without running it:
+    /// waiting for a live holder and asking a verify hook included.
+    Claim,
+    /// One execution of the body (each attempt is one).
+    Execute,
+    /// Writing the outcome to the store as the holder.
+    Record,
+}
+
+impl Stage {
+    /// A short, stable name: `claim`, `execute`, `record`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Stage::Claim => "claim",
+            Stage::Execute => "execute",
+            Stage::Record => "record",
+        }
+    }
 }
 
 impl EventKind {
@@ -98,10 +151,12 @@ impl EventKind {
             EventKind::Replayed => "replayed",
             EventKind::Retried { .. } => "retried",
             EventKind::Unknown => "unknown",
+            EventKind::LeftUnknown => "left_unknown",
             EventKind::Fenced => "fenced",
             EventKind::Verified { .. } => "verified",
             EventKind::Failed { .. } => "failed",
             EventKind::Refused { .. } => "refused",
+            EventKind::Stage { .. } => "stage",
         }
     }
 }
@@ -132,23 +187,54 @@ pub trait Observer: Send + Sync + 'static {
     fn event(&self, event: &DispatchEvent<'_>);
 }
 
-/// The default observer: the `idem.dispatch` span's fields and one log line per dispatch
-/// (`debug` when it succeeded, `info` when it was refused or failed; a refusal of the
-/// arguments logs the pointer, never a value).
+/// The span of one dispatch (see the module docs); the observers' events that end it are
+/// emitted inside it, where [`TracingObserver`] fills in its other fields.
+pub(crate) fn dispatch_span(call: &ToolCall) -> tracing::Span {
+    use tracing::field::Empty;
+    let span = tracing::info_span!(
+        "execute_tool",
+        otel.name = Empty,
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = call.name.as_str(),
+        gen_ai.tool.call.id = call.call_id.as_deref(),
+        gen_ai.tool.type = "function",
+        error.type = Empty,
+        idem.class = Empty,
+        idem.outcome = Empty,
+        idem.attempts = Empty,
+        idem.deduplicated = Empty,
+        idem.key_hash = Empty,
+    );
+    // A span's name is static; the convention's name holds the tool. Formatted only for a
+    // span someone listens to, so that a dispatch nobody traces allocates nothing here.
+    if !span.is_disabled() {
+        span.record("otel.name", format!("execute_tool {}", call.name).as_str());
+    }
+    span
+}
+
+/// The default observer: the dispatch span's outcome fields (see the module docs) and one
+/// log line per dispatch (`debug` when it succeeded, `info` when it was refused or failed;
+/// a refusal of the arguments logs the pointer, never a value).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingObserver;
 
 impl Observer for TracingObserver {
     fn event(&self, event: &DispatchEvent<'_>) {
-        // Only the events that end a dispatch touch the span (emitted inside it).
+        // Only the events that end a dispatch touch the span (emitted inside it). Counts are
+        // recorded as `i64`: OpenTelemetry has no unsigned integers, and tracing-opentelemetry
+        // would export a `u64` as text.
         let ended = |outcome: &str, attempts: u32, deduplicated: bool| {
             let span = tracing::Span::current();
             if let Some(class) = event.class {
-                span.record("class", class.as_str());
+                span.record("idem.class", class.as_str());
             }
-            span.record("outcome", outcome);
-            span.record("attempts", attempts);
-            span.record("deduplicated", deduplicated);
+            span.record("idem.key_hash", event.key);
+            span.record("idem.outcome", outcome);
+            span.record("idem.attempts", i64::from(attempts));
+            span.record("idem.deduplicated", deduplicated);
         };
         match event.kind {
             EventKind::Executed { attempts } => {
@@ -165,7 +251,10 @@ impl Observer for TracingObserver {
             EventKind::Verified { applied } => {
                 tracing::info!(applied, "verify hook settled an unknown outcome");
             }
-            EventKind::Claimed { .. } => {}
+            EventKind::LeftUnknown => {
+                tracing::debug!("recorded as unknown: the effect may have happened");
+            }
+            EventKind::Claimed { .. } | EventKind::Stage { .. } => {}
             EventKind::Failed { .. }
             | EventKind::Unknown
             | EventKind::Fenced
@@ -173,17 +262,20 @@ impl Observer for TracingObserver {
                 let Some(e) = event.error else { return };
                 let span = tracing::Span::current();
                 if let Some(class) = event.class {
-                    span.record("class", class.as_str());
+                    span.record("idem.class", class.as_str());
                 }
-                span.record("outcome", e.code());
+                span.record("idem.key_hash", event.key);
+                span.record("idem.outcome", e.code());
+                span.record("error.type", e.code());
+                span.record("otel.status_code", "error");
                 if let DispatchError::ToolFailed {
                     attempts,
                     deduplicated,
                     ..
                 } = e
                 {
-                    span.record("attempts", *attempts);
-                    span.record("deduplicated", *deduplicated);
+                    span.record("idem.attempts", i64::from(*attempts));
+                    span.record("idem.deduplicated", *deduplicated);
                 }
                 match e {
                     // A validator's message may quote the offending value: the log names
@@ -230,6 +322,11 @@ impl Observers {
         }
     }
 
+    /// Whether the stages are timed: only an added observer reads their times.
+    pub(crate) fn times_stages(&self) -> bool {
+        !self.added.is_empty()
+    }
+
     pub(crate) fn emit(&self, event: &DispatchEvent<'_>) {
         if self.tracing {
             TracingObserver.event(event);
@@ -246,5 +343,105 @@ impl fmt::Debug for Observers {
             .field("tracing", &self.tracing)
             .field("added", &self.added.len())
             .finish()
+    }
+}
+
+/// One dispatch as its observers see it.
+pub(super) struct Watch<'a> {
+    pub(super) observers: &'a Observers,
+    pub(super) started: Instant,
+    pub(super) tool: &'a str,
+}
+
+impl Watch<'_> {
+    /// Tell the observers of an event in the middle of a dispatch.
+    pub(super) fn saw(&self, call: &RecordedCall<'_>, kind: EventKind) {
+        self.observers.emit(&DispatchEvent {
+            kind,
+            tool: self.tool,
+            class: Some(call.tool.class),
+            key: Some(call.key_hash()),
+            elapsed: self.elapsed(),
+            error: None,
+        });
+    }
+
+    /// When a stage begins, if its time is wanted (see [`EventKind::Stage`]): the clock is
+    /// read only for an observer that reads it.
+    pub(super) fn begin(&self) -> Option<Instant> {
+        self.observers.times_stages().then(Instant::now)
+    }
+
+    /// Tell the observers that a stage of a recorded call, begun at `begun`, ended.
+    pub(super) fn finished(&self, call: &RecordedCall<'_>, stage: Stage, begun: Option<Instant>) {
+        self.finished_stage(call.tool.class, Some(call.key_hash()), stage, begun);
+    }
+
+    /// Tell the observers that a stage begun at `begun` ended.
+    pub(super) fn finished_stage(
+        &self,
+        class: ToolClass,
+        key: Option<&str>,
+        stage: Stage,
+        begun: Option<Instant>,
+    ) {
+        let Some(begun) = begun else { return };
+        let now = Instant::now();
+        self.observers.emit(&DispatchEvent {
+            kind: EventKind::Stage {
+                stage,
+                took: now.saturating_duration_since(begun),
+            },
+            tool: self.tool,
+            class: Some(class),
+            key,
+            elapsed: now.saturating_duration_since(self.started),
+            error: None,
+        });
+    }
+
+    /// Tell the observers how the dispatch ended.
+    pub(super) fn ended(
+        &self,
+        tool: Option<&Arc<ToolDef>>,
+        key: Option<&RecordKey>,
+        result: &Result<Dispatched, DispatchError>,
+    ) {
+        let (kind, error) = match result {
+            Ok(d) if d.deduplicated => (EventKind::Replayed, None),
+            Ok(d) => (
+                EventKind::Executed {
+                    attempts: d.attempts,
+                },
+                None,
+            ),
+            Err(e) => (
+                match e {
+                    DispatchError::ToolFailed { attempts, .. } => EventKind::Failed {
+                        attempts: *attempts,
+                    },
+                    DispatchError::OutcomeUnknown { .. } => EventKind::Unknown,
+                    DispatchError::Fenced { .. } => EventKind::Fenced,
+                    e => EventKind::Refused { code: e.code() },
+                },
+                Some(e),
+            ),
+        };
+        let class = match result {
+            Ok(d) => Some(d.class),
+            Err(_) => tool.map(|t| t.class),
+        };
+        self.observers.emit(&DispatchEvent {
+            kind,
+            tool: self.tool,
+            class,
+            key: key.map(key_hash),
+            elapsed: self.elapsed(),
+            error,
+        });
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
     }
 }
