@@ -139,14 +139,15 @@ def http_server(binary, db, notes=None):
         server.wait(timeout=10)
 
 
-def http_client(url, token):
+def http_client(url, token, **options):
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     http = httpx2.AsyncClient(headers=headers, timeout=PATIENCE)
-    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=PATIENCE)
+    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=PATIENCE,
+                  **options)
 
 
 def messages(error):
@@ -406,6 +407,20 @@ async def check_http(binary, db):
                    "the same key for another tenant is another call")
             expect(meta_of(theirs).get("io.idem/key") != meta_of(first).get("io.idem/key"),
                    "with another downstream key")
+        # The approval rounds over HTTP: the user's yes runs the call once, for acme only.
+        from mcp import types
+
+        async def yes(context, question):
+            return types.ElicitResult(action="accept", content={"approve": True})
+
+        target = {"customer_id": "cus_http"}
+        async with http_client(url, "token-a", elicitation_callback=yes) as acme:
+            done = await acme.call_tool("delete_account", target, meta={KEY: "mcp-http-del"})
+            expect(done.is_error is not True and "deleted cus_http" in text_of(done),
+                   "over HTTP the user's yes runs the irreversible call")
+            again = await acme.call_tool("delete_account", target, meta={KEY: "mcp-http-del"})
+            expect(meta_of(again).get("io.idem/deduplicated") is True,
+                   "over HTTP the approved call re-sent is replayed")
         for token in (None, "token-x"):
             try:
                 async with http_client(url, token) as stranger:
