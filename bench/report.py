@@ -171,7 +171,53 @@ def main(results):
                   f"live heap {m['live_bytes_per_record']} B/record → **{m['overhead_bytes_per_record']} B** "
                   f"beyond the payload (target ≤ 200 B: {'met' if m['overhead_bytes_per_record'] <= 200 else 'missed'}); "
                   f"`Record` itself is {m['record_struct_bytes']} B; RSS growth {m['rss_bytes_per_record']} B/record.", ""]
+    lines += mcp_rows(runs)
     print("\n".join(lines))
+
+
+def mcp_rows(runs):
+    """The mcp row (in process) and the proxy row (stdio): calls per second through idem
+    against the plain rmcp server answering the same request, in the same run."""
+    out = []
+    for row, title in (("mcp", "MCP server, in process (calls per second; ratios of batches run side by side)"),
+                       ("proxy", "MCP proxy over stdio (calls per second; ratios of batches run side by side)")):
+        at = [r for r in runs if r["row"] == row]
+        if not at:
+            continue
+        cpu = any("cpu_ratio" in r for r in at)
+        head = "| contender | baseline | c | calls/s, median [p10–p90] | ÷ baseline, median [p10–p90] | target | met? |"
+        rule = "|---|---|---|---|---|---|---|"
+        if cpu:
+            head += " CPU µs/call | ÷ baseline by CPU time [p10–p90] |"
+            rule += "---|---|"
+        out += [f"### {title}", "", head, rule]
+        for r in at:
+            idem = r["contender"] != r["baseline"]
+            met = ("yes" if r["ratio"] >= 0.9 else "no") if idem else ""
+            ratio = (f"**{r['ratio']:.2f}×** [{r['ratio_p10']:.2f}–{r['ratio_p90']:.2f}]"
+                     if idem else "1")
+            line = (f"| {r['contender']} | {r['baseline']} | {r['concurrency']} | "
+                    f"{r['per_sec']:,.0f} [{r['per_sec_p10']:,.0f}–{r['per_sec_p90']:,.0f}] | "
+                    f"{ratio} | {'≥ 0.9×' if idem else ''} | {met} |")
+            if cpu:
+                by_cpu = (f"{r['cpu_ratio']:.2f}× [{r['cpu_ratio_p10']:.2f}–{r['cpu_ratio_p90']:.2f}]"
+                          if idem else "1")
+                line += f" {r['cpu_ns'] / 1000:.1f} | {by_cpu} |"
+            out.append(line)
+        first = at[0]
+        out += ["", f"{first['rounds']} rounds of {first['calls']} calls per batch."]
+        loads = [r for r in runs if r["row"] == "load" and r["at"].startswith(row + " ")]
+        if loads:
+            out.append("Load average (1, 5, 15 min): " +
+                       "; ".join(f"{l['at']}: {l['loadavg']}" for l in loads) + ".")
+        commits = {(r["commit"], r["dirty"]) for r in runs
+                   if r["row"] == "commit" and r.get("of") == row}
+        if commits:
+            out.append("Commit: " + ", ".join(
+                c + (" (with uncommitted changes in the working tree)" if dirty else "")
+                for c, dirty in sorted(commits)) + ".")
+        out.append("")
+    return out
 
 
 if __name__ == "__main__":

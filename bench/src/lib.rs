@@ -237,7 +237,7 @@ pub mod mcp {
     use rmcp::handler::server::wrapper::Parameters;
     use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, NumberOrString};
     use rmcp::service::{RequestContext, RoleServer, RunningService, serve_directly};
-    use rmcp::{tool, tool_router};
+    use rmcp::{Json, tool, tool_handler, tool_router};
 
     use super::*;
 
@@ -314,6 +314,63 @@ pub mod mcp {
     }
 
     impl Default for Direct {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    /// What the no-op tools answer, as idem's MCP server states a non-object output:
+    /// `{"result": "ok"}`.
+    #[derive(Debug, Serialize, JsonSchema)]
+    pub struct Answered {
+        result: &'static str,
+    }
+
+    /// A plain rmcp server serving the no-op tools idem's MCP server serves, under the same
+    /// names, with the same arguments and the same structured output: the baseline of the
+    /// `mcp` row and the upstream of the `proxy` row. It ignores `_meta`.
+    ///
+    /// The router is built once and kept in a field (`#[tool_handler(router = ...)]`):
+    /// `#[tool_router(server_handler)]` would build it again for every call, a cost no
+    /// careful rmcp server pays and a slower baseline than the fairest one.
+    #[derive(Clone)]
+    pub struct Plain {
+        tool_router: ToolRouter<Self>,
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl rmcp::ServerHandler for Plain {}
+
+    #[tool_router]
+    impl Plain {
+        /// Set a ticket's status (no-op, read-only).
+        #[tool(description = "Set a ticket's status (no-op, `read`).")]
+        async fn noop_read(&self, Parameters(args): Parameters<TicketArgs>) -> Json<Answered> {
+            black_box(&args);
+            Json(Answered { result: "ok" })
+        }
+
+        /// Set a ticket's status (no-op, idempotent).
+        #[tool(description = "Set a ticket's status (no-op, `idempotent_write`).")]
+        async fn noop_idempotent_write(
+            &self,
+            Parameters(args): Parameters<TicketArgs>,
+        ) -> Json<Answered> {
+            black_box(&args);
+            Json(Answered { result: "ok" })
+        }
+    }
+
+    impl Plain {
+        /// The server with its two tools.
+        pub fn new() -> Self {
+            Plain {
+                tool_router: Self::tool_router(),
+            }
+        }
+    }
+
+    impl Default for Plain {
         fn default() -> Self {
             Self::new()
         }

@@ -5,11 +5,14 @@ mod breakdown;
 mod client;
 mod hop;
 mod macros;
+mod mcp;
 mod paired;
 mod profile;
+mod proxy;
 mod server;
 mod sqlite;
 mod timed;
+mod turns;
 
 const USAGE: &str = "usage: idem-bench <command> ...
   sqlite idem|raw <db> <worker> <start_ms|now> <seconds>
@@ -19,6 +22,9 @@ const USAGE: &str = "usage: idem-bench <command> ...
   gen-macro-crates <dir> <tools>
   profile first|replay <tool> <calls>
   paired [rounds] [calls per batch]
+  mcp <dir> [rounds] [calls per batch] [concurrency]
+  mcp-profile <dir> <contender> [calls] [concurrency]
+  proxy <idem-binary> <proxy.toml> <dir> [rounds] [calls per batch] [concurrency]
   breakdown [calls]
   hop [calls]";
 
@@ -36,6 +42,9 @@ fn main() {
         "gen-macro-crates" => macros::run(rest),
         "profile" => profile::run(rest),
         "paired" => paired::run(rest),
+        "mcp" => mcp::run(rest),
+        "mcp-profile" => mcp::profile(rest),
+        "proxy" => proxy::run(rest),
         "breakdown" => breakdown::run(rest),
         "hop" => hop::run(rest),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),

@@ -140,7 +140,7 @@ fn ids(round: usize, calls: usize) -> Vec<String> {
 }
 
 /// The 10th percentile, the median and the 90th percentile.
-fn quantiles(mut v: Vec<f64>) -> (f64, f64, f64) {
+pub(crate) fn quantiles(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
     (at(0.1), at(0.5), at(0.9))
