@@ -106,26 +106,32 @@ fn contenders(dir: &Path, records: usize) -> Result<Vec<Contender>, String> {
     let [full, normal] = SQLITE_FILES.map(|name| dir.join(name));
     let write = "noop_idempotent_write";
     Ok(vec![
-        contender("rmcp/read", 0, "noop_read", false, Serving::Plain)?,
-        contender("rmcp", 1, write, true, Serving::Plain)?,
-        contender("idem/read", 0, "noop_read", false, Serving::Memory(records))?,
+        contender("rmcp/read", None, "noop_read", false, Serving::Plain)?,
+        contender("rmcp", None, write, true, Serving::Plain)?,
+        contender(
+            "idem/read",
+            Some(0),
+            "noop_read",
+            false,
+            Serving::Memory(records),
+        )?,
         contender(
             "idem/idempotent_write/memory",
-            1,
+            Some(1),
             write,
             true,
             Serving::Memory(records),
         )?,
         contender(
             "idem/idempotent_write/sqlite-full",
-            1,
+            Some(1),
             write,
             true,
             Serving::Sqlite(&full, Synchronous::Full),
         )?,
         contender(
             "idem/idempotent_write/sqlite-normal",
-            1,
+            Some(1),
             write,
             true,
             Serving::Sqlite(&normal, Synchronous::Normal),
@@ -136,7 +142,7 @@ fn contenders(dir: &Path, records: usize) -> Result<Vec<Contender>, String> {
 /// A contender served as `serving`, connected.
 fn contender(
     name: &'static str,
-    baseline: usize,
+    baseline: Option<usize>,
     tool: &'static str,
     keyed: bool,
     serving: Serving<'_>,
@@ -156,7 +162,7 @@ fn contender(
     };
     Ok(Contender {
         name,
-        baseline,
+        baselines: baseline.into_iter().collect(),
         tool,
         keyed,
         first_execution: keyed && !matches!(serving, Serving::Plain),

@@ -2,11 +2,13 @@
 //! upstream (`mcp-upstream`, a plain rmcp server with the bench's no-op tools) and to the
 //! same upstream behind `idem mcp-proxy`, whose configuration classifies the tools
 //! (`bench/proxy/proxy.toml`); every write through the proxy carries a fresh key and is a
-//! first execution, recorded in a fresh SQLite file (`--store`, synchronous FULL). Each
-//! contender has its own processes; they take turns as in [`crate::turns`]. Client, proxy
-//! and upstream are separate processes on a 2-core machine shared with builds, so the
-//! ratios carry process-scheduling noise the in-process mcp row does not; the CPU time is
-//! not reported (this process's would be the client's alone).
+//! first execution, recorded in a fresh SQLite file (`--store`, synchronous FULL). A second
+//! baseline, the same upstream behind a plain forwarding rmcp proxy (`mcp-forward`), splits
+//! the gap into the second hop's share and idem's. Each contender has its own processes;
+//! they take turns as in [`crate::turns`]. Client, proxy and upstream are separate
+//! processes on a 2-core machine shared with builds, so the ratios carry process-scheduling
+//! noise the in-process mcp row does not; the CPU time is not reported (this process's
+//! would be the client's alone).
 //!
 //! `idem-bench proxy <idem-binary> <proxy.toml> <dir> [rounds] [calls per batch] [concurrency]`
 
@@ -34,15 +36,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
         3,
         [(100, "rounds"), (20, "calls per batch"), (1, "concurrency")],
     )?;
-    let upstream = std::env::current_exe()
-        .map_err(|e| e.to_string())?
-        .with_file_name("mcp-upstream");
-    if !upstream.exists() {
-        return Err(format!(
-            "{} is missing: build the bench's binaries first",
-            upstream.display()
-        ));
-    }
+    let bench_binary = |name: &str| {
+        let path = std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name(name);
+        match path.exists() {
+            true => Ok(path),
+            false => Err(format!(
+                "{} is missing: build the bench's binaries first",
+                path.display()
+            )),
+        }
+    };
+    let upstream = bench_binary("mcp-upstream")?;
+    let forward = bench_binary("mcp-forward")?;
     let dir = Path::new(dir);
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let stores = STORES.map(|name| dir.join(name));
@@ -55,6 +62,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let ran = rt.block_on(async {
         let bare = || Command::new(&upstream);
+        let forwarded = || {
+            let mut command = Command::new(&forward);
+            command.arg("--").arg(&upstream);
+            command
+        };
         let proxied = |store: &PathBuf| {
             let mut command = Command::new(idem);
             command
@@ -70,12 +82,21 @@ pub fn run(args: &[String]) -> Result<(), String> {
         };
         let write = "noop_idempotent_write";
         let contenders = vec![
-            contender("upstream/read", 0, "noop_read", false, bare()).await?,
-            contender("upstream", 1, write, true, bare()).await?,
-            contender("proxy/read", 0, "noop_read", false, proxied(&stores[0])).await?,
+            contender("upstream/read", &[], "noop_read", false, bare()).await?,
+            contender("upstream", &[], write, true, bare()).await?,
+            contender("forward/read", &[0], "noop_read", false, forwarded()).await?,
+            contender("forward", &[1], write, true, forwarded()).await?,
+            contender(
+                "proxy/read",
+                &[0, 2],
+                "noop_read",
+                false,
+                proxied(&stores[0]),
+            )
+            .await?,
             contender(
                 "proxy/idempotent_write/sqlite-full",
-                1,
+                &[1, 3],
                 write,
                 true,
                 proxied(&stores[1]),
@@ -106,7 +127,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// A client of the server `command` starts, after the handshake.
 async fn contender(
     name: &'static str,
-    baseline: usize,
+    baselines: &[usize],
     tool: &'static str,
     keyed: bool,
     command: Command,
@@ -125,7 +146,7 @@ async fn contender(
         .map_err(|e| format!("{name}: the handshake with {program} failed: {e}"))?;
     Ok(Contender {
         name,
-        baseline,
+        baselines: baselines.to_vec(),
         tool,
         keyed,
         first_execution: keyed && name.starts_with("proxy/"),

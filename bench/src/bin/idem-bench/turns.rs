@@ -1,8 +1,9 @@
 //! MCP contenders taking turns, for the mcp and proxy rows: each round times every idem
-//! contender right before or after its own baseline (which goes first alternates, and the
-//! pairs rotate), so each ratio compares two batches milliseconds apart on a machine whose
-//! speed drifts over seconds. One JSON line per contender: calls per second, median
-//! [p10–p90] over its batches, and the median [p10–p90] of its per-pair ratios.
+//! contender right before or after each of its baselines (which goes first alternates, and
+//! the pairs rotate), so each ratio compares two batches milliseconds apart on a machine
+//! whose speed drifts over seconds. One JSON line per baseline and per (contender,
+//! baseline): calls per second, median [p10–p90] over the contender's batches, and the
+//! median [p10–p90] of the pair's per-round ratios.
 
 use std::any::Any;
 use std::time::{Duration, Instant};
@@ -22,8 +23,9 @@ use crate::paired::quantiles;
 /// One contender: the client connected to its server, and the request it is sent.
 pub struct Contender {
     pub name: &'static str,
-    /// The contender whose time next to this one's its ratio is to (itself for a baseline).
-    pub baseline: usize,
+    /// The contenders whose times next to this one's its ratios are to (none for a
+    /// baseline).
+    pub baselines: Vec<usize>,
     pub tool: &'static str,
     /// Each call carries a fresh `io.idem/idempotency-key` in `_meta`.
     pub keyed: bool,
@@ -66,18 +68,22 @@ pub async fn take_turns(
     for c in contenders {
         c.batch("w", calls, concurrency).await?;
     }
-    // Every batch each contender ran, and each idem contender's (baseline, own) pairs.
+    // Every batch each contender ran, and per (contender, baseline) its (baseline, own) pairs.
     let mut batches: Vec<Vec<Took>> = vec![Vec::new(); contenders.len()];
-    let mut pairs: Vec<Vec<(Took, Took)>> = vec![Vec::with_capacity(rounds); contenders.len()];
-    let paired: Vec<usize> = (0..contenders.len())
-        .filter(|&i| contenders[i].baseline != i)
+    let paired: Vec<(usize, usize)> = (0..contenders.len())
+        .flat_map(|i| contenders[i].baselines.iter().map(move |&b| (i, b)))
         .collect();
+    let mut pairs: Vec<Vec<(Took, Took)>> = vec![Vec::with_capacity(rounds); paired.len()];
     for round in 0..rounds {
         let keys = round.to_string();
+        // Rotate the order so that no pair always runs right after another.
         for k in 0..paired.len() {
-            let i = paired[(k + round) % paired.len()];
-            let b = contenders[i].baseline;
+            let p = (k + round) % paired.len();
+            let (i, b) = paired[p];
             let (first, second) = if round % 2 == 0 { (b, i) } else { (i, b) };
+            // A contender paired with several baselines runs once per pair: its keys carry
+            // the pair, so every call of a recording contender stays a first execution.
+            let keys = format!("{keys}.{p}");
             let one = contenders[first].batch(&keys, calls, concurrency).await?;
             let other = contenders[second].batch(&keys, calls, concurrency).await?;
             let (base, own) = if first == b {
@@ -87,17 +93,27 @@ pub async fn take_turns(
             };
             batches[b].push(base);
             batches[i].push(own);
-            pairs[i].push((base, own));
+            pairs[p].push((base, own));
         }
     }
     let per_call = |d: Duration| d.as_nanos() as f64 / calls as f64;
-    for (i, c) in contenders.iter().enumerate() {
+    // Baselines first (ratio 1), then each pair.
+    let lines = (0..contenders.len())
+        .filter(|&i| contenders[i].baselines.is_empty())
+        .map(|i| (i, i, None))
+        .chain(
+            paired
+                .iter()
+                .enumerate()
+                .map(|(p, &(i, b))| (i, b, Some(p))),
+        );
+    for (i, b, p) in lines {
+        let c = &contenders[i];
         // Calls per second relative to the baseline's: its time over this one's, per pair.
-        let ratios = |of: fn(&Took) -> Duration| {
-            if c.baseline == i {
-                (1.0, 1.0, 1.0)
-            } else {
-                let r = pairs[i]
+        let ratios = |of: fn(&Took) -> Duration| match p {
+            None => (1.0, 1.0, 1.0),
+            Some(p) => {
+                let r = pairs[p]
                     .iter()
                     .map(|(b, o)| per_call(of(b)) / per_call(of(o)));
                 quantiles(r.collect())
@@ -109,7 +125,7 @@ pub async fn take_turns(
         let mut line = format!(
             "{{\"row\":\"{row}\",\"contender\":\"{}\",\"baseline\":\"{}\",\"concurrency\":{concurrency},\"rounds\":{rounds},\"calls\":{calls},\"batches\":{},\"per_sec\":{typical:.0},\"per_sec_p10\":{slow:.0},\"per_sec_p90\":{fast:.0},\"ratio\":{mid:.3},\"ratio_p10\":{lo:.3},\"ratio_p90\":{hi:.3}",
             c.name,
-            contenders[c.baseline].name,
+            contenders[b].name,
             batches[i].len()
         );
         if cpu == Cpu::Report {
