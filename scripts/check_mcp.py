@@ -53,8 +53,8 @@ TOOLS = ["add_note", "create_ticket", "delete_account", "get_weather"]
 PATIENCE = 60
 
 
-def ensure_mcp():
-    """Re-run this script inside a venv that has the packages."""
+def ensure_mcp(script=__file__):
+    """Re-run `script` (this one by default) inside a venv that has the packages."""
     if os.environ.get("IDEM_MCP_CHECK_VENV") == "1":
         return
     python = VENV / "bin" / "python"
@@ -64,7 +64,7 @@ def ensure_mcp():
     pip = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
     subprocess.run([str(python), *pip], check=True)
     env = dict(os.environ, IDEM_MCP_CHECK_VENV="1")
-    sys.exit(subprocess.run([str(python), __file__, *sys.argv[1:]], env=env).returncode)
+    sys.exit(subprocess.run([str(python), str(script), *sys.argv[1:]], env=env).returncode)
 
 
 def server_binary():

@@ -35,13 +35,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import venv
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_mcp import ensure_mcp  # noqa: E402  (one venv and pin for both checks)
+
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / "target" / "mcp-venv"
 NODE = ROOT / "target" / "mcp-node"
-PACKAGES = ["mcp==2.3.0"]
 MEMORY_SERVER = "@modelcontextprotocol/server-memory"
 MEMORY_VERSION = "2026.8.31"
 KEY = "io.idem/idempotency-key"
@@ -54,20 +54,6 @@ def expect(ok, what):
     print(("ok   " if ok else "FAIL ") + what, flush=True)
     if not ok:
         problems.append(what)
-
-
-def ensure_mcp():
-    """Re-run this script inside a venv that has the packages."""
-    if os.environ.get("IDEM_MCP_CHECK_VENV") == "1":
-        return
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        VENV.parent.mkdir(parents=True, exist_ok=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    pip = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
-    subprocess.run([str(python), *pip], check=True)
-    env = dict(os.environ, IDEM_MCP_CHECK_VENV="1")
-    sys.exit(subprocess.run([str(python), __file__, *sys.argv[1:]], env=env).returncode)
 
 
 def memory_server():
@@ -367,7 +353,7 @@ async def check_http(binary, tmp):
 
 
 def main():
-    ensure_mcp()
+    ensure_mcp(__file__)
     binary = proxy_binary()
     with tempfile.TemporaryDirectory(prefix="idem-proxy-check-") as tmp:
         tmp = Path(tmp)
