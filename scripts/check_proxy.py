@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_mcp import ensure_mcp  # noqa: E402  (one venv and pin for both checks)
 
