@@ -15,6 +15,9 @@ use serde_json::json;
 use support::dispatcher::linked;
 
 static SEEN: AtomicUsize = AtomicUsize::new(0);
+/// The tests of this file run on parallel threads and share `SEEN`: each holds this lock so
+/// that one test's bodies never count as another's.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn ten_thousand() -> u32 {
     10_000
@@ -94,6 +97,7 @@ async fn order_untagged(amount: Amount) -> Result<u32, ToolError> {
 }
 
 async fn refused(tool: &str, arguments: serde_json::Value) -> DispatchError {
+    let _serial = SERIAL.lock().await;
     let d = linked(Arc::new(MemoryStore::new()));
     let before = SEEN.load(Ordering::SeqCst);
     let call = ToolCall::new(tool, arguments).with_call_id("c1");
@@ -137,6 +141,7 @@ async fn an_untagged_enum_cannot_bypass_a_bound() {
 
 #[tokio::test]
 async fn values_within_the_bounds_still_run() {
+    let _serial = SERIAL.lock().await;
     let d = linked(Arc::new(MemoryStore::new()));
     let run = RunContext::new("t");
     for (tool, args) in [
