@@ -4,7 +4,7 @@
 //! it (`idem mcp-proxy`); this module is the library behind it.
 //!
 //! ```text
-//! cargo install idem --features mcp-proxy
+//! cargo install --path . --features mcp-proxy   # from a checkout of idem
 //! idem mcp-proxy init --output proxy.toml -- npx -y @modelcontextprotocol/server-memory
 //! $EDITOR proxy.toml    # review each class, delete its `unreviewed = true`
 //! idem mcp-proxy --config proxy.toml -- npx -y @modelcontextprotocol/server-memory

@@ -39,7 +39,7 @@ async fn redis(url: &str) -> Result<(Arc<dyn Store>, String), String> {
 #[cfg(not(feature = "redis"))]
 async fn redis(_: &str) -> Result<(Arc<dyn Store>, String), String> {
     let _ = PREFIX;
-    Err("this `idem` was built without the Redis store: install it with `cargo install idem --features mcp-proxy,redis`".into())
+    Err("this `idem` was built without the Redis store: install it with `cargo install --path . --features mcp-proxy,redis` from a checkout of idem".into())
 }
 
 #[cfg(feature = "postgres")]
@@ -52,5 +52,5 @@ async fn postgres(url: &str) -> Result<(Arc<dyn Store>, String), String> {
 
 #[cfg(not(feature = "postgres"))]
 async fn postgres(_: &str) -> Result<(Arc<dyn Store>, String), String> {
-    Err("this `idem` was built without the PostgreSQL store: install it with `cargo install idem --features mcp-proxy,postgres`".into())
+    Err("this `idem` was built without the PostgreSQL store: install it with `cargo install --path . --features mcp-proxy,postgres` from a checkout of idem".into())
 }

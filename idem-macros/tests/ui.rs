@@ -1,7 +1,7 @@
 //! Compile-time behaviour of `#[tool]`: every misuse is one clear error on the offending
 //! tokens, and every documented form compiles, registers and carries its policy.
 //!
-//! Regenerate the expected output with `TRYBUILD=overwrite cargo test --test ui`, then read
+//! Regenerate the expected output with `TRYBUILD=overwrite cargo test -p idem-macros --test ui`, then read
 //! every changed `.stderr` before committing it.
 
 #[test]
