@@ -169,6 +169,26 @@ async fn a_re_sent_call_is_replayed_with_the_deduplicated_flag() {
     assert_eq!(sent.load(Ordering::SeqCst), 1, "sent once");
 }
 
+/// A read is never recorded, so never a replay: its result says so by carrying no
+/// `io.idem/deduplicated`, and only the downstream key when the call gave key material.
+#[tokio::test]
+async fn a_read_result_carries_only_what_it_can_say() {
+    let client = connect(&Arc::new(AtomicUsize::new(0)));
+    let plain = client
+        .call_tool(params("get_weather", json!({}), None))
+        .await
+        .unwrap();
+    assert_eq!(plain.structured_content, Some(json!({"result": "sunny"})));
+    assert_eq!(plain.meta, None, "nothing to say: {plain:?}");
+    let keyed = client
+        .call_tool(params("get_weather", json!({}), Some("read-key")))
+        .await
+        .unwrap();
+    let meta = meta_of(&keyed);
+    assert_eq!(meta.len(), 1, "{meta:?}");
+    assert!(meta[META_DOWNSTREAM_KEY].as_str().is_some(), "{meta:?}");
+}
+
 #[tokio::test]
 async fn a_write_without_a_key_is_refused_with_how_to_pass_one() {
     let sent = Arc::new(AtomicUsize::new(0));

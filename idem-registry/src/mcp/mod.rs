@@ -12,7 +12,9 @@
 //!   protocol error naming it.
 //! - Results carry the output as `structuredContent` (wrapped as `{"result": ...}` when it
 //!   is not an object, as the exported `outputSchema` says) and as text; their `_meta`
-//!   carries [`META_DEDUPLICATED`] and the downstream key ([`META_DOWNSTREAM_KEY`]). What the
+//!   carries [`META_DEDUPLICATED`] and the downstream key ([`META_DOWNSTREAM_KEY`]). A `read`
+//!   is never recorded, so its result has no [`META_DEDUPLICATED`], and no `_meta` at all
+//!   unless the call gave key material (then it names the downstream key). What the
 //!   model can act on (invalid arguments, a missing key, permission, approval, an unknown
 //!   outcome, a key reused) is an `isError` result with the dispatcher's words; what the
 //!   client did wrong (an unknown tool) is a protocol error; what the host must handle (the
@@ -53,7 +55,8 @@ pub const META_KEY: &str = "io.idem/idempotency-key";
 pub const META_RUN: &str = "io.idem/run-id";
 /// `_meta` key of the step within the run (an integer).
 pub const META_STEP: &str = "io.idem/step";
-/// Result `_meta` key: whether the result is a replay of a recorded one.
+/// Result `_meta` key: whether the result is a replay of a recorded one (on the results of
+/// recorded classes: a `read` is never a replay).
 pub const META_DEDUPLICATED: &str = "io.idem/deduplicated";
 /// Result `_meta` key: the downstream key the tool was given.
 pub const META_DOWNSTREAM_KEY: &str = "io.idem/key";
@@ -339,13 +342,17 @@ fn result_of(dispatched: Result<Dispatched, DispatchError>) -> Result<CallToolRe
                 other => json!({ "result": other }),
             };
             let mut meta = MetaObject::new();
-            meta.insert(META_DEDUPLICATED.into(), Value::Bool(done.deduplicated));
+            // A read is never recorded, so never a replay: saying so would be noise every
+            // client parses on every call.
+            if done.class.records() {
+                meta.insert(META_DEDUPLICATED.into(), Value::Bool(done.deduplicated));
+            }
             if let Some(key) = &done.key {
                 meta.insert(META_DOWNSTREAM_KEY.into(), Value::from(key.as_str()));
             }
             let mut result = CallToolResult::structured(structured);
             result.content = vec![ContentBlock::text(done.output_json)];
-            Ok(result.with_meta(Some(meta)))
+            Ok(result.with_meta((!meta.is_empty()).then_some(meta)))
         }
         Err(e) if e.is_for_host() => Err(ErrorData::internal_error(e.to_string(), None)),
         Err(e) => {
