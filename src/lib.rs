@@ -155,6 +155,8 @@ pub use idem_registry::http;
 pub use idem_registry::mcp;
 #[cfg(feature = "mcp-proxy")]
 pub use idem_registry::mcp_proxy;
+#[cfg(feature = "rig")]
+pub use idem_registry::rig;
 pub use idem_registry::tool::Location;
 pub use idem_registry::{
     Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,

@@ -165,7 +165,7 @@ async fn flow(store: Arc<dyn Store>, tenant: &str) {
         .await
         .unwrap_err()
     {
-        DispatchError::ApprovalEdited { arguments, .. } => assert_eq!(arguments, edited),
+        DispatchError::ApprovalEdited { arguments, .. } => assert_eq!(*arguments, edited),
         other => panic!("expected ApprovalEdited, got {other:?}"),
     }
     let out = agent

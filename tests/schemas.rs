@@ -540,8 +540,12 @@ fn golden(relative: &str, actual: &str) -> Option<String> {
     }
 }
 
+/// The golden form: keys sorted, so that the files do not depend on whether a dependency
+/// turned on serde_json's `preserve_order` (rig does), which keeps schemars' field order.
 fn pretty(v: &Value) -> String {
-    let mut s = serde_json::to_string_pretty(v).unwrap();
+    let mut v = v.clone();
+    v.sort_all_objects();
+    let mut s = serde_json::to_string_pretty(&v).unwrap();
     s.push('\n');
     s
 }

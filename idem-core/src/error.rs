@@ -66,8 +66,10 @@ impl fmt::Display for ErrorKind {
 pub struct ToolError {
     kind: ErrorKind,
     message: String,
+    // Boxed: every `Result` of a tool body carries this error, and a `Value` is three times
+    // larger with serde_json's `preserve_order`, which a dependency may turn on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    details: Option<Value>,
+    details: Option<Box<Value>>,
 }
 
 impl ToolError {
@@ -102,7 +104,7 @@ impl ToolError {
 
     /// Attach structured details (shown to the model, stored with a terminal error).
     pub fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -118,7 +120,7 @@ impl ToolError {
 
     /// The details, if any.
     pub fn details(&self) -> Option<&Value> {
-        self.details.as_ref()
+        self.details.as_deref()
     }
 }
 

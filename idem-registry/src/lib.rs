@@ -29,6 +29,8 @@ pub mod mcp_proxy;
 mod pointer;
 pub mod redact;
 pub mod registry;
+#[cfg(feature = "rig")]
+pub mod rig;
 pub mod schema;
 pub mod tool;
 #[doc(hidden)]

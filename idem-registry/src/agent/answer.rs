@@ -47,7 +47,7 @@ pub const ARGUMENTS_NOT_JSON: &str = "arguments_not_json";
 
 impl Answer {
     /// The answer to a dispatch, or the error the host must handle.
-    pub(super) fn of(
+    pub(crate) fn of(
         dispatched: Result<Dispatched, DispatchError>,
     ) -> Result<Answer, DispatchError> {
         match dispatched {

@@ -82,7 +82,7 @@ pub(super) fn keyed_by(calls: &[ModelCall]) -> Vec<KeyedBy> {
 
 /// Whether `id` is the kind a server numbers per response: ASCII letters (maybe none), one
 /// optional `_` or `-`, then ASCII digits only.
-fn numbered(id: &str) -> bool {
+pub(crate) fn numbered(id: &str) -> bool {
     let rest = id.trim_start_matches(|c: char| c.is_ascii_alphabetic());
     let digits = rest.strip_prefix(['_', '-']).unwrap_or(rest);
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())

@@ -81,6 +81,8 @@ pub use anthropic::Anthropic;
 pub use call::{Arguments, ModelCall, ShapeError};
 pub use gemini::Gemini;
 pub use keys::KeyedBy;
+#[cfg(feature = "rig")]
+pub(crate) use keys::numbered;
 pub use openai::{OpenAiChat, OpenAiResponses};
 
 use crate::dispatch::{DispatchError, Dispatcher, RunContext};

@@ -153,7 +153,7 @@ impl Dispatcher {
                         return Err(DispatchError::ApprovalEdited {
                             tool: tool.name.to_string(),
                             key: IdempotencyKey::new(key),
-                            arguments,
+                            arguments: Box::new(arguments),
                         });
                     }
                     Ok(Approved::By(Box::new(approval)))

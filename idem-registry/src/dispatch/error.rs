@@ -94,8 +94,9 @@ pub enum DispatchError {
         tool: String,
         /// The call's downstream key.
         key: IdempotencyKey,
-        /// The approved arguments (secrets sealed).
-        arguments: serde_json::Value,
+        /// The approved arguments (secrets sealed). Boxed: the error stays small whatever
+        /// serde_json's features make a `Value`.
+        arguments: Box<serde_json::Value>,
     },
     /// The key was used before with other arguments.
     #[error(

@@ -277,7 +277,11 @@ fn strict_required(obj: &mut Map<String, Value>, pointer: &str, notes: &mut Note
     let Some(props) = props.as_object_mut() else {
         return;
     };
-    for (name, schema) in props.iter_mut() {
+    // The optional ones are appended by name, the same whatever order the schema's maps
+    // iterate in (serde_json's `preserve_order`).
+    let mut props: Vec<_> = props.iter_mut().collect();
+    props.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for (name, schema) in props {
         if required.iter().any(|r| r == name) {
             continue;
         }

@@ -215,7 +215,11 @@ impl Notes {
 
     pub(crate) fn refuse_strict(&mut self, pointer: &str, reason: impl fmt::Display) {
         let at = pointer::display(pointer, "(root)");
-        self.not_strict.push(format!("{at}: {reason}"));
+        let reason = format!("{at}: {reason}");
+        // Kept sorted (after any equal one): the same report whatever order the schema's
+        // maps iterate in (serde_json's `preserve_order`).
+        let at = self.not_strict.partition_point(|r| *r <= reason);
+        self.not_strict.insert(at, reason);
     }
 
     /// Sort changes into document order, so reports read top to bottom.

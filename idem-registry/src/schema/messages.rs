@@ -150,11 +150,13 @@ fn unknown_properties(
     path: &str,
     unexpected: &[String],
 ) -> (String, String) {
-    let allowed = parent_schema(schema, error)
+    // Sorted: a map's order depends on serde_json's features (`preserve_order`).
+    let mut allowed = parent_schema(schema, error)
         .and_then(|s| s.get("properties"))
         .and_then(Value::as_object)
         .map(|p| p.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>())
         .unwrap_or_default();
+    allowed.sort_unstable();
     let names = unexpected
         .iter()
         .map(|u| format!("`{u}`"))

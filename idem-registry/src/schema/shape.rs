@@ -100,7 +100,9 @@ pub(crate) fn check_argument_pointer(
     if unlisted_admitted || properties.contains_key(first.as_ref()) {
         return Ok(());
     }
-    let known: Vec<&str> = properties.keys().map(String::as_str).collect();
+    // Sorted: a map's order depends on serde_json's features (`preserve_order`).
+    let mut known: Vec<&str> = properties.keys().map(String::as_str).collect();
+    known.sort_unstable();
     let known = if known.is_empty() {
         "it lists none".to_owned()
     } else {

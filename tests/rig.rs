@@ -1,0 +1,185 @@
+//! idem's tools in a rig agent (feature `rig`), driven by rig's own scripted completion model
+//! (no network): a write, the model calling it again, and an irreversible call, each
+//! dispatched through idem with the key from rig's call id.
+#![cfg(feature = "rig")]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use idem::MemoryStore;
+use idem::prelude::*;
+use idem::rig::RigTools;
+use rig_agent::AgentBuilder;
+use rig_core::test_utils::{MockCompletionModel, MockTurn};
+use serde_json::json;
+use support::dispatcher::linked;
+
+static OPENED: AtomicUsize = AtomicUsize::new(0);
+static COMMENTED: AtomicUsize = AtomicUsize::new(0);
+static DELETED: AtomicUsize = AtomicUsize::new(0);
+/// The tests share the counters: each holds this lock.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn ticket_key(args: &serde_json::Value) -> Option<String> {
+    args.get("title")?.as_str().map(str::to_owned)
+}
+
+/// Open a support ticket.
+#[tool(class = "non_idempotent_write", natural_key = ticket_key)]
+async fn open_ticket(title: String) -> Result<String, ToolError> {
+    let n = OPENED.fetch_add(1, Ordering::SeqCst) + 1;
+    Ok(format!("TICKET-{n}: {title}"))
+}
+
+/// Add a comment to a ticket (no natural key: only the call's key tells a re-send).
+#[tool(class = "non_idempotent_write")]
+async fn add_comment(ticket: String, text: String) -> Result<String, ToolError> {
+    let n = COMMENTED.fetch_add(1, Ordering::SeqCst) + 1;
+    Ok(format!("comment {n} on {ticket}: {text}"))
+}
+
+/// Delete a customer's account for good.
+#[tool(class = "irreversible")]
+async fn delete_account(account: String) -> Result<String, ToolError> {
+    DELETED.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("deleted {account}"))
+}
+
+/// The model of the issue: opens a ticket, opens it again "to be sure" under a new call id
+/// (the tool's natural key finds the ticket), comments on it, re-sends that call with its id
+/// (the call id finds the comment), asks to delete an account, then answers.
+fn script() -> MockCompletionModel {
+    let ticket = json!({"title": "Export button does nothing"});
+    let comment = json!({"ticket": "TICKET-1", "text": "Reproduced on Safari 17."});
+    MockCompletionModel::from_turns([
+        MockTurn::tool_call("call_Hx7Qm2Lw9Pz4", "open_ticket", ticket.clone()),
+        MockTurn::tool_call("call_Rt5Vb8Nk3Jy6", "open_ticket", ticket),
+        MockTurn::tool_call("call_Cm4Ts9Qe2Wd7", "add_comment", comment.clone()),
+        MockTurn::tool_call("call_Cm4Ts9Qe2Wd7", "add_comment", comment),
+        MockTurn::tool_call(
+            "call_Dk2Wq7Ps4Mx1",
+            "delete_account",
+            json!({"account": "acme"}),
+        ),
+        MockTurn::text("Ticket opened; deleting the account needs an approval."),
+    ])
+}
+
+/// What the model was sent back, as JSON text, for each of its requests.
+fn sent(model: &MockCompletionModel) -> Vec<String> {
+    model
+        .requests()
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect()
+}
+
+async fn run_agent(tools: &RigTools, model: &MockCompletionModel) -> String {
+    let agent = AgentBuilder::new(model.clone())
+        .dynamic_tools(tools.tools())
+        .add_hook(tools.hook())
+        .build();
+    agent
+        .prompt("The export button is broken; also delete acme's account.")
+        .max_turns(8)
+        .run()
+        .await
+        .expect("the run ends")
+        .to_string()
+}
+
+#[tokio::test]
+async fn one_effect_and_one_refusal_the_agent_sees() {
+    let _serial = SERIAL.lock().await;
+    let (opened, commented, deleted) = (
+        OPENED.load(Ordering::SeqCst),
+        COMMENTED.load(Ordering::SeqCst),
+        DELETED.load(Ordering::SeqCst),
+    );
+    let dispatcher = linked(Arc::new(MemoryStore::new()));
+    let tools = RigTools::new(dispatcher, RunContext::new("t").with_run("run-rig-1", 0));
+    let model = script();
+    let answer = run_agent(&tools, &model).await;
+    assert!(answer.contains("approval"), "{answer}");
+    assert_eq!(
+        OPENED.load(Ordering::SeqCst) - opened,
+        1,
+        "one ticket for two calls"
+    );
+    assert_eq!(
+        COMMENTED.load(Ordering::SeqCst) - commented,
+        1,
+        "one comment, re-sent once"
+    );
+    assert_eq!(
+        DELETED.load(Ordering::SeqCst) - deleted,
+        0,
+        "nothing deleted unapproved"
+    );
+
+    let requests = sent(&model);
+    assert_eq!(requests.len(), 6, "one request per scripted turn");
+    // The second `open_ticket` is answered with the first one's ticket, the re-sent comment
+    // with the first comment.
+    let ticket = format!("TICKET-{}: Export button does nothing", opened + 1);
+    assert_eq!(requests[2].matches(&ticket).count(), 2, "{}", requests[2]);
+    let comment = format!("comment {} on TICKET-1", commented + 1);
+    assert_eq!(requests[4].matches(&comment).count(), 2, "{}", requests[4]);
+    // The irreversible call is refused, in words the model can act on.
+    let last = requests.last().unwrap();
+    assert!(last.contains("approval_required"), "{last}");
+}
+
+#[tokio::test]
+async fn a_resumed_run_replays_instead_of_running_again() {
+    let _serial = SERIAL.lock().await;
+    let (opened, commented) = (
+        OPENED.load(Ordering::SeqCst),
+        COMMENTED.load(Ordering::SeqCst),
+    );
+    let dispatcher = Arc::new(linked(Arc::new(MemoryStore::new())));
+    let run = RunContext::new("t").with_run("run-rig-2", 0);
+    // The run, then the same run again from the start (a crash before its answer was kept).
+    for _ in 0..2 {
+        let tools = RigTools::new(Arc::clone(&dispatcher), run.clone());
+        run_agent(&tools, &script()).await;
+    }
+    assert_eq!(
+        OPENED.load(Ordering::SeqCst) - opened,
+        1,
+        "one ticket for both runs"
+    );
+    assert_eq!(
+        COMMENTED.load(Ordering::SeqCst) - commented,
+        1,
+        "one comment for both runs"
+    );
+}
+
+#[tokio::test]
+async fn without_the_hook_a_tool_refuses_to_guess_a_key() {
+    let _serial = SERIAL.lock().await;
+    let opened = OPENED.load(Ordering::SeqCst);
+    let tools = RigTools::new(
+        linked(Arc::new(MemoryStore::new())),
+        RunContext::new("t").with_run("run-rig-3", 0),
+    );
+    let model = MockCompletionModel::from_turns([
+        MockTurn::tool_call("call_Hx7Qm2Lw9Pz4", "open_ticket", json!({"title": "t"})),
+        MockTurn::text("done"),
+    ]);
+    let agent = AgentBuilder::new(model.clone())
+        .dynamic_tools(tools.tools())
+        .build();
+    agent
+        .prompt("go")
+        .max_turns(4)
+        .run()
+        .await
+        .expect("the run ends");
+    assert_eq!(OPENED.load(Ordering::SeqCst), opened, "nothing ran");
+    let last = sent(&model).pop().unwrap();
+    assert!(last.contains("nothing was done"), "{last}");
+}
