@@ -157,6 +157,9 @@ async fn dispatches_replays_unknowns_verifications_fences_and_approvals_are_coun
         matches!(held, DispatchError::ApprovalRequired { .. }),
         "{held:?}"
     );
+    // The agent re-sends it: held again, still one request for an approver.
+    let again = d.dispatch(&call("wire", "w1"), &run).await.unwrap_err();
+    assert_eq!(again.code(), "approval_required", "{again:?}");
     // The effect happened and its outcome could not be recorded: Unknown.
     let unrecorded = d.dispatch(&call("deep", "d1"), &run).await.unwrap_err();
     assert_eq!(unrecorded.code(), "store_error", "{unrecorded:?}");
@@ -189,7 +192,7 @@ async fn dispatches_replays_unknowns_verifications_fences_and_approvals_are_coun
         ),
         (
             "idem_dispatches_total{class=irreversible,outcome=approval_required,tool=wire}",
-            1,
+            2,
         ),
         (
             "idem_dispatches_total{class=non_idempotent_write,outcome=store_error,tool=deep}",
@@ -205,7 +208,7 @@ async fn dispatches_replays_unknowns_verifications_fences_and_approvals_are_coun
         ("idem_unknown_total{tool=deep}", 1),
         ("idem_verified_total{applied=true,tool=charge}", 1),
         ("idem_fenced_total{tool=jumper}", 1),
-        ("idem_approvals_pending_total{tool=wire}", 1),
+        ("idem_approvals_requested_total{tool=wire}", 1),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::call::{Dispatched, RunContext, ToolCall};
 use super::error::{DispatchError, store_error};
 use super::key::Keyed;
+use super::observe::EventKind;
 use super::{Dispatcher, arguments, replay};
 use crate::approval::{Approval, ApprovalRefusal, ApprovalRequest, Approver, Binding};
 use crate::tool::ToolDef;
@@ -45,6 +46,7 @@ impl Dispatcher {
         run: &RunContext,
         keyed: &Keyed,
         args: &Value,
+        watch: &super::observe::Watch<'_>,
     ) -> Result<Approved, DispatchError> {
         if !tool.class.requires_approval() {
             return Ok(Approved::NotNeeded);
@@ -174,9 +176,16 @@ impl Dispatcher {
                     expires_at: now.plus(ttl),
                     decision: None,
                 };
-                approvals::request(store, &pending)
+                let stored = approvals::request(store, &pending)
                     .await
                     .map_err(|e| store_error(tool, e))?;
+                // A request already waiting stands; only a new one is news.
+                if stored.requested_at == pending.requested_at
+                    && stored.fingerprint == pending.fingerprint
+                {
+                    let hash = super::key_hash(&pending.key);
+                    watch.saw_of(tool.class, Some(hash), EventKind::ApprovalRequested);
+                }
                 Err(required(request))
             }
         }

@@ -24,7 +24,7 @@ const UNKNOWN_TOOL: &str = "(unknown)";
 /// | `idem_unknown_total` | counter | `tool` | records this process made Unknown ([`EventKind::LeftUnknown`]) |
 /// | `idem_verified_total` | counter | `tool`, `applied` | Unknown records a verify hook settled, `applied` `true` or `false` |
 /// | `idem_fenced_total` | counter | `tool` | outcomes refused because this worker had lost the key |
-/// | `idem_approvals_pending_total` | counter | `tool` | calls held for an approval (`approval_required`; each re-send of a held call counts again) |
+/// | `idem_approvals_requested_total` | counter | `tool` | calls recorded as waiting for an approval ([`EventKind::ApprovalRequested`]: a re-send of a call already waiting is not counted again; it is an `approval_required` dispatch) |
 /// | `idem_claim_duration_seconds` | histogram | `tool` | the claim stage ([`Stage::Claim`]) |
 /// | `idem_execution_duration_seconds` | histogram | `tool` | each execution of a body |
 /// | `idem_record_duration_seconds` | histogram | `tool` | each write of an outcome |
@@ -84,9 +84,9 @@ impl MetricsObserver {
             "Outcomes refused because this worker had lost the key."
         );
         describe_counter!(
-            "idem_approvals_pending_total",
+            "idem_approvals_requested_total",
             Unit::Count,
-            "Calls held until a person approves them."
+            "Calls recorded as waiting for a person's approval (re-sends not counted)."
         );
         describe_histogram!(
             "idem_claim_duration_seconds",
@@ -141,6 +141,10 @@ impl Observer for MetricsObserver {
                     .increment(1);
                 return;
             }
+            EventKind::ApprovalRequested => {
+                ::metrics::counter!("idem_approvals_requested_total", "tool" => tool).increment(1);
+                return;
+            }
             EventKind::Claimed { .. } | EventKind::Retried { .. } => return,
             EventKind::Executed { .. } => "executed",
             EventKind::Replayed => {
@@ -161,10 +165,6 @@ impl Observer for MetricsObserver {
                     }
                     DispatchError::Fenced { .. } => {
                         ::metrics::counter!("idem_fenced_total", "tool" => tool.clone())
-                            .increment(1);
-                    }
-                    DispatchError::ApprovalRequired { .. } => {
-                        ::metrics::counter!("idem_approvals_pending_total", "tool" => tool.clone())
                             .increment(1);
                     }
                     _ => {}

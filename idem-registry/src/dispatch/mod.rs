@@ -294,7 +294,7 @@ impl Dispatcher {
         } = arguments::validate(tool, &call.arguments)?;
         authorize(tool, run)?;
         let keyed = self.key(tool, call, run, &args)?;
-        let approval = match self.approve(tool, run, &keyed, &args).await? {
+        let approval = match self.approve(tool, run, &keyed, &args, watch).await? {
             approve::Approved::Replayed(replayed) => return Ok(replayed),
             approve::Approved::By(approval) => Some(approval),
             approve::Approved::NotNeeded => None,
@@ -425,7 +425,7 @@ impl RecordedCall<'_> {
     }
 }
 
-fn key_hash(key: &RecordKey) -> &str {
+pub(super) fn key_hash(key: &RecordKey) -> &str {
     let s = key.as_str();
     s.get(..16).unwrap_or(s)
 }

@@ -90,6 +90,10 @@ pub enum EventKind {
     LeftUnknown,
     /// This worker lost the key before it could record.
     Fenced,
+    /// The call was recorded as waiting for a person's approval: the first time it was
+    /// held, or again after its earlier request expired. A re-send of a call already
+    /// waiting does not emit it (it still ends `Refused` with `approval_required`).
+    ApprovalRequested,
     /// A verify hook settled an Unknown record.
     Verified {
         /// Whether the effect had happened.
@@ -153,6 +157,7 @@ impl EventKind {
             EventKind::Unknown => "unknown",
             EventKind::LeftUnknown => "left_unknown",
             EventKind::Fenced => "fenced",
+            EventKind::ApprovalRequested => "approval_requested",
             EventKind::Verified { .. } => "verified",
             EventKind::Failed { .. } => "failed",
             EventKind::Refused { .. } => "refused",
@@ -253,6 +258,9 @@ impl Observer for TracingObserver {
             }
             EventKind::LeftUnknown => {
                 tracing::debug!("recorded as unknown: the effect may have happened");
+            }
+            EventKind::ApprovalRequested => {
+                tracing::info!("recorded as waiting for a person's approval");
             }
             EventKind::Claimed { .. } | EventKind::Stage { .. } => {}
             EventKind::Failed { .. }
@@ -356,11 +364,16 @@ pub(super) struct Watch<'a> {
 impl Watch<'_> {
     /// Tell the observers of an event in the middle of a dispatch.
     pub(super) fn saw(&self, call: &RecordedCall<'_>, kind: EventKind) {
+        self.saw_of(call.tool.class, Some(call.key_hash()), kind);
+    }
+
+    /// [`saw`](Self::saw), before the call is a [`RecordedCall`].
+    pub(super) fn saw_of(&self, class: ToolClass, key: Option<&str>, kind: EventKind) {
         self.observers.emit(&DispatchEvent {
             kind,
             tool: self.tool,
-            class: Some(call.tool.class),
-            key: Some(call.key_hash()),
+            class: Some(class),
+            key,
             elapsed: self.elapsed(),
             error: None,
         });
