@@ -179,26 +179,25 @@ impl AgentHook for CallIdHook {
 
     async fn on_dispatch(&self, _ctx: &HookContext, event: DispatchEvent<'_>) -> DispatchAction {
         if let EffectKind::ToolCall { name, args } = event.kind {
-            // The tool reads the arguments parsed from this text; key the same form.
-            let arguments = serde_json::from_str::<Value>(args)
-                .map(|v| v.to_string())
-                .unwrap_or_else(|_| args.clone());
-            let key = key_of(event.call_id, event.turn, name, &arguments);
-            self.calls.put(name, &arguments, key);
+            // The tool reads the arguments parsed from this text; note them in that form.
+            let parsed =
+                serde_json::from_str::<Value>(args).unwrap_or_else(|_| args.clone().into());
+            let key = key_of(event.call_id, event.turn, name, &parsed);
+            self.calls.put(name, &parsed.to_string(), key);
         }
         DispatchAction::Proceed
     }
 }
 
 /// The id a call is keyed by within the run (the rule in the module docs).
-fn key_of(call_id: Option<&CallId>, turn: usize, tool: &str, arguments: &str) -> String {
+fn key_of(call_id: Option<&CallId>, turn: usize, tool: &str, arguments: &Value) -> String {
     match call_id {
         Some(CallId::Provider(id)) if !crate::agent::numbered(id.as_str()) => {
             id.as_str().to_owned()
         }
         Some(CallId::Provider(id)) => format!("turn-{turn}/{}", id.as_str()),
         _ => {
-            let fingerprint = idem_core::Fingerprint::of(&Value::from(arguments)).to_hex();
+            let fingerprint = idem_core::Fingerprint::of(arguments).to_hex();
             format!("turn-{turn}/{tool}/{fingerprint}")
         }
     }

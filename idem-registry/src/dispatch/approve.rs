@@ -179,10 +179,9 @@ impl Dispatcher {
                 let stored = approvals::request(store, &pending)
                     .await
                     .map_err(|e| store_error(tool, e))?;
-                // A request already waiting stands; only a new one is news.
-                if stored.requested_at == pending.requested_at
-                    && stored.fingerprint == pending.fingerprint
-                {
+                // A request already waiting stands and comes back instead of this one; only
+                // a new one is news.
+                if stored == pending {
                     let hash = super::key_hash(&pending.key);
                     watch.saw_of(tool.class, Some(hash), EventKind::ApprovalRequested);
                 }

@@ -218,8 +218,8 @@ impl Notes {
         let reason = format!("{at}: {reason}");
         // Kept sorted (after any equal one): the same report whatever order the schema's
         // maps iterate in (serde_json's `preserve_order`).
-        let at = self.not_strict.partition_point(|r| *r <= reason);
-        self.not_strict.insert(at, reason);
+        let place = self.not_strict.partition_point(|r| *r <= reason);
+        self.not_strict.insert(place, reason);
     }
 
     /// Sort changes into document order, so reports read top to bottom.
