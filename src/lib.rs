@@ -127,6 +127,7 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+pub use idem_core::contract;
 pub use idem_core::store::memory::{Clock, ManualClock, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use idem_core::store::postgres::PostgresStore;
@@ -136,10 +137,11 @@ pub use idem_core::store::redis::{RedisOptions, RedisStore};
 pub use idem_core::store::sqlite::{SqliteStore, Synchronous};
 pub use idem_core::store::tenant::TenantStore;
 pub use idem_core::{
-    ClassHints, DEFAULT_UNKNOWN_RETENTION, ErrorKind, Fence, Fingerprint, IdempotencyKey,
-    JournalEntry, KeyMaterial, ListFilter, LogicalKey, MAX_OUTCOME_DEPTH, ORPHANED, OrphanPolicy,
-    Outcome, PurgeFilter, Record, RecordKey, RecordState, StateKind, Store, StoreError, Timestamp,
-    ToolClass, ToolError, UnknownCause, UnknownClass,
+    ClassHints, Contract, DEFAULT_UNKNOWN_RETENTION, DEFAULT_VERSION, ErrorKind, Fence,
+    Fingerprint, IdempotencyKey, JournalEntry, KeyMaterial, ListFilter, LogicalKey,
+    MAX_OUTCOME_DEPTH, ORPHANED, OrphanPolicy, Outcome, PurgeFilter, Record, RecordKey,
+    RecordState, StateKind, Store, StoreError, Timestamp, ToolClass, ToolError, UnknownCause,
+    UnknownClass,
 };
 pub use idem_macros::tool;
 #[cfg(feature = "agent")]
@@ -161,9 +163,10 @@ pub use idem_registry::tool::Location;
 pub use idem_registry::{
     Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,
     Approver, ArgumentError, DEFAULT_VERIFY_AFTER, DecisionError, DispatchError, Dispatched,
-    Dispatcher, LONGEST_POLICY_DURATION, Registry, RegistryBuilder, RegistryError, RunContext,
-    SecretKey, SecretKeyTooShort, SetupError, StaticTool, ToolBuilder, ToolCall, ToolContext,
-    ToolDef, ToolPolicy, ToolSpec, Verified,
+    Dispatcher, LONGEST_POLICY_DURATION, Recovered, RecoveryAction, RecoveryOptions,
+    RecoveryReport, Registry, RegistryBuilder, RegistryError, RunContext, SecretKey,
+    SecretKeyTooShort, SetupError, StaticTool, ToolBuilder, ToolCall, ToolContext, ToolDef,
+    ToolPolicy, ToolSpec, Unrecoverable, Verified,
 };
 pub use idem_registry::{approval, dispatch, export, schema, validate};
 

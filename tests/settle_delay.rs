@@ -163,6 +163,7 @@ async fn an_orphan_waits_the_same_delay_counted_from_when_it_was_found() {
         lease: Duration::from_secs(1),
         orphans: idem::OrphanPolicy::MarkUnknown,
         arguments: None,
+        contract: None,
     };
     assert!(matches!(
         store.claim(&request).await.unwrap(),

@@ -177,6 +177,7 @@ async fn a_recorded_output_that_is_not_json_is_reported_corrupt_with_its_key() {
         lease: Duration::from_secs(30),
         orphans: OrphanPolicy::MarkUnknown,
         arguments: None,
+        contract: None,
     };
     let fence = acquire(store.as_ref(), &request).await;
     let text = Outcome::Success("receipt 42".into());

@@ -46,6 +46,7 @@ for param, value in {
     "$6::text": f"'{arguments}'::text",
     "$7::text": "'the holder''s lease expired before it recorded an outcome'::text",
     "$8::text": "'tenant-bench'::text",
+    "$9::text": """'{"class":"idempotent_write","version":"1","natural_key":false,"verify":false,"ttl":86400000,"lease":30000}'::text""",
 }.items():
     claim = claim.replace(param, value)
 complete = fill(complete)

@@ -89,6 +89,22 @@ impl ToolClass {
         }
     }
 
+    /// The stricter of two classes (the later in [`ToolClass::ALL`]): the one whose policy
+    /// applies to a record made under one and met under the other.
+    ///
+    /// ```
+    /// # use idem_core as idem;
+    /// use idem::ToolClass;
+    /// assert_eq!(ToolClass::IdempotentWrite.stricter(ToolClass::Irreversible), ToolClass::Irreversible);
+    /// ```
+    pub const fn stricter(self, other: ToolClass) -> ToolClass {
+        if (other as u8) > (self as u8) {
+            other
+        } else {
+            self
+        }
+    }
+
     /// Whether running the body twice with the same downstream key is harmless.
     pub const fn reexecution_is_safe(self) -> bool {
         matches!(self, ToolClass::Read | ToolClass::IdempotentWrite)

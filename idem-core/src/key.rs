@@ -258,6 +258,31 @@ impl fmt::Display for RecordKey {
 pub struct IdempotencyKey(Arc<str>);
 
 impl IdempotencyKey {
+    /// The downstream key of the call stored under `record`, as the dispatcher handed it to
+    /// the call's every attempt: a recovery re-runs the call with the same key. `None` if
+    /// `record` is not a record key (64 hex digits).
+    ///
+    /// ```
+    /// # use idem_core as idem;
+    /// use idem::{IdempotencyKey, KeyMaterial, LogicalKey};
+    ///
+    /// let material = KeyMaterial::Explicit { key: "order-7".into() };
+    /// let (record, downstream) = LogicalKey::derive("app", "acme", "charge", &material);
+    /// assert_eq!(IdempotencyKey::of_record(&record), Some(downstream));
+    /// ```
+    pub fn of_record(record: &RecordKey) -> Option<IdempotencyKey> {
+        let hex = record.as_str().as_bytes();
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut digest = [0u8; 32];
+        for (byte, pair) in digest.iter_mut().zip(hex.chunks(2)) {
+            let text = std::str::from_utf8(pair).ok()?;
+            *byte = u8::from_str_radix(text, 16).ok()?;
+        }
+        Some(downstream_key_of(&downstream_digest(&digest)))
+    }
+
     /// Wrap a key (for a read tool without key material, or a stored value).
     pub fn new(s: impl Into<String>) -> Self {
         IdempotencyKey(s.into().into())

@@ -7,6 +7,7 @@
 
 pub mod canonical;
 pub mod class;
+pub mod contract;
 pub mod error;
 pub mod key;
 pub mod record;
@@ -14,6 +15,7 @@ pub mod store;
 
 pub use canonical::{Fingerprint, canonical_json};
 pub use class::{ClassHints, OrphanPolicy, ToolClass, UnknownClass};
+pub use contract::{Contract, DEFAULT_VERSION, Reconciled};
 pub use error::{ErrorKind, ToolError};
 pub use key::{IdempotencyKey, KeyMaterial, LogicalKey, RecordKey};
 pub use record::{

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::canonical::Fingerprint;
+use crate::contract::Contract;
 use crate::error::ToolError;
 use crate::key::RecordKey;
 
@@ -250,6 +251,10 @@ pub struct Record {
     pub steps: Vec<JournalEntry>,
     /// Canonical JSON of the arguments, for recovery and for operators.
     pub arguments: Option<String>,
+    /// The policy the record was made under (`None` for a record from before contracts were
+    /// kept, or claimed without one); a take-over keeps it. See [`crate::contract`].
+    #[serde(default)]
+    pub contract: Option<Contract>,
     /// When the key was first claimed.
     pub created_at: Timestamp,
     /// When the record last changed.

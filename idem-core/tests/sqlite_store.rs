@@ -260,11 +260,18 @@ async fn a_file_from_before_tenants_gains_the_column() {
         let store = SqliteStore::open(&path).expect("open a version 1 file");
         let record = store.get(&old).await.expect("get").expect("the old record");
         assert_eq!(record.tenant, "", "a record from before tenants has none");
+        assert_eq!(record.contract, None, "nor a contract");
         assert_eq!(record.fence, 7);
         assert!(matches!(record.state, RecordState::Unknown { .. }));
         let new = record_key("new");
         let mut req = claim_request(&new, LEASE, OrphanPolicy::MarkUnknown);
         req.tenant = "acme".into();
+        req.contract = Some(idem_core::Contract::new(
+            idem_core::ToolClass::NonIdempotentWrite,
+            "2",
+            Duration::from_secs(60),
+            LEASE,
+        ));
         if let Claim::Acquired { .. } = store.claim(&req).await.expect("claim") {
             let listed = store
                 .list(ListFilter {
@@ -276,13 +283,14 @@ async fn a_file_from_before_tenants_gains_the_column() {
             assert_eq!(listed.len(), 1);
             assert_eq!(listed[0].key, new);
             assert_eq!(listed[0].tenant, "acme");
+            assert_eq!(listed[0].contract, req.contract, "a new record keeps its contract");
         }
     }
     let raw = rusqlite::Connection::open(&path).expect("raw connection");
     let version: i64 = raw
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("version");
-    assert_eq!(version, 2);
+    assert_eq!(version, 3, "brought to the version with tenants and contracts");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,6 +39,7 @@ fn request(key: &RecordKey) -> ClaimRequest {
         lease: Duration::from_secs(30),
         orphans: OrphanPolicy::MarkUnknown,
         arguments: Some(ARGUMENTS.into()),
+        contract: None,
     }
 }
 

@@ -14,8 +14,9 @@ pub(crate) const CLASSES: [&str; 4] = [
     "irreversible",
 ];
 
-const KEYS: [&str; 15] = [
+const KEYS: [&str; 16] = [
     "class",
+    "version",
     "name",
     "description",
     "ttl_secs",
@@ -67,6 +68,7 @@ pub(crate) struct Attr {
     pub natural_key: Option<syn::Path>,
     pub verify: Option<syn::Path>,
     pub verify_after_secs: Option<u64>,
+    pub version: Option<LitStr>,
     pub replay_on_key_reuse: bool,
     /// `on_key_reuse` was given (and valid), whichever policy.
     pub key_reuse_given: bool,
@@ -180,6 +182,15 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                 attr.class = parse_class(&lit, errors);
             }
             "name" => attr.name = string(value, &key, errors),
+            "version" => {
+                let Some(lit) = string(value, &key, errors) else {
+                    continue;
+                };
+                match version_problem(&lit.value()) {
+                    Some(problem) => errors.spanned(&lit, problem),
+                    None => attr.version = Some(lit),
+                }
+            }
             "description" => attr.description = string(value, &key, errors),
             "ttl_secs" => attr.ttl_secs = int(value, &key, 1, errors),
             "lease_secs" => attr.lease_secs = int(value, &key, 1, errors),
@@ -285,6 +296,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             ("on_key_reuse", attr.key_reuse_given),
             ("verify_after_secs", attr.verify_after_secs.is_some()),
             ("verify", attr.verify.is_some()),
+            ("version", attr.version.is_some()),
         ] {
             if given {
                 let why = if key == "verify" {
@@ -499,8 +511,25 @@ fn example(key: &str) -> String {
         "max_attempts" => "`max_attempts = 3`".into(),
         "backoff_ms" => "`backoff_ms = 100`".into(),
         "verify_after_secs" => "`verify_after_secs = 300`".into(),
+        "version" => "`version = \"2\"`".into(),
         other => format!("`{other} = 30`"),
     }
+}
+
+/// What is wrong with a handler version, if anything (`idem_registry`'s builder checks the
+/// same).
+fn version_problem(version: &str) -> Option<String> {
+    if version.trim().is_empty() {
+        return Some(
+            "a handler version cannot be empty: write `version = \"2\"`, or leave it out for the default \"1\"".into(),
+        );
+    }
+    if version.len() > 64 || version.trim() != version || version.chars().any(char::is_control) {
+        return Some(format!(
+            "handler version {version:?} must be at most 64 characters, without surrounding spaces or control characters: e.g. `version = \"2\"`"
+        ));
+    }
+    None
 }
 
 fn list(items: &[&str]) -> String {

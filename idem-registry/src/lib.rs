@@ -49,7 +49,8 @@ pub use approval::{
 };
 pub use context::ToolContext;
 pub use dispatch::{
-    DecisionError, DispatchError, Dispatched, Dispatcher, RunContext, SetupError, ToolCall,
+    DecisionError, DispatchError, Dispatched, Dispatcher, Recovered, RecoveryAction,
+    RecoveryOptions, RecoveryReport, RunContext, SetupError, ToolCall, Unrecoverable,
 };
 pub use error::{ArgumentError, RegistryError};
 pub use redact::{SecretKey, SecretKeyTooShort};

@@ -78,6 +78,12 @@ fn main() {
                 "noop_idempotent_write",
                 material,
             );
+            let contract = idem_core::Contract::new(
+                idem_core::ToolClass::IdempotentWrite,
+                idem_core::DEFAULT_VERSION,
+                Duration::from_secs(86_400),
+                Duration::from_secs(30),
+            );
             let request = ClaimRequest {
                 key: logical.record_key(),
                 tool: "noop_idempotent_write".to_owned(),
@@ -86,6 +92,8 @@ fn main() {
                 lease: Duration::from_secs(30),
                 orphans: OrphanPolicy::TakeOver,
                 arguments: Some(canonical.clone()),
+                // What the dispatcher records with each call.
+                contract: Some(contract.clone()),
             };
             let Ok(Claim::Acquired { fence, .. }) = store.claim(&request).await else {
                 panic!("claim {i} was not acquired");

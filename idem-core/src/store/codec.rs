@@ -18,6 +18,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::canonical::Fingerprint;
+use crate::contract::Contract;
 use crate::key::RecordKey;
 use crate::record::{JournalEntry, Outcome, Record, RecordState, StateKind, Timestamp};
 use crate::store::StoreError;
@@ -102,6 +103,7 @@ pub(crate) enum Field {
     Since,
     LastError,
     Arguments,
+    Contract,
     CreatedAt,
     UpdatedAt,
 }
@@ -121,6 +123,7 @@ impl Field {
             Field::Since => "since",
             Field::LastError => "last_error",
             Field::Arguments => "arguments",
+            Field::Contract => "contract",
             Field::CreatedAt => "created_at",
             Field::UpdatedAt => "updated_at",
         }
@@ -189,6 +192,11 @@ fn decode_fields(key: &RecordKey, f: &impl Fields) -> Result<Record, String> {
         state,
         steps: f.steps()?,
         arguments: f.text(Field::Arguments)?.map(str::to_owned),
+        contract: f
+            .text(Field::Contract)?
+            .map(Contract::from_json)
+            .transpose()
+            .map_err(|e| format!("{}: {e}", f.name(Field::Contract)))?,
         created_at: required_time(f, Field::CreatedAt)?,
         updated_at: required_time(f, Field::UpdatedAt)?,
     })

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use crate::class::OrphanPolicy;
+use crate::contract::orphan_policy;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, Timestamp, UnknownCause};
 use crate::store::codec;
@@ -69,6 +70,7 @@ pub fn claim(existing: Option<Record>, req: &ClaimRequest, now: Timestamp) -> (W
         },
         steps: Vec::new(),
         arguments: req.arguments.clone(),
+        contract: req.contract.clone(),
         created_at: now,
         updated_at: now,
     };
@@ -99,31 +101,33 @@ pub fn claim(existing: Option<Record>, req: &ClaimRequest, now: Timestamp) -> (W
         return (Write::Unchanged, Claim::Existing(rec));
     }
     match rec.state {
-        RecordState::InProgress { lease_until } if lease_until <= now => match req.orphans {
-            OrphanPolicy::TakeOver => {
-                let mut r = rec;
-                r.fence += 1;
-                r.state = RecordState::InProgress {
-                    lease_until: now.plus(req.lease),
-                };
-                r.updated_at = now;
-                let claim = Claim::Acquired {
-                    fence: r.fence,
-                    steps: r.steps.clone(),
-                    takeover: true,
-                };
-                (Write::Put(Box::new(r)), claim)
+        RecordState::InProgress { lease_until } if lease_until <= now => {
+            match orphan_policy(req.orphans, rec.contract.as_ref()) {
+                OrphanPolicy::TakeOver => {
+                    let mut r = rec;
+                    r.fence += 1;
+                    r.state = RecordState::InProgress {
+                        lease_until: now.plus(req.lease),
+                    };
+                    r.updated_at = now;
+                    let claim = Claim::Acquired {
+                        fence: r.fence,
+                        steps: r.steps.clone(),
+                        takeover: true,
+                    };
+                    (Write::Put(Box::new(r)), claim)
+                }
+                OrphanPolicy::MarkUnknown => {
+                    let mut r = rec;
+                    r.state = RecordState::Unknown {
+                        since: now,
+                        last_error: UnknownCause::Orphaned.recorded().into(),
+                    };
+                    r.updated_at = now;
+                    (Write::Put(Box::new(r.clone())), Claim::Existing(r))
+                }
             }
-            OrphanPolicy::MarkUnknown => {
-                let mut r = rec;
-                r.state = RecordState::Unknown {
-                    since: now,
-                    last_error: UnknownCause::Orphaned.recorded().into(),
-                };
-                r.updated_at = now;
-                (Write::Put(Box::new(r.clone())), Claim::Existing(r))
-            }
-        },
+        }
         _ => (Write::Unchanged, Claim::Existing(rec)),
     }
 }

@@ -26,6 +26,7 @@ use async_trait::async_trait;
 
 use crate::canonical::Fingerprint;
 use crate::class::OrphanPolicy;
+use crate::contract::Contract;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, StateKind, Timestamp};
 
@@ -93,6 +94,10 @@ pub struct ClaimRequest {
     pub orphans: OrphanPolicy,
     /// Canonical JSON of the arguments, kept for recovery.
     pub arguments: Option<String>,
+    /// The policy the call is made under, kept in a new record (a take-over keeps the one
+    /// recorded). An orphan made under a contract whose class does not take orphans over is
+    /// turned Unknown whatever `orphans` says ([`crate::contract::orphan_policy`]).
+    pub contract: Option<Contract>,
 }
 
 /// The result of a claim.

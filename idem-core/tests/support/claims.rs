@@ -44,6 +44,7 @@ pub fn claim_request(key: &RecordKey, lease: Duration, orphans: OrphanPolicy) ->
         lease,
         orphans,
         arguments: Some(ARGUMENTS.into()),
+        contract: None,
     }
 }
 

@@ -34,6 +34,7 @@ impl Dispatcher {
         watch: &Watch<'_>,
     ) -> Result<Claimed, DispatchError> {
         let tool = call.tool;
+        let contract = tool.contract(call.ttl);
         let mut request = ClaimRequest {
             key: call.record_key.clone(),
             tool: tool.name.to_string(),
@@ -42,6 +43,7 @@ impl Dispatcher {
             lease: tool.policy.lease,
             orphans: tool.class.orphan_policy(),
             arguments: Some(canonical),
+            contract: Some(contract.clone()),
         };
         let deadline = tokio::time::Instant::now() + tool.policy.wait;
         let mut poll = decide::FIRST_POLL;
@@ -59,6 +61,15 @@ impl Dispatcher {
                     takeover,
                 } => {
                     watch.saw(call, EventKind::Claimed { takeover });
+                    // A record taken over keeps the contract it was made under, and is kept
+                    // for the longer of the two TTLs once completed.
+                    let ttl = match takeover {
+                        true => self
+                            .recorded(&request.key, &contract)
+                            .await
+                            .map_or(call.ttl, |r| r.ttl),
+                        false => call.ttl,
+                    };
                     let held = HeldKey {
                         store: self.store.clone(),
                         key: request.key,
@@ -68,6 +79,7 @@ impl Dispatcher {
                         hold: Hold::new(held, tool.class),
                         steps,
                         takeover,
+                        ttl,
                     }));
                 }
                 Claim::Existing(record) => record,
@@ -96,6 +108,22 @@ impl Dispatcher {
                     return call.replay(outcome).map(Claimed::Settled);
                 }
                 RecordState::Unknown { since, last_error } => {
+                    // A record the handler of another version made is not settled by this
+                    // version's hook: an operator resolves it (`idem_core::contract`).
+                    if let Some(made) = &record.contract
+                        && !made.reconcile(&contract).may_verify()
+                    {
+                        return Err(DispatchError::OutcomeUnknown {
+                            tool: tool.name.to_string(),
+                            key: call.downstream.clone(),
+                            since,
+                            reason: format!(
+                                "{last_error}; made by handler version {:?}, now {:?}: its verify hook is not asked, resolve the record as an operator",
+                                made.version, contract.version
+                            ),
+                            retry_after: None,
+                        });
+                    }
                     // Downstream may commit after the timeout that made the record Unknown,
                     // and an orphan's holder may still be running: a hook asked before the
                     // settle delay could answer "not applied" about an effect on its way.
@@ -106,8 +134,20 @@ impl Dispatcher {
                     };
                     if decide::may_verify(retry_after, now, verifications) {
                         verifications += 1;
+                        let ttl = record
+                            .contract
+                            .as_ref()
+                            .map_or(call.ttl, |made| made.reconcile(&contract).ttl);
                         match self
-                            .verify(call, record.fence, record.steps, since, &last_error, watch)
+                            .verify(
+                                call,
+                                record.fence,
+                                record.steps,
+                                since,
+                                &last_error,
+                                ttl,
+                                watch,
+                            )
                             .instrument(tracing::info_span!("idem.verify"))
                             .await?
                         {
@@ -142,13 +182,24 @@ impl Dispatcher {
         }
     }
 
+    /// The rules for the record under `key`, made under its recorded contract and met under
+    /// `current`; `None` if it has no contract or cannot be read (the current policy applies).
+    async fn recorded(
+        &self,
+        key: &idem_core::RecordKey,
+        current: &idem_core::Contract,
+    ) -> Option<idem_core::Reconciled> {
+        let record = self.store.get(key).await.ok()??;
+        Some(record.contract?.reconcile(current))
+    }
+
     /// Claim, so that a dispatch dropped while the claim is in flight leaves no claim that
     /// nobody will use: the claim is polled here, in the caller's task (no extra hop to
     /// another task on the common path), and only if the caller goes away before the answer
     /// does the unfinished claim move to a task of its own, which gives the key back.
     ///
     /// The request comes back with the claim, to be claimed again with if need be.
-    async fn claim_cancel_safe(
+    pub(super) async fn claim_cancel_safe(
         &self,
         request: ClaimRequest,
     ) -> Result<(Claim, ClaimRequest), StoreError> {

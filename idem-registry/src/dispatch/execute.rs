@@ -85,6 +85,7 @@ impl Dispatcher {
             mut hold,
             mut steps,
             takeover,
+            ttl,
         } = held;
         let tool = call.tool;
         // The record shows which approval authorised the call, before anything runs.
@@ -137,7 +138,7 @@ impl Dispatcher {
             let error = match result {
                 Ok(output) => {
                     let outcome = Outcome::Success(output.to_string());
-                    self.record(call, hold, &outcome, Some(&output), watch)
+                    self.record(call, hold, ttl, &outcome, Some(&output), watch)
                         .await?;
                     let Outcome::Success(output_json) = outcome else {
                         unreachable!("a success was recorded just above")
@@ -186,8 +187,15 @@ impl Dispatcher {
                 deduplicated: false,
             };
             if decide::records_failure(error.kind(), call.approval.is_some(), !steps.is_empty()) {
-                self.record(call, hold, &Outcome::Failure(error.clone()), None, watch)
-                    .await?;
+                self.record(
+                    call,
+                    hold,
+                    ttl,
+                    &Outcome::Failure(error.clone()),
+                    None,
+                    watch,
+                )
+                .await?;
                 return Err(failed(error));
             }
             let how = GiveBack::after(class, error.kind(), !steps.is_empty(), error.message());
@@ -218,6 +226,7 @@ impl Dispatcher {
         &self,
         call: &RecordedCall<'_>,
         mut hold: Hold,
+        ttl: std::time::Duration,
         outcome: &Outcome,
         output: Option<&Value>,
         watch: &Watch<'_>,
@@ -226,7 +235,7 @@ impl Dispatcher {
         let result = async {
             match too_deep(outcome, output) {
                 Some(e) => Err(e),
-                None => hold.complete(outcome, call.ttl).await,
+                None => hold.complete(outcome, ttl).await,
             }
         }
         .instrument(tracing::info_span!("idem.record"))

@@ -148,4 +148,7 @@ pub(crate) struct Held {
     pub steps: Vec<JournalEntry>,
     /// Whether an earlier holder's lease expired.
     pub takeover: bool,
+    /// How long the outcome is kept once recorded (the longer of the call's TTL and the one
+    /// the record was made under, after a take-over).
+    pub ttl: std::time::Duration,
 }

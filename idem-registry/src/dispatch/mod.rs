@@ -14,6 +14,9 @@
 //! | claim | `claim.rs` | take the key, replay, wait for a holder, or verify an Unknown (`verify.rs`) |
 //! | execute | `execute.rs` | run the body under a hold (`hold.rs`) with retries, then record |
 //!
+//! Beside the stages, `recover.rs` settles records nobody will call again (a dead holder's,
+//! an Unknown one) by their class, through the claim, verify and execute stages.
+//!
 //! Policy decisions (retry, give-back, key reuse, settle delay, backoff) are plain functions in
 //! `decide.rs`; the stages carry them out. The order of checks is closed. What attaches from
 //! outside does so at three seams: [`Observer`]s of dispatch events, [`Execution`] around the
@@ -32,6 +35,7 @@ mod key;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod observe;
+mod recover;
 mod verify;
 
 use std::borrow::Cow;
@@ -50,6 +54,7 @@ pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, RunContext, ToolCall};
 pub use error::DispatchError;
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
+pub use recover::{Recovered, RecoveryAction, RecoveryOptions, RecoveryReport, Unrecoverable};
 
 use crate::approval::ApprovalKeys;
 use crate::redact::SecretKey;

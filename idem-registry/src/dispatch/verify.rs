@@ -26,7 +26,7 @@ pub(crate) enum Settled {
 
 impl Dispatcher {
     /// Ask the hook, and settle the record from the answer (fenced: if another worker
-    /// settled it first, nothing changes).
+    /// settled it first, nothing changes); an outcome is kept for `ttl`.
     pub(super) async fn verify(
         &self,
         call: &RecordedCall<'_>,
@@ -34,6 +34,7 @@ impl Dispatcher {
         steps: Vec<JournalEntry>,
         since: Timestamp,
         last_error: &str,
+        ttl: std::time::Duration,
         watch: &Watch<'_>,
     ) -> Result<Settled, DispatchError> {
         let tool = call.tool;
@@ -79,7 +80,7 @@ impl Dispatcher {
         );
         let done = self
             .store
-            .settle_unknown(&call.record_key, fence, outcome.as_ref(), call.ttl)
+            .settle_unknown(&call.record_key, fence, outcome.as_ref(), ttl)
             .await
             .map_err(|e| call.store_error(e))?;
         Ok(match (done, outcome) {

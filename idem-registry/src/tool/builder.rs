@@ -51,6 +51,7 @@ impl ToolDef {
             verify: None,
             secrets: Vec::new(),
             location: None,
+            version: Cow::Borrowed(idem_core::DEFAULT_VERSION),
             explicit: ExplicitSettings::default(),
         }
     }
@@ -70,6 +71,7 @@ pub struct ToolBuilder {
     verify: Option<Verifier>,
     secrets: Vec<String>,
     location: Option<Location>,
+    version: Cow<'static, str>,
     /// The policy settings the tool's author wrote out, for [`ToolPolicy::check`].
     explicit: ExplicitSettings,
 }
@@ -84,6 +86,14 @@ impl fmt::Debug for ToolBuilder {
 }
 
 impl ToolBuilder {
+    /// The handler's version, recorded with every call (default `"1"`): change it when a
+    /// deploy changes what the handler does, so that calls made by the old handler are not
+    /// settled by the new one's verify hook ([`idem_core::contract`]). 1 to 64 characters.
+    pub fn version(mut self, version: impl Into<Cow<'static, str>>) -> Self {
+        self.version = version.into();
+        self
+    }
+
     /// The description shown to the model (required).
     pub fn description(mut self, d: impl Into<Cow<'static, str>>) -> Self {
         self.description = Some(d.into());
@@ -327,6 +337,9 @@ impl ToolBuilder {
                 return Err(RegistryError::invalid(name, reason));
             }
         }
+        if let Err(reason) = idem_core::contract::check_version(&self.version) {
+            return Err(RegistryError::invalid(name, reason));
+        }
         let Some(handler) = self.handler else {
             return Err(RegistryError::invalid(name, "a handler is required"));
         };
@@ -354,6 +367,7 @@ impl ToolBuilder {
             verify: self.verify,
             secrets: self.secrets,
             location: self.location,
+            version: self.version,
             validator: Arc::default(),
         })
     }

@@ -142,6 +142,8 @@ pub struct ToolDef {
     /// JSON Pointers of the secret arguments (see [`crate::redact`]).
     pub(crate) secrets: Vec<String>,
     pub(crate) location: Option<Location>,
+    /// The handler's version (`#[tool(version = "...")]`, [`ToolBuilder::version`](crate::ToolBuilder::version)).
+    pub(crate) version: Cow<'static, str>,
     /// The compiled argument validator, shared by clones; see `ToolDef::arguments_validator`.
     pub(crate) validator: CompiledValidator,
 }
@@ -155,6 +157,7 @@ impl fmt::Debug for ToolDef {
             .field("natural_key", &self.natural_key.is_some())
             .field("verify", &self.verify.is_some())
             .field("location", &self.location)
+            .field("version", &self.version)
             .finish_non_exhaustive()
     }
 }
@@ -168,6 +171,24 @@ impl ToolDef {
     /// The side-effect class.
     pub fn class(&self) -> ToolClass {
         self.class
+    }
+
+    /// The handler's version (default `"1"`).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The policy its calls are recorded under ([`idem_core::contract`]), with `ttl` the TTL
+    /// the dispatcher keeps its records for.
+    pub fn contract(&self, ttl: std::time::Duration) -> idem_core::Contract {
+        idem_core::Contract {
+            class: self.class,
+            version: self.version.to_string(),
+            natural_key: self.natural_key.is_some(),
+            verify: self.verify.is_some(),
+            ttl,
+            lease: self.policy.lease,
+        }
     }
 
     /// The description shown to the model.

@@ -74,6 +74,8 @@ pub enum Setting {
     VerifyAfterSecs(u64),
     /// `max_attempts`.
     MaxAttempts(u32),
+    /// `version`.
+    Version(&'static str),
     /// `open_world`.
     OpenWorld,
     /// `on_key_reuse = "replay"`.
@@ -141,6 +143,7 @@ impl Declaration {
                     policy.verify_after = std::time::Duration::from_secs(s)
                 }
                 Setting::MaxAttempts(n) => policy.max_attempts = n,
+                Setting::Version(v) => builder = builder.version(v),
                 Setting::OpenWorld => policy.open_world = true,
                 Setting::ReplayOnKeyReuse => policy.replay_on_key_reuse = true,
                 Setting::Scopes(scopes) => {

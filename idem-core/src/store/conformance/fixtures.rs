@@ -9,7 +9,8 @@ use serde_json::json;
 
 use super::subject::Subject;
 use crate::canonical::Fingerprint;
-use crate::class::OrphanPolicy;
+use crate::class::{OrphanPolicy, ToolClass};
+use crate::contract::Contract;
 use crate::key::{KeyMaterial, LogicalKey, RecordKey};
 use crate::record::{Record, RecordState, StateKind, Timestamp};
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
@@ -75,7 +76,16 @@ pub(super) fn request(key: &RecordKey, lease: Duration, orphans: OrphanPolicy) -
         lease,
         orphans,
         arguments: Some(r#"{"to":"a@example.com"}"#.into()),
+        contract: Some(contract(match orphans {
+            OrphanPolicy::TakeOver => ToolClass::IdempotentWrite,
+            OrphanPolicy::MarkUnknown => ToolClass::NonIdempotentWrite,
+        })),
     }
+}
+
+/// The contract the fixtures' claims are made under, of `class`.
+pub(super) fn contract(class: ToolClass) -> Contract {
+    Contract::new(class, "7", TTL, Duration::from_secs(30))
 }
 
 pub(super) const LONG: Duration = Duration::from_secs(60);

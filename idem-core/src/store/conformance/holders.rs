@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::fixtures::{LONG, PAST_SHORT, SHORT, TTL, acquire, fresh_key, request, state_of};
+use super::fixtures::{
+    LONG, PAST_SHORT, SHORT, TTL, acquire, contract, fresh_key, request, state_of,
+};
 use super::subject::Subject;
 use crate::canonical::Fingerprint;
-use crate::class::OrphanPolicy;
+use crate::class::{OrphanPolicy, ToolClass};
+use crate::contract::Contract;
 use crate::record::{Outcome, RecordState, UnknownCause};
-use crate::store::{Claim, StoreError};
+use crate::store::{Claim, ClaimRequest, StoreError};
 
 pub(super) async fn claim_race_has_one_winner(s: Subject) {
     let key = fresh_key("race");
@@ -332,4 +335,85 @@ pub(super) async fn fence_is_not_reused_after_release(s: Subject) {
         third > new,
         "released and claimed again: {third} after {new}"
     );
+}
+
+/// A record keeps the contract of the claim that made it, through a take-over by a claim
+/// made under another one; a new call under an expired key gets the new call's.
+pub(super) async fn a_record_keeps_the_contract_it_was_made_under(s: Subject) {
+    let key = fresh_key("contract-kept");
+    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    acquire(&s, &req).await;
+    let made = req.contract.clone();
+    let stored = s.store.get(&key).await.expect("get").expect("a record");
+    assert_eq!(
+        stored.contract, made,
+        "the record keeps the claim's contract"
+    );
+    s.pass(PAST_SHORT).await;
+    let deployed = with_contract(&req, {
+        let mut c = contract(ToolClass::IdempotentWrite);
+        c.version = "8".into();
+        c
+    });
+    match s.store.claim(&deployed).await.expect("claim") {
+        Claim::Acquired { takeover, .. } => assert!(takeover, "an idempotent orphan is taken over"),
+        other => panic!("expected a take-over, got {other:?}"),
+    }
+    let stored = s.store.get(&key).await.expect("get").expect("a record");
+    assert_eq!(
+        stored.contract, made,
+        "a take-over keeps the contract the record was made under"
+    );
+}
+
+/// An orphan made under a class that never re-runs is turned Unknown even by a claim whose
+/// own class would take it over (a deploy that relaxed the class); one made without a
+/// contract follows the claim.
+pub(super) async fn an_orphan_made_under_a_stricter_class_is_not_taken_over(s: Subject) {
+    for made_as in [ToolClass::NonIdempotentWrite, ToolClass::Irreversible] {
+        let key = fresh_key("contract-stricter");
+        let mut req = request(&key, SHORT, OrphanPolicy::MarkUnknown);
+        req.contract = Some(contract(made_as));
+        acquire(&s, &req).await;
+        s.pass(PAST_SHORT).await;
+        let relaxed = with_contract(
+            &request(&key, SHORT, OrphanPolicy::TakeOver),
+            contract(ToolClass::IdempotentWrite),
+        );
+        match s.store.claim(&relaxed).await.expect("claim") {
+            Claim::Existing(r) => assert_eq!(
+                r.state.unknown_cause(),
+                Some(UnknownCause::Orphaned),
+                "an orphan made as {made_as:?} turns Unknown, got {:?}",
+                r.state
+            ),
+            other => panic!("an orphan made as {made_as:?} was not left alone: {other:?}"),
+        }
+    }
+    let key = fresh_key("contract-none");
+    let mut req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    req.contract = None;
+    acquire(&s, &req).await;
+    s.pass(PAST_SHORT).await;
+    match s.store.claim(&req).await.expect("claim") {
+        Claim::Acquired { takeover, .. } => assert!(takeover),
+        other => panic!("a record without a contract follows the claim's policy: {other:?}"),
+    }
+    assert_eq!(
+        s.store
+            .get(&key)
+            .await
+            .expect("get")
+            .expect("record")
+            .contract,
+        None
+    );
+}
+
+/// `request` made under `contract`.
+fn with_contract(request: &ClaimRequest, contract: Contract) -> ClaimRequest {
+    ClaimRequest {
+        contract: Some(contract),
+        ..request.clone()
+    }
 }

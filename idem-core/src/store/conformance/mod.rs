@@ -55,6 +55,13 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("takeover_increments_fence", |s| {
         Box::pin(holders::takeover_increments_fence(s))
     }),
+    ("a_record_keeps_the_contract_it_was_made_under", |s| {
+        Box::pin(holders::a_record_keeps_the_contract_it_was_made_under(s))
+    }),
+    (
+        "an_orphan_made_under_a_stricter_class_is_not_taken_over",
+        |s| Box::pin(holders::an_orphan_made_under_a_stricter_class_is_not_taken_over(s)),
+    ),
     ("orphan_becomes_unknown", |s| {
         Box::pin(holders::orphan_becomes_unknown(s))
     }),

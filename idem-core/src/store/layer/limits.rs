@@ -50,6 +50,7 @@ use crate::store::{DEFAULT_MAX_OUTCOME_BYTES, StoreError};
 ///     lease: Duration::from_secs(30),
 ///     orphans: OrphanPolicy::TakeOver,
 ///     arguments: None,
+///     contract: None,
 /// };
 /// let Ok(Claim::Acquired { fence, .. }) = store.claim(&request).await else { panic!() };
 /// let long = Outcome::Success(format!("\"{}\"", "x".repeat(64)));

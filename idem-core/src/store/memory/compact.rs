@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::canonical::Fingerprint;
+use crate::contract::Contract;
 use crate::error::ToolError;
 use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, RecordState, StateKind, Timestamp};
@@ -34,8 +35,11 @@ pub(super) struct Compact {
 /// no larger than its common variants.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum CompactState {
+    /// The contract is kept while a record can be taken over or verified, and dropped once
+    /// it is completed (a replay does not read it), so a completed entry stays small.
     InProgress {
         lease_until: Timestamp,
+        contract: Option<Box<Contract>>,
     },
     Succeeded {
         expires_at: Timestamp,
@@ -45,9 +49,10 @@ pub(super) enum CompactState {
         expires_at: Timestamp,
         error: Box<ToolError>,
     },
+    /// Rare: the reason and contract behind one pointer.
     Unknown {
         since: Timestamp,
-        last_error: Box<str>,
+        detail: Box<(Box<str>, Option<Contract>)>,
     },
 }
 
@@ -55,7 +60,10 @@ impl Compact {
     /// Everything of `record` but its key and tool name, which the caller has already filed.
     pub(super) fn new(record: Record, tool: Arc<str>) -> Self {
         let state = match record.state {
-            RecordState::InProgress { lease_until } => CompactState::InProgress { lease_until },
+            RecordState::InProgress { lease_until } => CompactState::InProgress {
+                lease_until,
+                contract: record.contract.map(Box::new),
+            },
             RecordState::Completed {
                 outcome: Outcome::Success(output),
                 expires_at,
@@ -72,7 +80,7 @@ impl Compact {
             },
             RecordState::Unknown { since, last_error } => CompactState::Unknown {
                 since,
-                last_error: last_error.into_boxed_str(),
+                detail: Box::new((last_error.into_boxed_str(), record.contract)),
             },
         };
         Compact {
@@ -93,22 +101,37 @@ impl Compact {
 
     /// The record, under `key`.
     pub(super) fn to_record(&self, key: RecordKey) -> Record {
-        let state = match &self.state {
-            CompactState::InProgress { lease_until } => RecordState::InProgress {
-                lease_until: *lease_until,
-            },
-            CompactState::Succeeded { expires_at, output } => RecordState::Completed {
-                outcome: Outcome::Success(String::from(&**output)),
-                expires_at: *expires_at,
-            },
-            CompactState::Failed { expires_at, error } => RecordState::Completed {
-                outcome: Outcome::Failure(ToolError::clone(error)),
-                expires_at: *expires_at,
-            },
-            CompactState::Unknown { since, last_error } => RecordState::Unknown {
-                since: *since,
-                last_error: String::from(&**last_error),
-            },
+        let (state, contract) = match &self.state {
+            CompactState::InProgress {
+                lease_until,
+                contract,
+            } => (
+                RecordState::InProgress {
+                    lease_until: *lease_until,
+                },
+                contract.as_deref().cloned(),
+            ),
+            CompactState::Succeeded { expires_at, output } => (
+                RecordState::Completed {
+                    outcome: Outcome::Success(String::from(&**output)),
+                    expires_at: *expires_at,
+                },
+                None,
+            ),
+            CompactState::Failed { expires_at, error } => (
+                RecordState::Completed {
+                    outcome: Outcome::Failure(ToolError::clone(error)),
+                    expires_at: *expires_at,
+                },
+                None,
+            ),
+            CompactState::Unknown { since, detail } => (
+                RecordState::Unknown {
+                    since: *since,
+                    last_error: String::from(&*detail.0),
+                },
+                detail.1.clone(),
+            ),
         };
         let (tool, tenant) = split_origin(&self.tool);
         Record {
@@ -120,6 +143,7 @@ impl Compact {
             state,
             steps: self.steps.as_deref().cloned().unwrap_or_default(),
             arguments: self.arguments.as_deref().map(str::to_owned),
+            contract,
             created_at: self.created_at,
             updated_at: self.updated_at,
         }

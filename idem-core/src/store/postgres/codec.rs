@@ -65,6 +65,7 @@ fn column(field: Field) -> usize {
         Field::CreatedAt => 12,
         Field::UpdatedAt => 13,
         Field::Tenant => 14,
+        Field::Contract => 15,
     }
 }
 

@@ -8,7 +8,7 @@ use deadpool_postgres::Pool;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{self, Row};
 
-use super::statements::{APPROVALS_TABLE, LATER_INDEXES, approvals_ddl, ddl};
+use super::statements::{APPROVALS_TABLE, LATER_COLUMNS, LATER_INDEXES, approvals_ddl, ddl};
 use crate::store::StoreError;
 
 /// The pool, and how long one operation may take.
@@ -52,26 +52,28 @@ impl Connections {
         if !exists {
             tx.batch_execute(&ddl(schema)).await.map_err(db_error)?;
         } else {
-            // A table from before tenants. Checked first: `ADD COLUMN IF NOT EXISTS` and
-            // `CREATE INDEX IF NOT EXISTS` lock the table even when there is nothing to do,
-            // which would hold every worker's writes back whenever one starts.
-            let has_tenant: bool = tx
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_attribute \
-                     WHERE attrelid = to_regclass($1::text) AND attname = 'tenant' \
-                     AND NOT attisdropped)",
-                    &[&table],
-                )
-                .await
-                .map_err(db_error)?
-                .try_get(0)
-                .map_err(catalog_error)?;
-            if !has_tenant {
-                tx.batch_execute(&format!(
-                    "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tenant text NOT NULL DEFAULT ''"
-                ))
-                .await
-                .map_err(db_error)?;
+            // A table from before tenants or contracts. Checked first: `ADD COLUMN IF NOT
+            // EXISTS` and `CREATE INDEX IF NOT EXISTS` lock the table even when there is
+            // nothing to do, which would hold every worker's writes back whenever one starts.
+            for (column, add) in LATER_COLUMNS {
+                let has: bool = tx
+                    .query_one(
+                        "SELECT EXISTS (SELECT 1 FROM pg_attribute \
+                         WHERE attrelid = to_regclass($1::text) AND attname = $2::text \
+                         AND NOT attisdropped)",
+                        &[&table, &column],
+                    )
+                    .await
+                    .map_err(db_error)?
+                    .try_get(0)
+                    .map_err(catalog_error)?;
+                if !has {
+                    tx.batch_execute(&format!(
+                        "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {add}"
+                    ))
+                    .await
+                    .map_err(db_error)?;
+                }
             }
             for (name, index) in LATER_INDEXES {
                 let exists: bool = tx

@@ -12,8 +12,8 @@ pub(super) const NOW: &str = "(floor(extract(epoch FROM statement_timestamp()) *
 /// [`decode`](super::codec::decode) reads them.
 pub(super) const COLUMNS: &str = "t.key, t.tool, t.fingerprint, t.fence, t.state, t.lease_until, t.outcome, \
      t.expires_at, t.unknown_since, t.last_error, t.steps::text, t.arguments, t.created_at, \
-     t.updated_at, t.tenant";
-pub(super) const COLUMN_COUNT: usize = 15;
+     t.updated_at, t.tenant, t.contract";
+pub(super) const COLUMN_COUNT: usize = 16;
 
 /// The schema, table and indexes. The CHECK constraints restate the record's invariants so
 /// a row written by hand that breaks them is refused rather than read back as corrupt.
@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS "{schema}".records (
     updated_at    bigint NOT NULL,
     last_claim    text NOT NULL DEFAULT 'inserted',
     tenant        text NOT NULL DEFAULT '',
+    contract      text,
     CHECK (state <> 'in_progress' OR lease_until IS NOT NULL),
     CHECK (state <> 'completed' OR (outcome IS NOT NULL AND expires_at IS NOT NULL)),
     CHECK (state <> 'unknown' OR (unknown_since IS NOT NULL AND last_error IS NOT NULL))
@@ -78,6 +79,13 @@ CREATE INDEX IF NOT EXISTS approvals_tenant_tool ON "{schema}".{APPROVALS_TABLE}
 "#
     )
 }
+
+/// Columns added after the first schema, with their definitions: [`ddl`] creates them with
+/// the table, and set-up adds any a table made by an older idem lacks.
+pub(super) const LATER_COLUMNS: [(&str, &str); 2] = [
+    ("tenant", "tenant text NOT NULL DEFAULT ''"),
+    ("contract", "contract text"),
+];
 
 /// The statement that creates an index in a schema.
 type IndexDdl = fn(&str) -> String;
@@ -142,14 +150,14 @@ impl Statements {
         let claim = format!(
             r#"
 INSERT INTO {table} AS t (key, tool, fingerprint, fence, state, lease_until, steps, arguments,
-                          created_at, updated_at, last_claim, tenant)
+                          created_at, updated_at, last_claim, tenant, contract)
 SELECT $1::text, $2::text, $3::text, GREATEST(n.now, 1), 'in_progress', n.now + $4::bigint,
        '[]'::jsonb,
-       $6::text, n.now, n.now, 'inserted', $8::text
+       $6::text, n.now, n.now, 'inserted', $8::text, $9::text
 FROM (SELECT {NOW} AS now) AS n
 ON CONFLICT (key) DO UPDATE SET
     (tool, fingerprint, fence, state, lease_until, outcome, expires_at, unknown_since,
-     last_error, steps, arguments, created_at, updated_at, last_claim, tenant) =
+     last_error, steps, arguments, created_at, updated_at, last_claim, tenant, contract) =
     (SELECT
         CASE WHEN d.a = 'reclaimed' THEN excluded.tool ELSE t.tool END,
         CASE WHEN d.a = 'reclaimed' THEN excluded.fingerprint ELSE t.fingerprint END,
@@ -175,15 +183,19 @@ ON CONFLICT (key) DO UPDATE SET
         CASE WHEN d.a = 'reclaimed' THEN excluded.created_at ELSE t.created_at END,
         CASE WHEN d.a = 'existing' THEN t.updated_at ELSE excluded.created_at END,
         d.a,
-        CASE WHEN d.a = 'reclaimed' THEN excluded.tenant ELSE t.tenant END
+        CASE WHEN d.a = 'reclaimed' THEN excluded.tenant ELSE t.tenant END,
+        CASE WHEN d.a = 'reclaimed' THEN excluded.contract ELSE t.contract END
      FROM (SELECT CASE
         -- A completed record past its expiry: a new call under the same key.
         WHEN t.state = 'completed' AND t.expires_at <= excluded.created_at THEN 'reclaimed'
-        -- An orphan with the same arguments: the class decides. Other arguments never
-        -- take a key over.
+        -- An orphan with the same arguments: the class decides, the stricter of the claim's
+        -- and the one the record was made under (`Contract::takes_over`: only an
+        -- idempotent_write's orphan is taken over). Other arguments never take a key over.
         WHEN t.state = 'in_progress' AND t.lease_until <= excluded.created_at
              AND t.fingerprint = excluded.fingerprint
-            THEN CASE WHEN $5::boolean THEN 'taken_over' ELSE 'marked_unknown' END
+            THEN CASE WHEN $5::boolean AND (t.contract IS NULL
+                           OR (t.contract::jsonb ->> 'class') = 'idempotent_write')
+                      THEN 'taken_over' ELSE 'marked_unknown' END
         ELSE 'existing' END AS a) AS d)
 RETURNING {COLUMNS}, t.last_claim
 "#

@@ -11,6 +11,7 @@ use super::PostgresBackend;
 use super::codec::{decode, fence_param, millis, timestamp};
 use super::statements::COLUMN_COUNT;
 use crate::class::OrphanPolicy;
+use crate::contract::Contract;
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, StateKind, Timestamp, UnknownCause};
 use crate::store::approvals::{ApprovalFilter, PendingApproval};
@@ -25,6 +26,7 @@ const RACE_RETRIES: usize = 8;
 impl Store for PostgresBackend {
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, StoreError> {
         let take_over = matches!(request.orphans, OrphanPolicy::TakeOver);
+        let contract = request.contract.as_ref().map(Contract::to_json);
         let rows = self
             .db
             .query(
@@ -38,6 +40,7 @@ impl Store for PostgresBackend {
                     &request.arguments,
                     &UnknownCause::Orphaned.recorded(),
                     &request.tenant,
+                    &contract,
                 ],
             )
             .await?;

@@ -33,7 +33,7 @@
 //!
 //! | key | type | holds | expiry |
 //! |---|---|---|---|
-//! | `P:{K}:rec` | hash | `key`, `tool`, `tenant`, `fp` (fingerprint, hex), `fence`, `state` (`in_progress`, `completed`, `unknown`), `lease_until`, `outcome` (the [`Outcome`] as JSON), `expires_at`, `since`, `last_error`, `args`, `created_at`, `updated_at`, and one `step:<name>` field per journaled step | none while InProgress; the Unknown retention after it became Unknown; at `expires_at` + [`EVICTION_GRACE`] once Completed |
+//! | `P:{K}:rec` | hash | `key`, `tool`, `tenant`, `fp` (fingerprint, hex), `fence`, `state` (`in_progress`, `completed`, `unknown`), `lease_until`, `outcome` (the [`Outcome`] as JSON), `expires_at`, `since`, `last_error`, `args`, `created_at`, `updated_at`, `contract` (the [`Contract`](crate::contract::Contract) the record was made under, as JSON; absent in records from before contracts), and one `step:<name>` field per journaled step | none while InProgress; the Unknown retention after it became Unknown; at `expires_at` + [`EVICTION_GRACE`] once Completed |
 //! | `P:{K}:steps` | list | journaled step names, in order | as the record |
 //! | `P:{K}:fence` | string | the last fence issued under `K` | none while the record is InProgress; the fence retention (default [`DEFAULT_FENCE_RETENTION`]) after the record expires, is purged or is released |
 //!

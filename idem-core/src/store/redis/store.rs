@@ -12,6 +12,7 @@ use super::connection::Resend;
 use super::keys::{SCAN_COUNT, approval_index};
 use super::{EVICTION_GRACE, RedisBackend};
 use crate::class::OrphanPolicy;
+use crate::contract::Contract;
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp, UnknownCause};
 use crate::store::approvals::{ApprovalFilter, PendingApproval};
@@ -33,6 +34,11 @@ impl Store for RedisBackend {
             None => ("0", ""),
         };
         let fingerprint = request.fingerprint.to_hex();
+        let contract = request.contract.as_ref().map(Contract::to_json);
+        let (has_contract, contract) = match &contract {
+            Some(c) => ("1", c.as_str()),
+            None => ("0", ""),
+        };
         let (status, rest, unconfirmed) = self
             .exec(
                 &self.scripts.claim,
@@ -49,6 +55,8 @@ impl Store for RedisBackend {
                     self.unknown_retention_ms().to_string().as_bytes(),
                     self.retention_ms().to_string().as_bytes(),
                     UnknownCause::Orphaned.recorded().as_bytes(),
+                    has_contract.as_bytes(),
+                    contract.as_bytes(),
                 ],
                 true,
             )

@@ -6,6 +6,7 @@ use rusqlite::{Connection, Row, params};
 
 use super::connection::Failure;
 use super::statements::{SELECT_ONE, UPSERT};
+use crate::contract::Contract;
 use crate::key::RecordKey;
 use crate::record::{JournalEntry, Record, RecordState};
 use crate::store::StoreError;
@@ -87,6 +88,7 @@ pub(super) fn put(conn: &Connection, r: &Record) -> Result<(), Failure> {
         signed_millis(r.created_at),
         signed_millis(r.updated_at),
         r.tenant,
+        r.contract.as_ref().map(Contract::to_json),
     ])?;
     Ok(())
 }
@@ -133,6 +135,7 @@ fn column(field: Field) -> usize {
         Field::CreatedAt => 12,
         Field::UpdatedAt => 13,
         Field::Tenant => 14,
+        Field::Contract => 15,
     }
 }
 

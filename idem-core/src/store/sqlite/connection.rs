@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
-use super::statements::{ADD_TENANT, APPROVALS_SCHEMA, SCHEMA, SCHEMA_VERSION};
+use super::statements::{ADD_CONTRACT, ADD_TENANT, APPROVALS_SCHEMA, SCHEMA, SCHEMA_VERSION};
 use crate::record::Timestamp;
 use crate::store::StoreError;
 
@@ -78,16 +78,21 @@ fn migrate_records(conn: &Connection, path: &Path) -> Result<(), Failure> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     match version {
         SCHEMA_VERSION => Ok(()),
-        0 | 1 => {
+        0..=2 => {
             conn.execute_batch(SCHEMA)?;
-            // A version 1 table (or one made by hand before `user_version` was set).
-            let has_tenant: bool = conn.query_row(
-                "SELECT count(*) > 0 FROM pragma_table_info('idem_records') WHERE name = 'tenant'",
-                [],
-                |row| row.get(0),
-            )?;
-            if !has_tenant {
+            // A version 1 table (or one made by hand before `user_version` was set), or 2.
+            let has = |column: &str| -> Result<bool, rusqlite::Error> {
+                conn.query_row(
+                    "SELECT count(*) > 0 FROM pragma_table_info('idem_records') WHERE name = ?1",
+                    [column],
+                    |row| row.get(0),
+                )
+            };
+            if !has("tenant")? {
                 conn.execute_batch(ADD_TENANT)?;
+            }
+            if !has("contract")? {
+                conn.execute_batch(ADD_CONTRACT)?;
             }
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
             Ok(())

@@ -176,6 +176,7 @@ use crate::store::layer::{Layer, Limited, Limits};
 ///     lease: Duration::from_secs(30),
 ///     orphans: OrphanPolicy::MarkUnknown,
 ///     arguments: None,
+///     contract: None,
 /// };
 /// if let Claim::Acquired { fence, .. } = store.claim(&request).await? {
 ///     // ... perform the effect, then record what it returned:

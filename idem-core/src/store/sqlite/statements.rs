@@ -1,10 +1,12 @@
 //! The SQL text of the SQLite store: its schema, and every statement it runs.
 
 /// The version of the schema this code reads and writes, kept in `PRAGMA user_version`.
-/// Version 2 added the `tenant` column; [`migrate`] brings a version 1 file up to date.
+/// Version 2 added the `tenant` column, version 3 the `contract` column (the JSON of the
+/// [`Contract`](crate::contract::Contract) a record was made under); [`migrate`] brings a
+/// version 1 or 2 file up to date.
 /// The pending approvals' table ([`APPROVALS_SCHEMA`]) came later without a new version:
 /// a version 2 file gains it when it is opened, and an idem that does not know it ignores it.
-pub(super) const SCHEMA_VERSION: i64 = 2;
+pub(super) const SCHEMA_VERSION: i64 = 3;
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS idem_records (
@@ -22,7 +24,8 @@ CREATE TABLE IF NOT EXISTS idem_records (
     arguments   TEXT,
     created_at  INTEGER NOT NULL,
     updated_at  INTEGER NOT NULL,
-    tenant      TEXT NOT NULL DEFAULT ''
+    tenant      TEXT NOT NULL DEFAULT '',
+    contract    TEXT
 );
 CREATE INDEX IF NOT EXISTS idem_records_state_expires ON idem_records (state, expires_at);
 ";
@@ -45,11 +48,14 @@ CREATE INDEX IF NOT EXISTS idem_approvals_tenant_tool ON idem_approvals (tenant,
 pub(super) const ADD_TENANT: &str =
     "ALTER TABLE idem_records ADD COLUMN tenant TEXT NOT NULL DEFAULT ''";
 
+/// What version 3 added (last, as in [`SCHEMA`]).
+pub(super) const ADD_CONTRACT: &str = "ALTER TABLE idem_records ADD COLUMN contract TEXT";
+
 /// The columns of a record, in the order [`decode`] reads them and [`put`] binds them.
 macro_rules! columns {
     () => {
         "key, tool, fingerprint, fence, state, lease_until, expires_at, since, last_error, \
-         outcome, steps, arguments, created_at, updated_at, tenant"
+         outcome, steps, arguments, created_at, updated_at, tenant, contract"
     };
 }
 
@@ -59,14 +65,15 @@ pub(super) const SELECT_ONE: &str =
 pub(super) const UPSERT: &str = concat!(
     "INSERT INTO idem_records (",
     columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
      ON CONFLICT (key) DO UPDATE SET \
      tool = excluded.tool, fingerprint = excluded.fingerprint, fence = excluded.fence, \
      state = excluded.state, lease_until = excluded.lease_until, \
      expires_at = excluded.expires_at, since = excluded.since, \
      last_error = excluded.last_error, outcome = excluded.outcome, steps = excluded.steps, \
      arguments = excluded.arguments, created_at = excluded.created_at, \
-     updated_at = excluded.updated_at, tenant = excluded.tenant"
+     updated_at = excluded.updated_at, tenant = excluded.tenant, \
+     contract = excluded.contract"
 );
 
 pub(super) const DELETE_ONE: &str = "DELETE FROM idem_records WHERE key = ?1";
