@@ -141,7 +141,7 @@ pub use idem_core::{
     Fingerprint, IdempotencyKey, JournalEntry, KeyMaterial, ListFilter, LogicalKey,
     MAX_OUTCOME_DEPTH, ORPHANED, OrphanPolicy, Outcome, PurgeFilter, Record, RecordKey,
     RecordState, StateKind, Store, StoreError, Timestamp, ToolClass, ToolError, UnknownCause,
-    UnknownClass,
+    UnknownClass, canonical_json,
 };
 pub use idem_macros::tool;
 #[cfg(feature = "agent")]

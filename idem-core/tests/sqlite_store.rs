@@ -283,14 +283,20 @@ async fn a_file_from_before_tenants_gains_the_column() {
             assert_eq!(listed.len(), 1);
             assert_eq!(listed[0].key, new);
             assert_eq!(listed[0].tenant, "acme");
-            assert_eq!(listed[0].contract, req.contract, "a new record keeps its contract");
+            assert_eq!(
+                listed[0].contract, req.contract,
+                "a new record keeps its contract"
+            );
         }
     }
     let raw = rusqlite::Connection::open(&path).expect("raw connection");
     let version: i64 = raw
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("version");
-    assert_eq!(version, 3, "brought to the version with tenants and contracts");
+    assert_eq!(
+        version, 3,
+        "brought to the version with tenants and contracts"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -188,6 +188,9 @@ impl Dispatcher {
     /// ```
     pub async fn recover(&self, options: &RecoveryOptions) -> Result<RecoveryReport, StoreError> {
         let mut report = RecoveryReport::default();
+        // An orphan turned Unknown by this pass is listed again with the Unknown records: it
+        // is settled once per pass.
+        let mut seen = std::collections::HashSet::new();
         for state in [StateKind::InProgress, StateKind::Unknown] {
             let records = self
                 .store
@@ -198,6 +201,9 @@ impl Dispatcher {
                 })
                 .await?;
             for record in records {
+                if !seen.insert(record.key.clone()) {
+                    continue;
+                }
                 let (key, tool, tenant) = (
                     record.key.clone(),
                     record.tool.clone(),
