@@ -2,7 +2,7 @@
 //! one script, run with `EVALSHA` after the shared prelude (the record's keys, the server's
 //! clock, helpers), so each decision is atomic on the server. The swap and the removal of a
 //! pending approval are scripts too, without the prelude: they touch no record, only the
-//! approval's key and the index of approvals.
+//! approval's key (the index of approvals, in another slot, is written around them).
 //!
 //! What a script writes that Rust also knows (the `last_error` of an orphan turned Unknown)
 //! comes in as an argument, never as a copy of the text in Lua: the text is written once, in
