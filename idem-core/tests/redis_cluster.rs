@@ -331,3 +331,178 @@ async fn a_cluster_needs_a_node() {
         Err(StoreError::Unavailable(why)) if why.contains("no Redis Cluster node")
     ));
 }
+
+/// A cluster of three primaries with a replica each, started by `scripts/redis-cluster` in
+/// a temporary directory and stopped (by pid) when dropped.
+struct PrivateCluster {
+    dir: tempfile::TempDir,
+    nodes: Vec<String>,
+}
+
+impl PrivateCluster {
+    fn script() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/redis-cluster")
+    }
+
+    fn start() -> PrivateCluster {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let out = std::process::Command::new("bash")
+            .arg(Self::script())
+            .arg("start")
+            .arg(dir.path())
+            .arg("1")
+            .output()
+            .expect("scripts/redis-cluster runs");
+        assert!(
+            out.status.success(),
+            "the cluster starts: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let nodes = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        PrivateCluster { dir, nodes }
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(Self::script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// The URL of the replica of the primary that owns `name`'s slot, from `CLUSTER NODES`.
+async fn replica_of_owner(nodes: &[String], name: &str) -> String {
+    let slot = slot_of(&nodes[0], name).await;
+    let table: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut raw(&nodes[0]).await)
+        .await
+        .expect("CLUSTER NODES");
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let owns = |row: &Vec<&str>| {
+        row.iter().skip(8).any(|range| {
+            let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+            matches!((lo.parse::<i64>(), hi.parse::<i64>()), (Ok(lo), Ok(hi)) if lo <= slot && slot <= hi)
+        })
+    };
+    let primary = rows
+        .iter()
+        .find(|row| row.len() > 8 && row[2].contains("master") && owns(row))
+        .expect("a primary owns the slot");
+    let replica = rows
+        .iter()
+        .find(|row| row.len() > 3 && row[2].contains("slave") && row[3] == primary[0])
+        .expect("the primary has a replica");
+    let address = replica[1].split('@').next().expect("an address");
+    format!("redis://{address}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_follows_a_failover() {
+    if !support::redis_server::available("the_store_follows_a_failover") {
+        return;
+    }
+    let cluster = PrivateCluster::start();
+    assert_eq!(cluster.nodes.len(), 6, "{:?}", cluster.nodes);
+    // Every write waits for the replica of its primary, so the failover below loses none.
+    let options = RedisOptions::new().wait_for_replicas(1, Duration::from_secs(2));
+    let store = RedisStore::connect_cluster_with(&cluster.nodes, "failover", options)
+        .await
+        .expect("connect");
+    let lease = Duration::from_secs(60);
+
+    let done = record_key("failover-done");
+    let fence = acquire(&store, &claim_request(&done, lease, OrphanPolicy::TakeOver)).await;
+    store
+        .complete(
+            &done,
+            fence,
+            &idem_core::Outcome::success(&json!("sent")),
+            Duration::from_secs(3600),
+        )
+        .await
+        .expect("complete");
+    let held = record_key("failover-held");
+    let held_fence = acquire(&store, &claim_request(&held, lease, OrphanPolicy::TakeOver)).await;
+
+    // The replica of the primary that owns `done` takes over, by the operator's hand.
+    let replica = replica_of_owner(&cluster.nodes, &format!("failover:{{{done}}}:rec")).await;
+    let mut conn = raw(&replica).await;
+    let _: String = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query_async(&mut conn)
+        .await
+        .expect("CLUSTER FAILOVER");
+    let mut promoted = false;
+    for _ in 0..200 {
+        let role: Vec<redis::Value> = redis::cmd("ROLE")
+            .query_async(&mut conn)
+            .await
+            .expect("ROLE");
+        if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") {
+            promoted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(promoted, "the replica at {replica} became a primary");
+
+    // The store finds the record on the new primary (the old one answers MOVED)...
+    let record = store.get(&done).await.expect("get").expect("the record");
+    assert_eq!(record.state.kind(), StateKind::Completed);
+    match store
+        .claim(&claim_request(&done, lease, OrphanPolicy::TakeOver))
+        .await
+        .expect("claim")
+    {
+        idem_core::Claim::Existing(r) => assert_eq!(r.state.kind(), StateKind::Completed),
+        other => panic!("a duplicate replays, got {other:?}"),
+    }
+    // ...a holder from before the failover records under its fence...
+    store
+        .complete(
+            &held,
+            held_fence,
+            &idem_core::Outcome::success(&json!(1)),
+            Duration::from_secs(3600),
+        )
+        .await
+        .expect("the holder records after the failover");
+    // ...and new keys on every primary are claimed and completed.
+    for i in 0..12 {
+        let k = record_key(&format!("after-failover-{i}"));
+        let f = acquire(&store, &claim_request(&k, lease, OrphanPolicy::TakeOver)).await;
+        store
+            .complete(
+                &k,
+                f,
+                &idem_core::Outcome::success(&json!(i)),
+                Duration::from_secs(3600),
+            )
+            .await
+            .expect("complete after the failover");
+    }
+    let listed = store
+        .list(ListFilter {
+            state: Some(StateKind::Completed),
+            tenant: None,
+            limit: 100,
+        })
+        .await
+        .expect("list");
+    assert_eq!(
+        listed.len(),
+        14,
+        "every record, on the primaries as they are now"
+    );
+}

@@ -175,13 +175,13 @@ impl RedisBackend {
         &self,
         keys: &[(RecordKeys, RecordKey)],
     ) -> Result<Vec<(Timestamp, Option<Record>)>, StoreError> {
-        if keys.len() <= 1 || !self.conn.is_cluster() {
+        if !self.conn.is_cluster() {
             let (now, records) = self.read_together(keys).await?;
             return Ok(records.into_iter().map(|r| (now, r)).collect());
         }
         // Collected first: a stream over a closure is not `Send` for every lifetime, which the
         // `Store` futures must be.
-        let reads: Vec<_> = keys.chunks(1).map(|one| self.read_together(one)).collect();
+        let reads: Vec<_> = keys.chunks(1).map(|one| self.read_alone(one)).collect();
         let reads: Vec<_> = stream::iter(reads)
             .buffered(CONCURRENT_READS)
             .try_collect()
@@ -192,8 +192,7 @@ impl RedisBackend {
             .collect())
     }
 
-    /// Read records in one atomic step (a `MULTI` with `TIME`): in a cluster, only records
-    /// of one slot.
+    /// Read records in one atomic step (a `MULTI` with `TIME`), on a single server.
     async fn read_together(
         &self,
         keys: &[(RecordKeys, RecordKey)],
@@ -211,20 +210,27 @@ impl RedisBackend {
                 pipe.query_async(&mut conn).await
             })
             .await?;
-        let mut values = values.into_iter();
-        let now = values
-            .next()
-            .as_ref()
-            .and_then(server_time)
-            .ok_or_else(|| StoreError::Unavailable("Redis TIME gave no time".into()))?;
-        let mut records = Vec::with_capacity(keys.len());
-        for (_, key) in keys {
-            let (Some(hash), Some(steps)) = (values.next(), values.next()) else {
-                return Err(StoreError::corrupt(key, "short reply to a record read"));
-            };
-            records.push(decode_record(key, &hash, &steps)?);
+        decode_read(keys, values)
+    }
+
+    /// Read the record of `one` (a slice of one) atomically with a script, in a cluster: the
+    /// client sends a script answered `MOVED` on to the new primary, not a `MULTI`.
+    async fn read_alone(
+        &self,
+        one: &[(RecordKeys, RecordKey)],
+    ) -> Result<(Timestamp, Vec<Option<Record>>), StoreError> {
+        let mut invocation = self.scripts.read.prepare_invoke();
+        for (k, _) in one {
+            invocation.key(&k.rec).key(&k.steps);
         }
-        Ok((now, records))
+        let invocation = &invocation;
+        let values: Vec<Value> = self
+            .conn
+            .call(Resend::AfterDrop, move |mut conn| async move {
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        decode_read(one, values)
     }
 
     /// A walk over the store's records: on every primary of a cluster (as the client's slot
@@ -459,4 +465,25 @@ impl RedisBackend {
         };
         unconfirmed.error(key, "the claim", &consequence)
     }
+}
+
+/// The reply of a read: the server's `TIME`, then each record's hash and steps.
+fn decode_read(
+    keys: &[(RecordKeys, RecordKey)],
+    values: Vec<Value>,
+) -> Result<(Timestamp, Vec<Option<Record>>), StoreError> {
+    let mut values = values.into_iter();
+    let now = values
+        .next()
+        .as_ref()
+        .and_then(server_time)
+        .ok_or_else(|| StoreError::Unavailable("Redis TIME gave no time".into()))?;
+    let mut records = Vec::with_capacity(keys.len());
+    for (_, key) in keys {
+        let (Some(hash), Some(steps)) = (values.next(), values.next()) else {
+            return Err(StoreError::corrupt(key, "short reply to a record read"));
+        };
+        records.push(decode_record(key, &hash, &steps)?);
+    }
+    Ok((now, records))
 }

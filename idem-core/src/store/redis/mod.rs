@@ -161,7 +161,8 @@
 //!   `{K}`, so they live in one slot, on one primary. Every script touches only them and runs
 //!   atomically on that primary: each decision of the state machine is as atomic as on one
 //!   server. Reads of several records are never sent as one command: each record is read on
-//!   its own (`HGETALL` and `LRANGE` in one `MULTI`, with the `TIME` of its primary), a few at
+//!   its own, by a read-only script (its hash, its steps and the `TIME` of its primary,
+//!   atomically: a `MULTI` answered `MOVED` is not sent on by the client, a script is), a few at
 //!   once. The index of pending approvals is the one key outside any record's slot, written
 //!   by its own commands (see the key layout).
 //! - **Redirects and failover are the client's.** `MOVED` and `ASK` (a slot migrating) are
