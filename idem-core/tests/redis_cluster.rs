@@ -323,6 +323,52 @@ async fn wait_for_replicas_reaches_the_primary_of_the_record() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_one_evicting_primary_is_refused() {
+    if !support::redis_server::available("a_cluster_with_one_evicting_primary_is_refused") {
+        return;
+    }
+    let cluster = PrivateCluster::start(0);
+    let _: String = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query_async(&mut raw(&cluster.nodes[2]).await)
+        .await
+        .expect("CONFIG SET on one primary");
+    let port = cluster.nodes[2].rsplit(':').next().expect("a port");
+    match RedisStore::connect_cluster(&cluster.nodes, "evict").await {
+        Err(StoreError::Unavailable(why)) => {
+            assert!(why.contains("allkeys-lru"), "{why}");
+            assert!(why.contains(port), "the message names the primary: {why}");
+        }
+        other => panic!("expected the evicting primary to be refused, got {other:?}"),
+    }
+    // The operator's word skips the check.
+    RedisStore::connect_cluster_with(
+        &cluster.nodes,
+        "evict",
+        RedisOptions::new().assume_noeviction(),
+    )
+    .await
+    .expect("connect when the policy is asserted");
+}
+
+#[tokio::test]
+async fn a_closed_port_is_unavailable() {
+    // No server needed: nothing listens on port 1.
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(30),
+        RedisStore::connect_cluster(&["redis://127.0.0.1:1"], "app"),
+    )
+    .await
+    .expect("connect gives up within its budget");
+    assert!(
+        matches!(attempt, Err(StoreError::Unavailable(_))),
+        "{attempt:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_cluster_needs_a_node() {
     let none: [&str; 0] = [];
@@ -332,8 +378,8 @@ async fn a_cluster_needs_a_node() {
     ));
 }
 
-/// A cluster of three primaries with a replica each, started by `scripts/redis-cluster` in
-/// a temporary directory and stopped (by pid) when dropped.
+/// A cluster of three primaries with `replicas` replicas each, started by
+/// `scripts/redis-cluster` in a temporary directory and stopped (by pid) when dropped.
 struct PrivateCluster {
     dir: tempfile::TempDir,
     nodes: Vec<String>,
@@ -344,13 +390,13 @@ impl PrivateCluster {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/redis-cluster")
     }
 
-    fn start() -> PrivateCluster {
+    fn start(replicas: u32) -> PrivateCluster {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let out = std::process::Command::new("bash")
             .arg(Self::script())
             .arg("start")
             .arg(dir.path())
-            .arg("1")
+            .arg(replicas.to_string())
             .output()
             .expect("scripts/redis-cluster runs");
         assert!(
@@ -412,7 +458,7 @@ async fn the_store_follows_a_failover() {
     if !support::redis_server::available("the_store_follows_a_failover") {
         return;
     }
-    let cluster = PrivateCluster::start();
+    let cluster = PrivateCluster::start(1);
     assert_eq!(cluster.nodes.len(), 6, "{:?}", cluster.nodes);
     // Every write waits for the replica of its primary, so the failover below loses none.
     let options = RedisOptions::new().wait_for_replicas(1, Duration::from_secs(2));
