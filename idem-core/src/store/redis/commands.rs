@@ -129,6 +129,10 @@ impl RedisBackend {
                 (reply, None)
             }
             Some(acks) => {
+                // In a cluster the pipeline goes where its keyed command goes (redis-rs routes
+                // a pipeline by its first command with a slot; `WAIT`, keyless, would alone go
+                // to every primary), on that node's one connection; a `MOVED` answer to the
+                // script sends the whole pipeline on to the new primary.
                 let mut pipe = redis::pipe();
                 pipe.invoke_script(invocation)
                     .cmd("WAIT")
