@@ -19,8 +19,9 @@
 //! and prints every result; the parent compares them with the ledger file the downstream
 //! service wrote.
 //!
-//! Redis and PostgreSQL cells need `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL`; without them those
-//! tests say why they are skipped, unless `IDEM_REQUIRE_SERVICES=1` makes that a failure.
+//! Redis, Redis Cluster and PostgreSQL cells need `IDEM_REDIS_URL`, `IDEM_REDIS_CLUSTER_URL` /
+//! `IDEM_POSTGRES_URL`; without them those tests say why they are skipped, unless
+//! `IDEM_REQUIRE_SERVICES=1` makes that a failure.
 
 mod support;
 
@@ -574,6 +575,22 @@ fn crash_matrix_redis() {
         store: "redis",
         scope: prefixes.fresh("idem-crash"),
         url: Some(url),
+    });
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn crash_matrix_redis_cluster() {
+    use support::redis_keys::redis_cluster_prefixes;
+    use support::services::{REDIS_CLUSTER_URL, service_url};
+    let Some(urls) = service_url(REDIS_CLUSTER_URL, "crash_matrix_redis_cluster") else {
+        return;
+    };
+    let prefixes = redis_cluster_prefixes(&urls);
+    run_matrix(Target {
+        store: "redis-cluster",
+        scope: prefixes.fresh("idem-crash"),
+        url: Some(urls),
     });
 }
 

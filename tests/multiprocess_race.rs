@@ -8,8 +8,9 @@
 //! wait for a start signal (a file the parent creates once all are ready), then race; each
 //! prints its callers' results, which the parent compares.
 //!
-//! Redis and PostgreSQL need `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL`; without them those tests
-//! say why they are skipped, unless `IDEM_REQUIRE_SERVICES=1` makes that a failure.
+//! Redis, a Redis Cluster and PostgreSQL need `IDEM_REDIS_URL`, `IDEM_REDIS_CLUSTER_URL` /
+//! `IDEM_POSTGRES_URL`; without them those tests say why they are skipped, unless
+//! `IDEM_REQUIRE_SERVICES=1` makes that a failure.
 
 mod support;
 
@@ -307,6 +308,18 @@ fn race_redis() {
     };
     let prefixes = redis_prefixes(&url);
     race("redis", Some(&url), &prefixes.fresh("idem-race"));
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn race_redis_cluster() {
+    use support::redis_keys::redis_cluster_prefixes;
+    use support::services::{REDIS_CLUSTER_URL, service_url};
+    let Some(urls) = service_url(REDIS_CLUSTER_URL, "race_redis_cluster") else {
+        return;
+    };
+    let prefixes = redis_cluster_prefixes(&urls);
+    race("redis-cluster", Some(&urls), &prefixes.fresh("idem-race"));
 }
 
 #[cfg(feature = "postgres")]

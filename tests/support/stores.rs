@@ -1,5 +1,6 @@
 //! The durable stores by name, for a child process told which one to open: SQLite by its
-//! file, Redis and PostgreSQL by their URL and the prefix or schema of the run.
+//! file, Redis and PostgreSQL by their URL and the prefix or schema of the run, a Redis
+//! Cluster by its nodes' URLs, comma-separated.
 
 use std::sync::Arc;
 #[cfg(feature = "postgres")]
@@ -7,7 +8,8 @@ use std::time::Duration;
 
 use idem::Store;
 
-/// Open a store by name: `target` is the SQLite path or the server URL, `scope` the Redis
+/// Open a store by name: `target` is the SQLite path, the server URL or the cluster's node
+/// URLs, `scope` the Redis
 /// prefix or PostgreSQL schema, `connections` the PostgreSQL pool size.
 #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
 pub async fn open_store(
@@ -25,6 +27,15 @@ pub async fn open_store(
                 .await
                 .expect("connect to Redis"),
         ),
+        #[cfg(feature = "redis")]
+        "redis-cluster" => {
+            let nodes: Vec<&str> = target.split(',').map(str::trim).collect();
+            Arc::new(
+                idem::store::redis::RedisStore::connect_cluster(&nodes, scope)
+                    .await
+                    .expect("connect to the Redis Cluster"),
+            )
+        }
         #[cfg(feature = "postgres")]
         "postgres" => Arc::new(
             idem::store::postgres::PostgresStore::from_pool(small_pool(target, connections), scope)

@@ -44,10 +44,12 @@ pub(crate) fn state_kind(name: &str) -> Option<StateKind> {
 }
 
 /// The journal of a record with no steps, as JSON (`serde_json` writes an empty list so).
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) const NO_STEPS: &str = "[]";
 
 /// A journal as the JSON text the SQL stores keep; most records have none, and cost no
 /// allocation.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn steps_json(steps: &[JournalEntry]) -> Result<Cow<'static, str>, String> {
     if steps.is_empty() {
         return Ok(Cow::Borrowed(NO_STEPS));
@@ -58,6 +60,7 @@ pub(crate) fn steps_json(steps: &[JournalEntry]) -> Result<Cow<'static, str>, St
 }
 
 /// A journal read back from [`steps_json`]'s text.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn steps_from_json(text: &str) -> Result<Vec<JournalEntry>, String> {
     match text {
         // What `steps_json` writes for a call that journaled nothing: most records.
@@ -78,6 +81,7 @@ pub(crate) fn outcome_json(key: &RecordKey, outcome: &Outcome) -> Result<String,
 /// An instant as a signed 64-bit integer (SQLite's integers). Instants past `i64::MAX` ms
 /// (only reachable through a saturated "forever" TTL or lease) become `i64::MAX`, still
 /// hundreds of millions of years away.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn signed_millis(t: Timestamp) -> i64 {
     i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
 }

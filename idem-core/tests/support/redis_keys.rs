@@ -25,6 +25,26 @@ pub fn redis_prefixes(url: &str) -> Scratch {
     Scratch::new(url, delete_prefixes)
 }
 
+/// The prefixes one test writes under on the Redis Cluster whose nodes are `urls`
+/// (comma-separated); dropping this deletes their keys on every node.
+pub fn redis_cluster_prefixes(urls: &str) -> Scratch {
+    Scratch::new(urls, delete_cluster_prefixes)
+}
+
+fn delete_cluster_prefixes(urls: &str, prefixes: &[String]) -> Result<(), String> {
+    for url in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        for prefix in prefixes {
+            match delete_prefix(url, prefix) {
+                Ok(n) => eprintln!("deleted {n} Redis keys under {prefix} on {url}"),
+                // A replica holds copies of its primary's keys, deleted there.
+                Err(e) if e.contains("READONLY") => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
 fn delete_prefixes(url: &str, prefixes: &[String]) -> Result<(), String> {
     for prefix in prefixes {
         let n = delete_prefix(url, prefix)?;

@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The variable naming the shared Redis server.
 pub const REDIS_URL: &str = "IDEM_REDIS_URL";
+/// The variable naming a Redis Cluster: its nodes' URLs, comma-separated
+/// (`scripts/redis-cluster start DIR` prints them).
+pub const REDIS_CLUSTER_URL: &str = "IDEM_REDIS_CLUSTER_URL";
 /// The variable naming the shared PostgreSQL server.
 pub const POSTGRES_URL: &str = "IDEM_POSTGRES_URL";
 

@@ -3,16 +3,30 @@
 //! with the server's clock, one `SCAN` step, the reads of pending approvals, and giving back
 //! a claim the replicas did not acknowledge.
 
+use futures_util::{StreamExt, TryStreamExt, stream};
 use redis::{ErrorKind, Script, ServerErrorKind, Value};
 
 use super::RedisBackend;
+use super::cluster::{self, Node};
 use super::codec::{approval_value, decode_record, millis, server_time, text};
-use super::connection::Resend;
+use super::connection::{Conn, Resend};
 use super::keys::{RecordKeys, SCAN_COUNT, approval_index, glob_escape};
 use super::replicas::{Unconfirmed, wrote};
 use crate::key::RecordKey;
 use crate::record::{Fence, Record, Timestamp};
 use crate::store::StoreError;
+
+/// Reads sent at once in a cluster, where each record is read on its own: a read of several
+/// records would cross slots.
+const CONCURRENT_READS: usize = 32;
+
+/// Where a `SCAN` of the store's records has got to: the nodes still to walk (every primary
+/// of a cluster, each with its own keys; `None` for a single server), and the cursor on the
+/// first of them.
+pub(super) struct Walk {
+    nodes: Vec<Option<Node>>,
+    cursor: u64,
+}
 
 impl RedisBackend {
     pub(super) fn keys(&self, key: &RecordKey) -> RecordKeys {
@@ -115,6 +129,10 @@ impl RedisBackend {
                 (reply, None)
             }
             Some(acks) => {
+                // In a cluster the pipeline goes where its keyed command goes (redis-rs routes
+                // a pipeline by its first command with a slot; `WAIT`, keyless, would alone go
+                // to every primary), on that node's one connection; a `MOVED` answer to the
+                // script sends the whole pipeline on to the new primary.
                 let mut pipe = redis::pipe();
                 pipe.invoke_script(invocation)
                     .cmd("WAIT")
@@ -154,8 +172,32 @@ impl RedisBackend {
         Ok((status, items, unconfirmed))
     }
 
-    /// Read records atomically, with the server time of the read.
+    /// Read records, each with the server time of its read: on a single server all in one
+    /// atomic step with one clock; in a cluster each record atomically with the clock of the
+    /// primary that owns it (the clock its scripts decide by), a few records at once.
     pub(super) async fn read(
+        &self,
+        keys: &[(RecordKeys, RecordKey)],
+    ) -> Result<Vec<(Timestamp, Option<Record>)>, StoreError> {
+        if !self.conn.is_cluster() {
+            let (now, records) = self.read_together(keys).await?;
+            return Ok(records.into_iter().map(|r| (now, r)).collect());
+        }
+        // Collected first: a stream over a closure is not `Send` for every lifetime, which the
+        // `Store` futures must be.
+        let reads: Vec<_> = keys.chunks(1).map(|one| self.read_alone(one)).collect();
+        let reads: Vec<_> = stream::iter(reads)
+            .buffered(CONCURRENT_READS)
+            .try_collect()
+            .await?;
+        Ok(reads
+            .into_iter()
+            .flat_map(|(now, records)| records.into_iter().map(move |r| (now, r)))
+            .collect())
+    }
+
+    /// Read records in one atomic step (a `MULTI` with `TIME`), on a single server.
+    async fn read_together(
         &self,
         keys: &[(RecordKeys, RecordKey)],
     ) -> Result<(Timestamp, Vec<Option<Record>>), StoreError> {
@@ -172,26 +214,73 @@ impl RedisBackend {
                 pipe.query_async(&mut conn).await
             })
             .await?;
-        let mut values = values.into_iter();
-        let now = values
-            .next()
-            .as_ref()
-            .and_then(server_time)
-            .ok_or_else(|| StoreError::Unavailable("Redis TIME gave no time".into()))?;
-        let mut records = Vec::with_capacity(keys.len());
-        for (_, key) in keys {
-            let (Some(hash), Some(steps)) = (values.next(), values.next()) else {
-                return Err(StoreError::corrupt(key, "short reply to a record read"));
-            };
-            records.push(decode_record(key, &hash, &steps)?);
-        }
-        Ok((now, records))
+        decode_read(keys, values)
     }
 
-    /// One `SCAN` step over this store's record hashes: the next cursor, and the keys of the
-    /// records found.
-    pub(super) async fn scan(
+    /// Read the record of `one` (a slice of one) atomically with a script, in a cluster: the
+    /// client sends a script answered `MOVED` on to the new primary, not a `MULTI`.
+    async fn read_alone(
         &self,
+        one: &[(RecordKeys, RecordKey)],
+    ) -> Result<(Timestamp, Vec<Option<Record>>), StoreError> {
+        let mut invocation = self.scripts.read.prepare_invoke();
+        for (k, _) in one {
+            invocation.key(&k.rec).key(&k.steps);
+        }
+        let invocation = &invocation;
+        let values: Vec<Value> = self
+            .conn
+            .call(Resend::AfterDrop, move |mut conn| async move {
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        decode_read(one, values)
+    }
+
+    /// A walk over the store's records: on every primary of a cluster (as the client's slot
+    /// map has them now), else on the one server.
+    pub(super) async fn walk(&self) -> Result<Walk, StoreError> {
+        let mut nodes: Vec<Option<Node>> = self
+            .conn
+            .call(Resend::AfterDrop, |conn| async move {
+                match conn {
+                    Conn::Server(_) => Ok(vec![None]),
+                    Conn::Cluster(mut conn) => Ok(cluster::primaries(&mut conn)
+                        .await?
+                        .into_iter()
+                        .map(Some)
+                        .collect()),
+                }
+            })
+            .await?;
+        // Walked from the end.
+        nodes.reverse();
+        Ok(Walk { nodes, cursor: 0 })
+    }
+
+    /// The records of the next `SCAN` step of `walk`, or `None` once every node is walked.
+    /// A record may come more than once (`SCAN` may return a key twice; a slot that moves
+    /// during the walk is scanned on both nodes).
+    pub(super) async fn next_page(
+        &self,
+        walk: &mut Walk,
+    ) -> Result<Option<Vec<(RecordKeys, RecordKey)>>, StoreError> {
+        let Some(node) = walk.nodes.last() else {
+            return Ok(None);
+        };
+        let (next, keys) = self.scan(node.as_ref(), walk.cursor).await?;
+        walk.cursor = next;
+        if next == 0 {
+            walk.nodes.pop();
+        }
+        Ok(Some(keys))
+    }
+
+    /// One `SCAN` step over this store's record hashes on `node` (`None`: the one server):
+    /// the next cursor, and the keys of the records found.
+    async fn scan(
+        &self,
+        node: Option<&Node>,
         cursor: u64,
     ) -> Result<(u64, Vec<(RecordKeys, RecordKey)>), StoreError> {
         let pattern = format!("{}:{{*}}:rec", glob_escape(&self.prefix));
@@ -205,7 +294,7 @@ impl RedisBackend {
         let (next, names): (u64, Vec<String>) = self
             .conn
             .call(Resend::AfterDrop, move |mut conn| async move {
-                scan.query_async(&mut conn).await
+                conn.query_on(scan, node).await
             })
             .await?;
         let keys = names
@@ -249,8 +338,40 @@ impl RedisBackend {
         Ok(members.into_iter().map(RecordKey::from_stored).collect())
     }
 
-    /// The texts of the pending approvals under `keys` (at most a few hundred: one `MGET`),
-    /// leaving out the keys that have none.
+    /// Add `key` to the index of pending approvals: before its entry is written, so that no
+    /// entry exists unindexed. A separate command, not part of the swap: the index is in
+    /// another slot than the entry. Adding twice changes nothing, so it may be sent again.
+    pub(super) async fn index_approval(&self, key: &RecordKey) -> Result<(), StoreError> {
+        self.index_command("SADD", key).await
+    }
+
+    /// Take `key` out of the index after its entry was deleted; if an entry is back already
+    /// (a new request for the key came between the deletion and this), put it back in, so
+    /// that it is listed.
+    pub(super) async fn unindex_approval(&self, key: &RecordKey) -> Result<(), StoreError> {
+        self.index_command("SREM", key).await?;
+        if self.read_approval(key).await?.is_some() {
+            self.index_approval(key).await?;
+        }
+        Ok(())
+    }
+
+    async fn index_command(&self, command: &str, key: &RecordKey) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd(command);
+        cmd.arg(approval_index(&self.prefix)).arg(key.as_str());
+        let cmd = &cmd;
+        let _: Value = self
+            .conn
+            .call(Resend::AfterDrop, move |mut conn| async move {
+                cmd.query_async(&mut conn).await
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// The texts of the pending approvals under `keys` (at most a few hundred: one `MGET` on
+    /// a single server, a `GET` each in a cluster), leaving out the keys that have none (an
+    /// index member whose swap failed, or whose entry is being removed).
     pub(super) async fn read_approvals(
         &self,
         keys: &[RecordKey],
@@ -258,6 +379,19 @@ impl RedisBackend {
         if keys.is_empty() {
             // `MGET` without a key is a syntax error.
             return Ok(Vec::new());
+        }
+        if self.conn.is_cluster() {
+            // One `GET` each: the entries are in their records' slots.
+            let reads: Vec<_> = keys.iter().map(|k| self.read_approval(k)).collect();
+            let texts: Vec<Option<String>> = stream::iter(reads)
+                .buffered(CONCURRENT_READS)
+                .try_collect()
+                .await?;
+            return Ok(keys
+                .iter()
+                .zip(texts)
+                .filter_map(|(key, text)| text.map(|t| (key.clone(), t)))
+                .collect());
         }
         let mut mget = redis::cmd("MGET");
         for key in keys {
@@ -335,4 +469,25 @@ impl RedisBackend {
         };
         unconfirmed.error(key, "the claim", &consequence)
     }
+}
+
+/// The reply of a read: the server's `TIME`, then each record's hash and steps.
+fn decode_read(
+    keys: &[(RecordKeys, RecordKey)],
+    values: Vec<Value>,
+) -> Result<(Timestamp, Vec<Option<Record>>), StoreError> {
+    let mut values = values.into_iter();
+    let now = values
+        .next()
+        .as_ref()
+        .and_then(server_time)
+        .ok_or_else(|| StoreError::Unavailable("Redis TIME gave no time".into()))?;
+    let mut records = Vec::with_capacity(keys.len());
+    for (_, key) in keys {
+        let (Some(hash), Some(steps)) = (values.next(), values.next()) else {
+            return Err(StoreError::corrupt(key, "short reply to a record read"));
+        };
+        records.push(decode_record(key, &hash, &steps)?);
+    }
+    Ok((now, records))
 }

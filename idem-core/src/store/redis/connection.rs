@@ -1,19 +1,25 @@
-//! The Redis store's connection: one multiplexed connection manager, replaced after a
-//! command timed out on it; when a failed command may be sent again; the connect-time check
-//! that the server never evicts keys.
+//! The Redis store's connection: one multiplexed connection manager to one server, or one
+//! cluster connection (`cluster.rs`), replaced after a command timed out on it; when a failed
+//! command may be sent again; the connect-time check that the server (every primary of a
+//! cluster) never evicts keys.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
 
-use super::codec::text;
+use super::cluster::{self, Node};
+use super::codec::{millis, text};
 use crate::store::StoreError;
 
-pub(super) const CONNECT_BUDGET: Duration = Duration::from_secs(10);
+const CONNECT_BUDGET: Duration = Duration::from_secs(10);
 /// One connection attempt.
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// One command; a 1 MiB outcome on a busy server must fit in it. A connection on which a
 /// command timed out is replaced (see [`Connection`]).
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -28,30 +34,92 @@ pub(super) fn manager_config() -> ConnectionManagerConfig {
         .set_number_of_retries(RECONNECT_RETRIES)
 }
 
-/// The store's connection manager, and a fresh one after a command timed out.
+/// A connection to one server, or to a cluster (commands routed by their keys' slots, `MOVED`
+/// and `ASK` followed, the topology refreshed after a failover: see `cluster.rs`). Both are
+/// cheap handles on one multiplexed connection (per node, in a cluster).
+#[derive(Clone)]
+pub(super) enum Conn {
+    Server(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Run `cmd` on `node` (a cluster primary, by address), or as routed by its keys when
+    /// `node` is `None` (a single server has only one node).
+    pub(super) async fn query_on<T: redis::FromRedisValue>(
+        &mut self,
+        cmd: &Cmd,
+        node: Option<&Node>,
+    ) -> RedisResult<T> {
+        match (self, node) {
+            (Conn::Cluster(conn), Some(node)) => {
+                let value = conn.route_command(cmd.clone(), node.routing()).await?;
+                Ok(redis::from_redis_value(value)?)
+            }
+            (conn, _) => cmd.query_async(conn).await,
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Server(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Server(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Server(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// How to make the next connection after a timeout.
+pub(super) enum Maker {
+    Server(redis::Client),
+    Cluster(Box<ClusterClient>),
+}
+
+/// The store's connection, and a fresh one after a command timed out.
 ///
 /// The manager reconnects by itself only when its connection drops. A connection that stays
 /// open but answers nothing (a hung server, a flow dropped by a firewall without a reset)
 /// makes each command wait for the response timeout and fail, for as long as the socket
-/// stays open. So after a timeout the store replaces the manager with a new one that connects
+/// stays open; a cluster connection does not replace a node's connection after a timeout
+/// either. So after a timeout the store replaces the connection with a new one that connects
 /// on first use; operations still in flight on the old one finish or time out on it, and it
 /// is closed when the last of them lets go.
 pub(super) struct Connection {
     current: Mutex<Current>,
-    /// How to make a new manager; `None` for a manager the caller built
+    /// How to make a new connection; `None` for a manager the caller built
     /// ([`RedisStore::from_manager`]), which is kept.
-    client: Option<redis::Client>,
+    client: Option<Maker>,
 }
 
 struct Current {
     /// Counts replacements, so the many operations that time out on one silent connection
     /// replace it once.
     generation: u64,
-    manager: ConnectionManager,
+    manager: Conn,
 }
 
 impl Connection {
-    pub(super) fn new(manager: ConnectionManager, client: Option<redis::Client>) -> Self {
+    pub(super) fn new(manager: Conn, client: Option<Maker>) -> Self {
         Connection {
             current: Mutex::new(Current {
                 generation: 0,
@@ -61,14 +129,19 @@ impl Connection {
         }
     }
 
+    /// Whether the store talks to a cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self.lock().manager, Conn::Cluster(_))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
         // `Current` is updated only once a new manager exists, so it is consistent even if a
         // thread panicked while holding the lock.
         self.current.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The current manager (a cheap handle on it) and its generation.
-    pub(super) fn manager(&self) -> (u64, ConnectionManager) {
+    /// The current connection (a cheap handle on it) and its generation.
+    pub(super) fn manager(&self) -> (u64, Conn) {
         let current = self.lock();
         (current.generation, current.manager.clone())
     }
@@ -88,9 +161,17 @@ impl Connection {
         }
         // Connects lazily: nothing waits on the server under the lock. It fails only on a
         // configuration the first manager was built with already.
-        if let Ok(manager) =
-            ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
-        {
+        let fresh = match client {
+            Maker::Server(client) => {
+                ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
+                    .map(Conn::Server)
+                    .ok()
+            }
+            Maker::Cluster(client) => Some(Conn::Cluster(
+                client.get_pending_async_connection_with_config(cluster::config()),
+            )),
+        };
+        if let Some(manager) = fresh {
             current.manager = manager;
             current.generation += 1;
         }
@@ -112,7 +193,7 @@ impl Connection {
         operation: F,
     ) -> Result<T, StoreError>
     where
-        F: Fn(ConnectionManager) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         let (generation, conn) = self.manager();
@@ -133,36 +214,57 @@ impl Connection {
 
     /// Refuse a server that may evict keys: eviction deletes InProgress records (a second
     /// worker acquires a key while the first still runs), completed records and fence
-    /// counters (a call runs again, a stale holder's fence is handed out again).
+    /// counters (a call runs again, a stale holder's fence is handed out again). A cluster
+    /// answers per node: every primary is asked, and each must say `noeviction`.
     pub(super) async fn check_eviction_policy(&self) -> Result<(), StoreError> {
-        let reply: RedisResult<Value> = {
-            let (generation, mut conn) = self.manager();
-            let reply = redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("maxmemory-policy")
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg("maxmemory-policy");
+        let (generation, conn) = self.manager();
+        let replies: RedisResult<Vec<(String, Value)>> = match conn {
+            Conn::Server(mut conn) => get
                 .query_async(&mut conn)
-                .await;
-            if let Err(e) = &reply {
-                self.failed(generation, e);
+                .await
+                .map(|reply| vec![(String::new(), reply)]),
+            Conn::Cluster(mut conn) => cluster::on_every_primary(&mut conn, &get).await,
+        };
+        let replies = match replies {
+            Ok(replies) => replies,
+            Err(e) => {
+                self.failed(generation, &e);
+                return Err(match refused(&e) {
+                    true => policy_unknown(&e.to_string()),
+                    false => unavailable(e),
+                });
             }
-            reply
         };
-        let reply = match reply {
-            Ok(v) => v,
-            Err(e) if refused(&e) => return Err(policy_unknown(&e.to_string())),
-            Err(e) => return Err(unavailable(e)),
-        };
-        match config_value(&reply, "maxmemory-policy") {
-            Some(policy) if policy == "noeviction" => Ok(()),
-            Some(policy) => Err(StoreError::Unavailable(format!(
-                "Redis may evict keys: its maxmemory-policy is `{policy}`, and an evicted \
-                 record lets a second worker run a call that is still running, or run a \
-                 completed one again. Set it to `noeviction`: `CONFIG SET maxmemory-policy \
-                 noeviction` (and `maxmemory-policy noeviction` in redis.conf so a restart \
-                 keeps it), or in the managed service's parameter group"
-            ))),
-            None => Err(policy_unknown("the reply named no such setting")),
+        for (node, reply) in &replies {
+            let at = match node.is_empty() {
+                true => String::new(),
+                false => format!(" (the cluster primary at {node})"),
+            };
+            if let Value::ServerError(e) = reply {
+                return Err(policy_unknown(&format!("{e:?}{at}")));
+            }
+            match config_value(reply, "maxmemory-policy") {
+                Some(policy) if policy == "noeviction" => {}
+                Some(policy) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "Redis may evict keys: its maxmemory-policy is `{policy}`{at}, and an \
+                         evicted record lets a second worker run a call that is still running, \
+                         or run a completed one again. Set it to `noeviction`: `CONFIG SET \
+                         maxmemory-policy noeviction` (and `maxmemory-policy noeviction` in \
+                         redis.conf so a restart keeps it; on every primary of a cluster), or in \
+                         the managed service's parameter group"
+                    )));
+                }
+                None => {
+                    return Err(policy_unknown(&format!(
+                        "the reply named no such setting{at}"
+                    )));
+                }
+            }
         }
+        Ok(())
     }
 }
 
@@ -226,4 +328,33 @@ fn config_value(reply: &Value, name: &str) -> Option<String> {
 /// Every Redis error means the store could not do the work: writes fail closed on it.
 pub(super) fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
+}
+
+/// A replica timeout must be shorter than the response timeout, or every write that waited
+/// for it would time out instead.
+pub(super) fn check_replica_timeout(options: &super::RedisOptions) -> Result<(), StoreError> {
+    match options.replicas {
+        Some(acks) if acks.timeout >= RESPONSE_TIMEOUT => Err(StoreError::Unavailable(format!(
+            "the replica timeout of {} ms is not shorter than the {} s response timeout: \
+             every write that waited for it would time out instead",
+            millis(acks.timeout),
+            RESPONSE_TIMEOUT.as_secs()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A first connection, given up after [`CONNECT_BUDGET`].
+pub(super) async fn within_budget<T>(
+    connecting: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(CONNECT_BUDGET, connecting)
+        .await
+        .map_err(|_| {
+            StoreError::Unavailable(format!(
+                "no answer from Redis within {}s",
+                CONNECT_BUDGET.as_secs()
+            ))
+        })?
+        .map_err(unavailable)
 }

@@ -40,9 +40,9 @@ impl RecordKeys {
 }
 
 /// The set of record keys that have a pending approval, which lists them. One key for the
-/// whole store, so unlike a record's keys it is not in the slot of any record: a script
-/// that adds to it, and the listing that reads it with the entries, span slots (as the
-/// `SCAN` of the records does).
+/// whole store, so unlike a record's keys it is not in the slot of any record: no script
+/// touches it with an entry (it is written by commands of its own, before a swap and after
+/// a removal), and the listing reads the entries one slot at a time.
 pub(super) fn approval_index(prefix: &str) -> String {
     format!("{prefix}:approvals")
 }

@@ -40,8 +40,11 @@
 //! Pending approvals ([`approvals`](crate::store::approvals)) are the string `P:{K}:approval`
 //! (the [`PendingApproval`](crate::store::approvals::PendingApproval) as JSON, in the record's
 //! slot) and the set `P:approvals` of the record keys that have one, which lists them. Neither
-//! expires. The set is one key for the whole store, in no record's slot: the swap that adds to
-//! it and the listing that reads it with the entries are not slot-local.
+//! expires. The set is one key for the whole store, in no record's slot, so no script touches
+//! it and an entry: a record key is added to the set by its own command before the swap that
+//! writes its entry (an entry is never unindexed), and taken out after the entry is deleted
+//! (and put back if a new entry came meanwhile). The listing skips a member without an entry
+//! (a swap that failed or lost its race, a removal under way).
 //!
 //! Timestamps are milliseconds since the Unix epoch on the server's clock, as decimal
 //! strings. A record written before tenants were kept has no `tenant` field and reads back
@@ -148,12 +151,48 @@
 //! O(keyspace) of the Redis database, not O(matching records). Run them from an operator tool
 //! or a periodic job, not on the request path.
 //!
+//! # Redis Cluster
+//!
+//! [`RedisStore::connect_cluster`] talks to a Redis Cluster through redis-rs's cluster
+//! client. The key layout is the same, so records read back the same in either mode. What
+//! holds there:
+//!
+//! - **One record, one slot.** A record's keys and its pending approval share the hash tag
+//!   `{K}`, so they live in one slot, on one primary. Every script touches only them and runs
+//!   atomically on that primary: each decision of the state machine is as atomic as on one
+//!   server. Reads of several records are never sent as one command: each record is read on
+//!   its own, by a read-only script (its hash, its steps and the `TIME` of its primary,
+//!   atomically: a `MULTI` answered `MOVED` is not sent on by the client, a script is), a few at
+//!   once. The index of pending approvals is the one key outside any record's slot, written
+//!   by its own commands (see the key layout).
+//! - **Redirects and failover are the client's.** `MOVED` and `ASK` (a slot migrating) are
+//!   followed; after a primary fails over, the client refreshes its slot map and sends the
+//!   request to the new primary, within the 5 s response timeout that bounds a request and
+//!   its retries. The client also re-sends a request after its connection to a node dropped,
+//!   which the single-server store never does for a state change: a script whose reply was
+//!   lost may run twice. That runs no call twice (a second claim finds the first's record and
+//!   reports it held; a second complete finds it settled), but the caller may be told of a
+//!   failure (`InProgress`, `Fenced`) for a write that was made.
+//! - **A failover loses what replication had not carried**, as under "Replication" above:
+//!   the primary acknowledged, the replica never got it. The fences hold as described
+//!   ("Fences"), given synchronised clocks: the new primary issues fences from its own clock.
+//! - **`WAIT` is per primary.** [`RedisOptions::wait_for_replicas`] sends `WAIT` in the same
+//!   pipeline as the script, routed with it to the primary that owns the record, on the same
+//!   connection: it counts that primary's replicas acknowledging that write. The index of
+//!   pending approvals, on another primary, is not waited for.
+//! - **Every primary answers for itself.** The eviction check asks each primary for its
+//!   `maxmemory-policy` at connect time (a primary added later is not asked). The operator
+//!   listings and the purge `SCAN` every primary in turn (the client's slot map at the start
+//!   of the walk) and read each record on its primary: O(keyspace of the whole cluster), one
+//!   round trip per record found. A failover during a walk fails it; run it again.
+//!
 //! Durations are clamped to [`MAX_DURATION`] so the millisecond arithmetic of the scripts
 //! (Lua numbers are doubles) stays exact.//!
 //! # The folder
 //!
 //! `scripts/` holds one Lua file per state change (`scripts.rs` loads them), `keys.rs` the key
-//! layout, `connection.rs` the connection and its replacement after a timeout, `replicas.rs`
+//! layout, `connection.rs` the connection (to one server or to a cluster) and its replacement
+//! after a timeout, `cluster.rs` the cluster client and what runs on every primary, `replicas.rs`
 //! the waits for replicas, `codec.rs` replies to values and records, `commands.rs` how one
 //! operation reaches the server, and `store.rs` the [`Store`] impl.
 
@@ -163,6 +202,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 
+mod cluster;
 mod codec;
 mod commands;
 mod connection;
@@ -173,8 +213,9 @@ mod store;
 
 pub use codec::MAX_DURATION;
 
-use codec::millis;
-use connection::{CONNECT_BUDGET, Connection, RESPONSE_TIMEOUT, manager_config, unavailable};
+use connection::{
+    Conn, Connection, Maker, check_replica_timeout, manager_config, unavailable, within_budget,
+};
 use keys::check_prefix;
 use replicas::ReplicaAcks;
 use scripts::Scripts;
@@ -265,8 +306,9 @@ impl RedisOptions {
 /// A [`Store`] on Redis, shared by any number of workers on any number of hosts: a
 /// [`RedisBackend`] behind the store [`Limits`].
 ///
-/// Cloning is cheap: clones share one multiplexed connection, which reconnects on its own
-/// after the server went away, and which a store made by [`connect`](RedisStore::connect)
+/// Cloning is cheap: clones share one multiplexed connection (one per node of a cluster),
+/// which reconnects on its own after the server went away, and which a store made by
+/// [`connect`](RedisStore::connect) or [`connect_cluster`](RedisStore::connect_cluster)
 /// replaces after a command timed out on it. See the [module documentation](self) for the key
 /// layout, what the server must be configured with, and what persistence and replication
 /// guarantee.
@@ -353,39 +395,28 @@ impl RedisStore {
         options: RedisOptions,
     ) -> Result<Self, StoreError> {
         check_prefix(prefix)?;
-        if let Some(acks) = options.replicas
-            && acks.timeout >= RESPONSE_TIMEOUT
-        {
-            return Err(StoreError::Unavailable(format!(
-                "the replica timeout of {} ms is not shorter than the {} s response timeout: \
-                 every write that waited for it would time out instead",
-                millis(acks.timeout),
-                RESPONSE_TIMEOUT.as_secs()
-            )));
-        }
+        check_replica_timeout(&options)?;
         let client = redis::Client::open(url)
             .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {e}")))?;
-        let conn = tokio::time::timeout(
-            CONNECT_BUDGET,
-            ConnectionManager::new_with_config(client.clone(), manager_config()),
-        )
-        .await
-        .map_err(|_| {
-            StoreError::Unavailable(format!(
-                "no answer from Redis within {}s",
-                CONNECT_BUDGET.as_secs()
-            ))
-        })?
-        .map_err(unavailable)?;
-        let store = Self::over(Connection::new(conn, Some(client)), prefix, &options);
+        let conn = within_budget(ConnectionManager::new_with_config(
+            client.clone(),
+            manager_config(),
+        ))
+        .await?;
+        let conn = Connection::new(Conn::Server(conn), Some(Maker::Server(client)));
+        Self::over(conn, prefix, &options).ready(&options).await
+    }
+
+    /// Check the eviction policy (unless the options assume it) and load the scripts.
+    async fn ready(self, options: &RedisOptions) -> Result<Self, StoreError> {
         if !options.assume_noeviction {
-            store.inner.conn.check_eviction_policy().await?;
+            self.inner.conn.check_eviction_policy().await?;
         }
-        let (_, mut conn) = store.inner.conn.manager();
-        for script in store.inner.scripts.all() {
+        let (_, mut conn) = self.inner.conn.manager();
+        for script in self.inner.scripts.all() {
             script.load_async(&mut conn).await.map_err(unavailable)?;
         }
-        Ok(store)
+        Ok(self)
     }
 
     /// A store over a connection the caller configured (timeouts, retries), after checking
@@ -438,7 +469,7 @@ impl RedisStore {
         options: RedisOptions,
     ) -> Result<Self, StoreError> {
         check_prefix(prefix)?;
-        let store = Self::over(Connection::new(conn, None), prefix, &options);
+        let store = Self::over(Connection::new(Conn::Server(conn), None), prefix, &options);
         if !options.assume_noeviction {
             store.inner.conn.check_eviction_policy().await?;
         }

@@ -2,7 +2,8 @@
 //! one script, run with `EVALSHA` after the shared prelude (the record's keys, the server's
 //! clock, helpers), so each decision is atomic on the server. The swap and the removal of a
 //! pending approval are scripts too, without the prelude: they touch no record, only the
-//! approval's key and the index of approvals.
+//! approval's key (the index of approvals, in another slot, is written around them).
+//! So is the read of one record in a cluster (`read.lua`), which writes nothing.
 //!
 //! What a script writes that Rust also knows (the `last_error` of an orphan turned Unknown)
 //! comes in as an argument, never as a copy of the text in Lua: the text is written once, in
@@ -19,7 +20,10 @@ const SWAP_APPROVAL: &str = include_str!("scripts/swap_approval.lua");
 /// The compare-and-delete of a pending approval, run as it is (no record, no prelude).
 const REMOVE_APPROVAL: &str = include_str!("scripts/remove_approval.lua");
 
-/// The state-changing scripts, hashed once per store.
+/// The atomic read of one record with the server's clock, in a cluster (no prelude).
+const READ: &str = include_str!("scripts/read.lua");
+
+/// The scripts, hashed once per store.
 pub(super) struct Scripts {
     pub(super) claim: Script,
     pub(super) complete: Script,
@@ -33,6 +37,7 @@ pub(super) struct Scripts {
     pub(super) purge: Script,
     pub(super) swap_approval: Script,
     pub(super) remove_approval: Script,
+    pub(super) read: Script,
 }
 
 /// Each script's body, by name: what [`Scripts::new`] loads.
@@ -76,10 +81,11 @@ impl Scripts {
             purge,
             swap_approval: Script::new(SWAP_APPROVAL),
             remove_approval: Script::new(REMOVE_APPROVAL),
+            read: Script::new(READ),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 12] {
+    pub(super) fn all(&self) -> [&Script; 13] {
         [
             &self.claim,
             &self.complete,
@@ -93,6 +99,7 @@ impl Scripts {
             &self.purge,
             &self.swap_approval,
             &self.remove_approval,
+            &self.read,
         ]
     }
 }
@@ -111,6 +118,7 @@ mod tests {
             ("prelude", PRELUDE),
             ("swap_approval", SWAP_APPROVAL),
             ("remove_approval", REMOVE_APPROVAL),
+            ("read", READ),
         ];
         for (name, body) in others.into_iter().chain(BODIES) {
             assert!(

@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::codec::{decode_reply_record, millis, server_time, text};
 use super::connection::Resend;
-use super::keys::{SCAN_COUNT, approval_index};
+use super::keys::SCAN_COUNT;
 use super::{EVICTION_GRACE, RedisBackend};
 use crate::class::OrphanPolicy;
 use crate::contract::Contract;
@@ -207,25 +207,20 @@ impl Store for RedisBackend {
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        let (now, mut records) = self.read(&[(self.keys(key), key.clone())]).await?;
-        Ok(records.pop().flatten().filter(|r| machine::is_live(r, now)))
+        let mut records = self.read(&[(self.keys(key), key.clone())]).await?;
+        Ok(records
+            .pop()
+            .and_then(|(now, r)| r.filter(|r| machine::is_live(r, now))))
     }
 
     async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError> {
         let mut out = Vec::new();
-        let mut cursor = 0;
-        loop {
-            let (next, keys) = self.scan(cursor).await?;
-            if !keys.is_empty() {
-                let (now, records) = self.read(&keys).await?;
-                out.extend(records.into_iter().flatten().filter(|r| {
-                    filter.admits(r.state.kind(), &r.tenant) && machine::is_live(r, now)
-                }));
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+        let mut walk = self.walk().await?;
+        while let Some(keys) = self.next_page(&mut walk).await? {
+            let records = self.read(&keys).await?;
+            out.extend(records.into_iter().filter_map(|(now, r)| {
+                r.filter(|r| filter.admits(r.state.kind(), &r.tenant) && machine::is_live(r, now))
+            }));
         }
         // SCAN may return a key more than once.
         crate::store::sort_listed(&mut out);
@@ -316,13 +311,16 @@ impl Store for RedisBackend {
             None => ("0", ""),
         };
         let mut purged = 0;
-        let mut cursor = 0;
+        let mut walk = self.walk().await?;
         while purged < filter.limit {
-            let (next, keys) = self.scan(cursor).await?;
+            let Some(keys) = self.next_page(&mut walk).await? else {
+                break;
+            };
             if !keys.is_empty() {
                 // Read first so only candidates cost a script call; the script decides again.
-                let (now, records) = self.read(&keys).await?;
-                for record in records.into_iter().flatten() {
+                let records = self.read(&keys).await?;
+                for (now, record) in records {
+                    let Some(record) = record else { continue };
                     if purged >= filter.limit {
                         break;
                     }
@@ -347,10 +345,6 @@ impl Store for RedisBackend {
                     }
                 }
             }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
         }
         Ok(purged)
     }
@@ -380,19 +374,18 @@ impl Store for RedisBackend {
             Some(e) => ("1", e),
             None => ("0", ""),
         };
+        self.index_approval(key).await?;
         let approval = self.keys(key).approval;
-        let index = approval_index(&self.prefix);
         let (status, _) = self
             .run_on(
                 &self.scripts.swap_approval,
                 key,
-                &[&approval, &index],
+                &[&approval],
                 "the pending approval",
                 &[
                     has_expected.as_bytes(),
                     expected.as_bytes(),
                     text.as_bytes(),
-                    key.as_str().as_bytes(),
                 ],
             )
             .await?;
@@ -401,17 +394,20 @@ impl Store for RedisBackend {
 
     async fn remove_approval(&self, key: &RecordKey, expected: &str) -> Result<bool, StoreError> {
         let approval = self.keys(key).approval;
-        let index = approval_index(&self.prefix);
         let (status, _) = self
             .run_on(
                 &self.scripts.remove_approval,
                 key,
-                &[&approval, &index],
+                &[&approval],
                 "the pending approval",
-                &[expected.as_bytes(), key.as_str().as_bytes()],
+                &[expected.as_bytes()],
             )
             .await?;
-        changed(key, &status)
+        let removed = changed(key, &status)?;
+        if removed {
+            self.unindex_approval(key).await?;
+        }
+        Ok(removed)
     }
 
     /// Every entry in the index: Redis keeps no index by tenant or tool, so the filter is
