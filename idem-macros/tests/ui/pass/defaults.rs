@@ -13,6 +13,7 @@ fn main() {
         .get("delete_account")
         .expect("delete_account is registered");
     assert_eq!(def.class(), ToolClass::Irreversible);
+    assert_eq!(def.version(), "1", "the default handler version");
     assert!(!def.has_natural_key());
     // Keys left out keep the documented defaults.
     assert_eq!(def.policy(), &idem::ToolPolicy::default());

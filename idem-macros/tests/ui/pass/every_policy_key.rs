@@ -19,7 +19,8 @@ fn ticket_key(args: &serde_json::Value) -> Option<String> {
     scopes = ["tickets:write", "tickets:read"],
     natural_key = ticket_key,
     on_key_reuse = "replay",
-    verify_after_secs = 120
+    verify_after_secs = 120,
+    version = "2026-12.1"
 )]
 async fn open_ticket(title: String) -> Result<String, ToolError> {
     Ok(title)
@@ -37,6 +38,7 @@ fn main() {
     assert_eq!(def.name(), "open-ticket");
     assert_eq!(def.class(), ToolClass::NonIdempotentWrite);
     assert_eq!(def.description(), "Find or create a ticket.");
+    assert_eq!(def.version(), "2026-12.1");
     assert!(def.has_natural_key());
 
     let policy = def.policy();
