@@ -133,6 +133,8 @@ def main(results):
         table.append(ratio_line(runs, "redis", "idem", "redis-rs", c, None))
         table.append(ratio_line(runs, "redis", "redis-rs", "raw", c, None))
     for c in (1, 16, 64):
+        table.append(ratio_line(runs, "redis-cluster", "idem", "raw", c, 0.8))
+    for c in (1, 16, 64):
         table.append(ratio_line(runs, "postgres", "idem", "pgbench", c, 0.7))
     table = [t for t in table if t]
     if len(table) > 2:

@@ -188,7 +188,9 @@ async fn a_dead_holders_idempotent_call_is_completed_once_with_its_key() {
         .collect();
     assert_eq!(reran.len(), 1, "{actions:?}");
     assert!(
-        actions.iter().all(|a| matches!(a, RecoveryAction::ReRan { .. } | RecoveryAction::Raced)),
+        actions
+            .iter()
+            .all(|a| matches!(a, RecoveryAction::ReRan { .. } | RecoveryAction::Raced)),
         "{actions:?}"
     );
     let expected = idem::IdempotencyKey::of_record(&key).unwrap();

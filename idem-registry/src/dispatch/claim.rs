@@ -13,7 +13,7 @@ use super::decide::{self, GiveBack, Reuse};
 use super::error::DispatchError;
 use super::hold::{Held, Hold, give_back};
 use super::observe::EventKind;
-use super::verify::Settled;
+use super::verify::{Settled, UnknownRecord};
 use super::{Dispatcher, RecordedCall, Watch};
 use crate::context::HeldKey;
 
@@ -141,10 +141,12 @@ impl Dispatcher {
                         match self
                             .verify(
                                 call,
-                                record.fence,
-                                record.steps,
-                                since,
-                                &last_error,
+                                UnknownRecord {
+                                    fence: record.fence,
+                                    steps: record.steps,
+                                    since,
+                                    last_error: &last_error,
+                                },
                                 ttl,
                                 watch,
                             )

@@ -33,7 +33,7 @@ use serde_json::Value;
 use super::call::RunContext;
 use super::error::DispatchError;
 use super::hold::{Held, Hold};
-use super::verify::Settled;
+use super::verify::{Settled, UnknownRecord};
 use super::{Dispatcher, RecordedCall, Watch, arguments, decide};
 use crate::context::HeldKey;
 use crate::tool::ToolDef;
@@ -361,10 +361,12 @@ impl Dispatcher {
         let settled = self
             .verify(
                 &call,
-                record.fence,
-                record.steps.clone(),
-                since,
-                last_error,
+                UnknownRecord {
+                    fence: record.fence,
+                    steps: record.steps.clone(),
+                    since,
+                    last_error,
+                },
                 rule.ttl,
                 &watch,
             )

@@ -24,19 +24,34 @@ pub(crate) enum Settled {
     Raced,
 }
 
+/// An Unknown record, as the verify stage reads it.
+pub(crate) struct UnknownRecord<'a> {
+    /// Its fence: the settlement is conditional on it.
+    pub fence: Fence,
+    /// Its journal, handed to the hook.
+    pub steps: Vec<JournalEntry>,
+    /// When it became Unknown.
+    pub since: Timestamp,
+    /// Why.
+    pub last_error: &'a str,
+}
+
 impl Dispatcher {
     /// Ask the hook, and settle the record from the answer (fenced: if another worker
     /// settled it first, nothing changes); an outcome is kept for `ttl`.
     pub(super) async fn verify(
         &self,
         call: &RecordedCall<'_>,
-        fence: Fence,
-        steps: Vec<JournalEntry>,
-        since: Timestamp,
-        last_error: &str,
+        unknown: UnknownRecord<'_>,
         ttl: std::time::Duration,
         watch: &Watch<'_>,
     ) -> Result<Settled, DispatchError> {
+        let UnknownRecord {
+            fence,
+            steps,
+            since,
+            last_error,
+        } = unknown;
         let tool = call.tool;
         let Some(verify) = &tool.verify else {
             return Ok(Settled::Raced);

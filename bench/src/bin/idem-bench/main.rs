@@ -37,6 +37,7 @@ fn main() {
     let result = match command.as_str() {
         "sqlite" => sqlite::run(rest),
         "redis" => server::run("redis", rest),
+        "redis-cluster" => server::run("redis-cluster", rest),
         "redis-client" => client::run(rest),
         "postgres" => server::run("postgres", rest),
         "gen-macro-crates" => macros::run(rest),

@@ -1,4 +1,5 @@
-//! Rows 3 and 4: dispatches per second on Redis and PostgreSQL at a given concurrency, from
+//! Rows 3, 3b and 4: dispatches per second on Redis, a Redis Cluster and PostgreSQL at a given
+//! concurrency, from
 //! one process (a multi-threaded runtime with one task per concurrent caller, every call a new
 //! key, so each dispatch is a claim and a complete: two round trips).
 
@@ -12,7 +13,8 @@ use idem_bench::{TENANT, call, dispatcher};
 
 use crate::timed::{Window, drive};
 
-/// `redis|postgres <url> <namespace> <concurrency> <start_ms|now> <seconds>`
+/// `redis|redis-cluster|postgres <url> <namespace> <concurrency> <start_ms|now> <seconds>`; a
+/// cluster's `url` is its nodes' URLs, comma-separated.
 pub fn run(row: &str, args: &[String]) -> Result<(), String> {
     let [url, namespace, concurrency, start, seconds] = args else {
         return Err(format!(
@@ -34,6 +36,14 @@ pub fn run(row: &str, args: &[String]) -> Result<(), String> {
                     .await
                     .map_err(|e| e.to_string())?,
             ),
+            "redis-cluster" => {
+                let nodes: Vec<&str> = url.split(',').collect();
+                Arc::new(
+                    RedisStore::connect_cluster(&nodes, namespace)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
+            }
             "postgres" => {
                 // As many connections as callers, like pgbench's clients.
                 let config = deadpool_postgres::Config {
