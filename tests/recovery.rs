@@ -43,6 +43,7 @@ struct Deploy {
     lease: Duration,
     verify: bool,
     secret: bool,
+    natural: bool,
 }
 
 impl Deploy {
@@ -54,6 +55,7 @@ impl Deploy {
             lease: Duration::from_secs(10),
             verify: false,
             secret: false,
+            natural: false,
         }
     }
 
@@ -103,6 +105,9 @@ impl Deploy {
         }
         if self.secret {
             builder = builder.secret("/card");
+        }
+        if self.natural {
+            builder = builder.natural_key(|args: &Value| Some(args["cents"].to_string()));
         }
         builder.build().expect("the tool")
     }
@@ -501,4 +506,22 @@ async fn a_completed_record_replays_under_any_later_contract() {
     assert!(replay.deduplicated);
     assert_eq!(replay.output, first.output);
     assert_eq!(downstream.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn a_natural_key_added_by_a_deploy_changes_no_rule() {
+    // The record key names the call (an explicit key wins over a natural one), so a deploy
+    // that adds a natural key takes an idempotent orphan over as before: run once more,
+    // with the same downstream key.
+    let before = Deploy::of(ToolClass::IdempotentWrite);
+    let after = Deploy {
+        natural: true,
+        ..before.clone()
+    };
+    let (retried, downstream, new, _) = deployed(before, after).await;
+    let done = retried.unwrap();
+    assert!(!done.deduplicated);
+    let key = new.record_key(&call(), &run()).unwrap().unwrap();
+    assert_eq!(done.key, idem::IdempotencyKey::of_record(&key));
+    assert_eq!(downstream.calls(), vec![done.key.unwrap().to_string()]);
 }

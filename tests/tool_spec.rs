@@ -351,3 +351,23 @@ fn a_misspelled_class_names_the_tool_and_the_nearest_class() {
     assert!(err.contains("tool `open_ticket`"), "{err}");
     assert!(err.contains("did you mean `idempotent_write`"), "{err}");
 }
+
+#[test]
+fn a_spec_records_its_handler_version() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let given = def(spec(json!({"version": "2026-12"})), &runs).unwrap();
+    assert_eq!(given.version(), "2026-12");
+    assert_eq!(given.contract(Duration::from_secs(60)).version, "2026-12");
+    assert_eq!(
+        def(spec(json!({})), &runs).unwrap().version(),
+        "1",
+        "the default"
+    );
+    let e = def(spec(json!({"version": "  "})), &runs)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("open_ticket") && e.contains("handler version cannot be empty"),
+        "{e}"
+    );
+}

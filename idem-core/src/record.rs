@@ -1,5 +1,6 @@
 //! Records: what a store keeps under a key, and the state machine between them.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -254,7 +255,7 @@ pub struct Record {
     /// The policy the record was made under (`None` for a record from before contracts were
     /// kept, or claimed without one); a take-over keeps it. See [`crate::contract`].
     #[serde(default)]
-    pub contract: Option<Contract>,
+    pub contract: Option<Arc<Contract>>,
     /// When the key was first claimed.
     pub created_at: Timestamp,
     /// When the record last changed.

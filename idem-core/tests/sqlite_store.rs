@@ -266,12 +266,12 @@ async fn a_file_from_before_tenants_gains_the_column() {
         let new = record_key("new");
         let mut req = claim_request(&new, LEASE, OrphanPolicy::MarkUnknown);
         req.tenant = "acme".into();
-        req.contract = Some(idem_core::Contract::new(
+        req.contract = Some(std::sync::Arc::new(idem_core::Contract::new(
             idem_core::ToolClass::NonIdempotentWrite,
             "2",
             Duration::from_secs(60),
             LEASE,
-        ));
+        )));
         if let Claim::Acquired { .. } = store.claim(&req).await.expect("claim") {
             let listed = store
                 .list(ListFilter {

@@ -78,12 +78,12 @@ fn main() {
                 "noop_idempotent_write",
                 material,
             );
-            let contract = idem_core::Contract::new(
+            let contract = std::sync::Arc::new(idem_core::Contract::new(
                 idem_core::ToolClass::IdempotentWrite,
                 idem_core::DEFAULT_VERSION,
                 Duration::from_secs(86_400),
                 Duration::from_secs(30),
-            );
+            ));
             let request = ClaimRequest {
                 key: logical.record_key(),
                 tool: "noop_idempotent_write".to_owned(),

@@ -198,7 +198,7 @@ fn decode_fields(key: &RecordKey, f: &impl Fields) -> Result<Record, String> {
         arguments: f.text(Field::Arguments)?.map(str::to_owned),
         contract: f
             .text(Field::Contract)?
-            .map(Contract::from_json)
+            .map(|text| Contract::from_json(text).map(std::sync::Arc::new))
             .transpose()
             .map_err(|e| format!("{}: {e}", f.name(Field::Contract)))?,
         created_at: required_time(f, Field::CreatedAt)?,

@@ -102,7 +102,7 @@ pub fn claim(existing: Option<Record>, req: &ClaimRequest, now: Timestamp) -> (W
     }
     match rec.state {
         RecordState::InProgress { lease_until } if lease_until <= now => {
-            match orphan_policy(req.orphans, rec.contract.as_ref()) {
+            match orphan_policy(req.orphans, rec.contract.as_deref()) {
                 OrphanPolicy::TakeOver => {
                     let mut r = rec;
                     r.fence += 1;

@@ -97,7 +97,7 @@ pub struct ClaimRequest {
     /// The policy the call is made under, kept in a new record (a take-over keeps the one
     /// recorded). An orphan made under a contract whose class does not take orphans over is
     /// turned Unknown whatever `orphans` says ([`crate::contract::orphan_policy`]).
-    pub contract: Option<Contract>,
+    pub contract: Option<std::sync::Arc<Contract>>,
 }
 
 /// The result of a claim.

@@ -22,6 +22,7 @@
 //! A re-run's context has the record's tenant, no run id and no step (the record does not
 //! keep them), and is not authorised against scopes: recovery acts for the service.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_core::{
@@ -348,7 +349,7 @@ impl Dispatcher {
         record: &Record,
         since: Timestamp,
         last_error: &str,
-        current: &Contract,
+        current: &Arc<Contract>,
         rule: &Reconciled,
     ) -> RecoveryAction {
         let prepared = match Prepared::of(tool, record) {
@@ -387,7 +388,7 @@ impl Dispatcher {
         &self,
         tool: &ToolDef,
         record: &Record,
-        current: &Contract,
+        current: &Arc<Contract>,
         rule: &Reconciled,
     ) -> RecoveryAction {
         let mut prepared = match Prepared::of(tool, record) {
@@ -448,7 +449,7 @@ impl Dispatcher {
 fn claim_request(
     tool: &ToolDef,
     record: &Record,
-    current: &Contract,
+    current: &Arc<Contract>,
     orphans: OrphanPolicy,
 ) -> ClaimRequest {
     ClaimRequest {

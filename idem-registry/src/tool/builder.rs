@@ -368,6 +368,7 @@ impl ToolBuilder {
             secrets: self.secrets,
             location: self.location,
             version: self.version,
+            contract: Arc::default(),
             validator: Arc::default(),
         })
     }

@@ -144,6 +144,9 @@ pub struct ToolDef {
     pub(crate) location: Option<Location>,
     /// The handler's version (`#[tool(version = "...")]`, [`ToolBuilder::version`](crate::ToolBuilder::version)).
     pub(crate) version: Cow<'static, str>,
+    /// The contract its calls are recorded under, made once for the TTL a dispatcher asks
+    /// with (see [`ToolDef::contract`]), shared by clones.
+    pub(crate) contract: Arc<std::sync::OnceLock<Arc<idem_core::Contract>>>,
     /// The compiled argument validator, shared by clones; see `ToolDef::arguments_validator`.
     pub(crate) validator: CompiledValidator,
 }
@@ -180,14 +183,23 @@ impl ToolDef {
 
     /// The policy its calls are recorded under ([`idem_core::contract`]), with `ttl` the TTL
     /// the dispatcher keeps its records for.
-    pub fn contract(&self, ttl: std::time::Duration) -> idem_core::Contract {
-        idem_core::Contract {
-            class: self.class,
-            version: self.version.to_string(),
-            natural_key: self.natural_key.is_some(),
-            verify: self.verify.is_some(),
-            ttl,
-            lease: self.policy.lease,
+    /// Made once per tool (every dispatch hands the same one to the store), and again only
+    /// for another TTL.
+    pub fn contract(&self, ttl: std::time::Duration) -> Arc<idem_core::Contract> {
+        let make = || {
+            Arc::new(idem_core::Contract {
+                class: self.class,
+                version: self.version.to_string(),
+                natural_key: self.natural_key.is_some(),
+                verify: self.verify.is_some(),
+                ttl,
+                lease: self.policy.lease,
+            })
+        };
+        let cached = self.contract.get_or_init(make);
+        match cached.ttl == ttl {
+            true => cached.clone(),
+            false => make(),
         }
     }
 

@@ -100,6 +100,10 @@ pub struct ToolSpec {
     /// [`crate::redact`]).
     #[serde(default)]
     pub secret: Vec<String>,
+    /// The handler's version, recorded with every call (default `"1"`), as
+    /// `#[tool(version)]`; see [`idem_core::contract`].
+    #[serde(default)]
+    pub version: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for ToolSpec {
@@ -195,6 +199,9 @@ impl ToolSpec {
             .handler(handler);
         for pointer in self.secret {
             builder = builder.secret(pointer);
+        }
+        if let Some(version) = self.version {
+            builder = builder.version(version);
         }
         if !self.natural_key.is_empty() {
             let pointers = self.natural_key;

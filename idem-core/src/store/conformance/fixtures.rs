@@ -76,10 +76,10 @@ pub(super) fn request(key: &RecordKey, lease: Duration, orphans: OrphanPolicy) -
         lease,
         orphans,
         arguments: Some(r#"{"to":"a@example.com"}"#.into()),
-        contract: Some(contract(match orphans {
+        contract: Some(std::sync::Arc::new(contract(match orphans {
             OrphanPolicy::TakeOver => ToolClass::IdempotentWrite,
             OrphanPolicy::MarkUnknown => ToolClass::NonIdempotentWrite,
-        })),
+        }))),
     }
 }
 

@@ -2,6 +2,7 @@
 //! policy, a stale holder's writes are refused and change nothing, a live lease is never
 //! taken, fences never repeat.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -373,7 +374,7 @@ pub(super) async fn an_orphan_made_under_a_stricter_class_is_not_taken_over(s: S
     for made_as in [ToolClass::NonIdempotentWrite, ToolClass::Irreversible] {
         let key = fresh_key("contract-stricter");
         let mut req = request(&key, SHORT, OrphanPolicy::MarkUnknown);
-        req.contract = Some(contract(made_as));
+        req.contract = Some(Arc::new(contract(made_as)));
         acquire(&s, &req).await;
         s.pass(PAST_SHORT).await;
         let relaxed = with_contract(
@@ -413,7 +414,7 @@ pub(super) async fn an_orphan_made_under_a_stricter_class_is_not_taken_over(s: S
 /// `request` made under `contract`.
 fn with_contract(request: &ClaimRequest, contract: Contract) -> ClaimRequest {
     ClaimRequest {
-        contract: Some(contract),
+        contract: Some(Arc::new(contract)),
         ..request.clone()
     }
 }

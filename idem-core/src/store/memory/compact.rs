@@ -39,7 +39,7 @@ pub(super) enum CompactState {
     /// it is completed (a replay does not read it), so a completed entry stays small.
     InProgress {
         lease_until: Timestamp,
-        contract: Option<Box<Contract>>,
+        contract: Option<Arc<Contract>>,
     },
     Succeeded {
         expires_at: Timestamp,
@@ -52,7 +52,7 @@ pub(super) enum CompactState {
     /// Rare: the reason and contract behind one pointer.
     Unknown {
         since: Timestamp,
-        detail: Box<(Box<str>, Option<Contract>)>,
+        detail: Box<(Box<str>, Option<Arc<Contract>>)>,
     },
 }
 
@@ -62,7 +62,7 @@ impl Compact {
         let state = match record.state {
             RecordState::InProgress { lease_until } => CompactState::InProgress {
                 lease_until,
-                contract: record.contract.map(Box::new),
+                contract: record.contract,
             },
             RecordState::Completed {
                 outcome: Outcome::Success(output),
@@ -109,7 +109,7 @@ impl Compact {
                 RecordState::InProgress {
                     lease_until: *lease_until,
                 },
-                contract.as_deref().cloned(),
+                contract.clone(),
             ),
             CompactState::Succeeded { expires_at, output } => (
                 RecordState::Completed {

@@ -136,12 +136,12 @@ fn in_every_state() -> Vec<Record> {
         },
         steps: Vec::new(),
         arguments: None,
-        contract: Some(Contract::new(
+        contract: Some(Arc::new(Contract::new(
             ToolClass::NonIdempotentWrite,
             "3",
             Duration::from_secs(9),
             Duration::from_secs(2),
-        )),
+        ))),
         created_at: Timestamp(1_000),
         updated_at: Timestamp(2_000),
     };

@@ -26,7 +26,7 @@ const RACE_RETRIES: usize = 8;
 impl Store for PostgresBackend {
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, StoreError> {
         let take_over = matches!(request.orphans, OrphanPolicy::TakeOver);
-        let contract = request.contract.as_ref().map(Contract::to_json);
+        let contract = request.contract.as_deref().map(Contract::to_json);
         let rows = self
             .db
             .query(

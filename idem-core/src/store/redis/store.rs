@@ -34,7 +34,7 @@ impl Store for RedisBackend {
             None => ("0", ""),
         };
         let fingerprint = request.fingerprint.to_hex();
-        let contract = request.contract.as_ref().map(Contract::to_json);
+        let contract = request.contract.as_deref().map(Contract::to_json);
         let (has_contract, contract) = match &contract {
             Some(c) => ("1", c.as_str()),
             None => ("0", ""),

@@ -88,7 +88,7 @@ pub(super) fn put(conn: &Connection, r: &Record) -> Result<(), Failure> {
         signed_millis(r.created_at),
         signed_millis(r.updated_at),
         r.tenant,
-        r.contract.as_ref().map(Contract::to_json),
+        r.contract.as_deref().map(Contract::to_json),
     ])?;
     Ok(())
 }
