@@ -168,7 +168,7 @@ fn only(report: &idem::RecoveryReport) -> &RecoveryAction {
     &report.records[0].action
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_holders_idempotent_call_is_completed_once_with_its_key() {
     let (clock, store, downstream) = setup();
     let d = Deploy::of(ToolClass::IdempotentWrite).dispatcher(&downstream, store);
@@ -178,8 +178,10 @@ async fn a_dead_holders_idempotent_call_is_completed_once_with_its_key() {
     assert!(d.recover(&options).await.unwrap().records.is_empty());
     clock.advance(Duration::from_secs(11));
     // Two recovery workers at once: one re-runs it; the other finds it taken, or held.
-    let (a, b) = tokio::join!(d.recover(&options), d.recover(&options));
-    let actions: Vec<_> = [a.unwrap(), b.unwrap()]
+    let pass =
+        |d: Dispatcher| tokio::spawn(async move { d.recover(&RecoveryOptions::default()).await });
+    let (a, b) = (pass(d.clone()), pass(d.clone()));
+    let actions: Vec<_> = [a.await.unwrap().unwrap(), b.await.unwrap().unwrap()]
         .into_iter()
         .flat_map(|r| r.records)
         .map(|r| r.action)
@@ -524,4 +526,73 @@ async fn a_natural_key_added_by_a_deploy_changes_no_rule() {
     let key = new.record_key(&call(), &run()).unwrap().unwrap();
     assert_eq!(done.key, idem::IdempotencyKey::of_record(&key));
     assert_eq!(downstream.calls(), vec![done.key.unwrap().to_string()]);
+}
+
+#[tokio::test]
+async fn an_unknown_write_that_cannot_run_again_is_reported_and_kept() {
+    // An idempotent write left Unknown, whose stored arguments hold a seal: recovery must not
+    // release it (it could not run it again), only report it.
+    let (clock, store, downstream) = setup();
+    let deploy = Deploy {
+        secret: true,
+        ..Deploy::of(ToolClass::IdempotentWrite)
+    };
+    let d = deploy.dispatcher(&downstream, store.clone());
+    let dead = ToolCall::new("charge", json!({"cents": 2, "card": "4242"})).with_key("o-9");
+    let key = died_holding(&d, &dead).await;
+    let fence = store.get(&key).await.unwrap().unwrap().fence;
+    store
+        .mark_unknown(&key, fence, "timed out after sending")
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(
+        only(&d.recover(&RecoveryOptions::default()).await.unwrap()),
+        &RecoveryAction::Reported(Unrecoverable::ArgumentsSealed)
+    );
+    let kept = store.get(&key).await.unwrap().expect("the record is kept");
+    assert!(
+        matches!(kept.state, RecordState::Unknown { .. }),
+        "{:?}",
+        kept.state
+    );
+    assert!(downstream.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_shorter_lease_does_not_shorten_the_settle_delay_of_an_old_record() {
+    // Made with a ten-minute lease, met by a deploy with a ten-second one: the hook waits for
+    // the old lease, which a holder granted it may still be using.
+    let before = Deploy {
+        verify: true,
+        lease: Duration::from_secs(600),
+        ..Deploy::of(ToolClass::NonIdempotentWrite)
+    };
+    let after = Deploy {
+        lease: Duration::from_secs(10),
+        ..before.clone()
+    };
+    let (retried, downstream, new, clock) = deployed(before, after).await;
+    match retried {
+        Err(DispatchError::OutcomeUnknown {
+            since, retry_after, ..
+        }) => {
+            assert_eq!(retry_after, Some(since.plus(Duration::from_secs(600))))
+        }
+        other => panic!("{other:?}"),
+    }
+    clock.advance(Duration::from_secs(61));
+    assert!(
+        matches!(
+            only(&new.recover(&RecoveryOptions::default()).await.unwrap()),
+            RecoveryAction::Reported(Unrecoverable::NotYet { .. })
+        ),
+        "verified before the old lease ran out"
+    );
+    assert_eq!(downstream.verifies.load(Ordering::SeqCst), 0);
+    clock.advance(Duration::from_secs(600));
+    assert_eq!(
+        only(&new.recover(&RecoveryOptions::default()).await.unwrap()),
+        &RecoveryAction::Verified { applied: false }
+    );
 }

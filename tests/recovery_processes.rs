@@ -387,6 +387,7 @@ async fn recovery_child() {
                         state: Some(StateKind::InProgress),
                         tenant: Some(TENANT.into()),
                         limit: 100,
+                        after: None,
                     })
                     .await
                     .expect("list the records held");

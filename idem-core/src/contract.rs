@@ -16,6 +16,10 @@
 //! | `lease` | the holder's lease end is stored when it is granted or renewed: a deploy that shortens the lease never makes a live holder look dead; the new holder gets the new lease |
 //!
 //! A replay of a completed record is unaffected by any of them.
+//!
+//! One change is outside these rules: a tool reclassified as `read` records nothing and reads
+//! no record, so its calls run again whatever was recorded under their keys. Do not make a
+//! write a `read` while its records are InProgress or Unknown (list them first).
 
 use std::time::Duration;
 
@@ -137,7 +141,9 @@ impl Contract {
     /// Whether a record made under this contract may have its orphan taken over: its class
     /// takes orphans over. The stores apply it together with the claim's own policy.
     pub fn takes_over(&self) -> bool {
-        self.class.orphan_policy() == OrphanPolicy::TakeOver
+        // As the Redis claim script and the Postgres claim statement say it: a `read` records
+        // nothing, so a record claimed as one is held to the strict rule.
+        self.class == ToolClass::IdempotentWrite
     }
 
     /// The contract as the JSON text the stores keep.

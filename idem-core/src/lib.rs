@@ -22,6 +22,6 @@ pub use record::{
     Fence, JournalEntry, ORPHANED, Outcome, Record, RecordState, StateKind, Timestamp, UnknownCause,
 };
 pub use store::{
-    Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, ListFilter, MAX_OUTCOME_DEPTH, PurgeFilter,
-    Store, StoreError,
+    Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, ListCursor, ListFilter, MAX_OUTCOME_DEPTH,
+    PurgeFilter, Store, StoreError,
 };

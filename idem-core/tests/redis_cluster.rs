@@ -226,6 +226,7 @@ async fn listings_and_purges_find_records_on_every_primary() {
             state: Some(StateKind::InProgress),
             tenant: None,
             limit: 1000,
+            after: None,
         })
         .await
         .expect("list");
@@ -543,6 +544,7 @@ async fn the_store_follows_a_failover() {
             state: Some(StateKind::Completed),
             tenant: None,
             limit: 100,
+            after: None,
         })
         .await
         .expect("list");

@@ -26,6 +26,9 @@ use serde_json::Value;
 
 use crate::pointer::within;
 
+/// How every seal begins: recovery refuses stored arguments that hold one.
+pub(crate) const SEAL_PREFIX: &str = "[secret hmac-sha256:";
+
 /// What a secret's text is replaced by in messages.
 pub const REDACTED: &str = "[redacted]";
 
@@ -74,7 +77,7 @@ impl SecretKey {
         mac.update(idem_core::canonical_json(value).as_bytes());
         let tag = mac.finalize().into_bytes();
         let mut out = String::with_capacity(60);
-        out.push_str("[secret hmac-sha256:");
+        out.push_str(SEAL_PREFIX);
         for b in &tag[..16] {
             out.push_str(&format!("{b:02x}"));
         }

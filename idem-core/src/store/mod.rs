@@ -273,6 +273,53 @@ pub struct ListFilter {
     pub tenant: Option<String>,
     /// At most this many.
     pub limit: usize,
+    /// Only records after this one in the listing's order (oldest first, then by key): give
+    /// the last record of a page ([`ListCursor::after`]) to read the next page.
+    pub after: Option<ListCursor>,
+}
+
+/// Where a page of [`Store::list`] ended: its last record's creation time and key.
+///
+/// ```
+/// # use idem_core as idem;
+/// # use std::sync::Arc;
+/// use idem::{ListCursor, ListFilter, Store, StoreError};
+///
+/// /// Every record needing attention, a page of 500 at a time.
+/// async fn all(store: &dyn Store) -> Result<usize, StoreError> {
+///     let mut filter = ListFilter { limit: 500, ..ListFilter::default() };
+///     let mut seen = 0;
+///     loop {
+///         let page = store.list(filter.clone()).await?;
+///         seen += page.len();
+///         match page.last() {
+///             Some(last) if page.len() == filter.limit => filter.after = Some(ListCursor::after(last)),
+///             _ => return Ok(seen),
+///         }
+///     }
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    /// The record's creation time.
+    pub created_at: Timestamp,
+    /// Its key.
+    pub key: RecordKey,
+}
+
+impl ListCursor {
+    /// The cursor just past `record`.
+    pub fn after(record: &Record) -> Self {
+        ListCursor {
+            created_at: record.created_at,
+            key: record.key.clone(),
+        }
+    }
+
+    /// Whether `record` comes after the cursor in the listing's order.
+    pub(crate) fn precedes(&self, record: &Record) -> bool {
+        (record.created_at, &record.key) > (self.created_at, &self.key)
+    }
 }
 
 impl Default for ListFilter {
@@ -281,6 +328,7 @@ impl Default for ListFilter {
             state: None,
             tenant: None,
             limit: 100,
+            after: None,
         }
     }
 }
@@ -294,6 +342,11 @@ impl ListFilter {
             None => kind != StateKind::Completed,
         };
         state && self.tenant.as_deref().is_none_or(|t| t == tenant)
+    }
+
+    /// Whether `record` is past the cursor (every record is, without one).
+    pub(crate) fn after_cursor(&self, record: &Record) -> bool {
+        self.after.as_ref().is_none_or(|c| c.precedes(record))
     }
 }
 

@@ -211,7 +211,7 @@ impl Dispatcher {
                         key: call.downstream.clone(),
                         since,
                         reason,
-                        retry_after: call.verifiable_from(since, &steps),
+                        retry_after: call.verifiable_from(since, &steps, None),
                     })
                 }
                 GiveBack::Release | GiveBack::Expire => Err(failed(error)),

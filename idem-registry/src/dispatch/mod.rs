@@ -406,13 +406,17 @@ impl RecordedCall<'_> {
         replay(self.tool, &self.record_key, &self.downstream, outcome)
     }
 
-    /// When a verify hook may first settle a record Unknown since `since` (`decide`).
+    /// When a verify hook may first settle a record Unknown since `since` (`decide`); the
+    /// lease counted is the longer of the tool's and `made_lease`, the one the record was made
+    /// under (a holder granted it may still be running).
     fn verifiable_from(
         &self,
         since: idem_core::Timestamp,
         steps: &[idem_core::JournalEntry],
+        made_lease: Option<Duration>,
     ) -> Option<idem_core::Timestamp> {
         let policy = &self.tool.policy;
+        let lease = made_lease.map_or(policy.lease, |l| l.max(policy.lease));
         // The approval a record journals is the dispatcher's, not a step of the tool's.
         let tool_steps = steps.iter().any(|s| s.step != APPROVAL_STEP);
         decide::verifiable_from(
@@ -420,7 +424,7 @@ impl RecordedCall<'_> {
             self.tool.verify.is_some(),
             tool_steps,
             policy.verify_after,
-            policy.lease,
+            lease,
         )
     }
 

@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_core::{
-    Claim, ClaimRequest, Contract, Fingerprint, IdempotencyKey, ListFilter, OrphanPolicy,
-    Reconciled, Record, RecordKey, RecordState, StateKind, StoreError, Timestamp,
+    Claim, ClaimRequest, Contract, Fingerprint, IdempotencyKey, ListCursor, ListFilter,
+    OrphanPolicy, Reconciled, Record, RecordKey, RecordState, StateKind, StoreError, Timestamp,
 };
 use serde_json::Value;
 
@@ -51,9 +51,8 @@ use crate::tool::ToolDef;
 pub struct RecoveryOptions {
     /// Only this tenant's records (`None`: every tenant's).
     pub tenant: Option<String>,
-    /// At most this many InProgress and this many Unknown records per pass, oldest first.
-    /// Records that stay reported (no hook, another version) are listed again by every pass:
-    /// resolve them, or the newest beyond the limit wait.
+    /// How many records are listed at a time (the pass reads every InProgress and Unknown
+    /// record, a page of this many at a time, oldest first).
     pub limit: usize,
 }
 
@@ -128,8 +127,9 @@ pub enum RecoveryAction {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Unrecoverable {
-    /// Its settle delay has not passed: a later pass asks the hook.
-    #[error("its verify hook may be asked from {retry_after:?} on (the settle delay)")]
+    /// Its settle delay has not passed: a later pass settles it (asks its hook, or re-runs an
+    /// `idempotent_write`).
+    #[error("its settle delay ends at {}: a later pass settles it", retry_after.to_rfc3339())]
     NotYet {
         /// When, on the store's clock.
         retry_after: Timestamp,
@@ -192,15 +192,39 @@ impl Dispatcher {
         // An orphan turned Unknown by this pass is listed again with the Unknown records: it
         // is settled once per pass.
         let mut seen = std::collections::HashSet::new();
+        // Records created after the pass began are the next pass's: a steady stream of new
+        // calls cannot keep one pass going.
+        let began = self.store.now().await?;
         for state in [StateKind::InProgress, StateKind::Unknown] {
-            let records = self
-                .store
-                .list(ListFilter {
-                    state: Some(state),
-                    tenant: options.tenant.clone(),
-                    limit: options.limit,
-                })
-                .await?;
+            let mut filter = ListFilter {
+                state: Some(state),
+                tenant: options.tenant.clone(),
+                limit: options.limit.max(1),
+                after: None,
+            };
+            loop {
+                let page = self.store.list(filter.clone()).await?;
+                let Some(last) = page.last() else { break };
+                let more = page.len() >= filter.limit && last.created_at <= began;
+                filter.after = Some(ListCursor::after(last));
+                let page = page.into_iter().filter(|r| r.created_at <= began).collect();
+                self.recover_page(page, &mut seen, &mut report).await;
+                if !more {
+                    break;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Settle each record of a page, once per pass.
+    async fn recover_page(
+        &self,
+        records: Vec<Record>,
+        seen: &mut std::collections::HashSet<RecordKey>,
+        report: &mut RecoveryReport,
+    ) {
+        {
             for record in records {
                 if !seen.insert(record.key.clone()) {
                     continue;
@@ -220,7 +244,6 @@ impl Dispatcher {
                 }
             }
         }
-        Ok(report)
     }
 
     /// Recovery passes every `every`, for as long as the future is polled: spawn it in a
@@ -242,7 +265,14 @@ impl Dispatcher {
             match self.recover(&options).await {
                 Ok(report) => {
                     for (record, why) in report.reported() {
-                        tracing::warn!(key = %record.key, tool = %record.tool, tenant = %record.tenant, "recovery left a record for an operator: {why}");
+                        match why {
+                            Unrecoverable::NotYet { .. } => {
+                                tracing::debug!(key = %record.key, tool = %record.tool, tenant = %record.tenant, "recovery waits: {why}")
+                            }
+                            _ => {
+                                tracing::warn!(key = %record.key, tool = %record.tool, tenant = %record.tenant, "recovery left a record for an operator: {why}")
+                            }
+                        }
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "a recovery pass could not list the records"),
@@ -296,36 +326,49 @@ impl Dispatcher {
                 })
             }
             RecordState::Unknown { since, last_error } => {
-                if rule.version_changed {
+                let tool_steps = record.steps.iter().any(|s| s.step != super::APPROVAL_STEP);
+                let policy = &tool.policy;
+                // The settle delay counts the longer of the two leases: a holder granted the
+                // old one may still be running.
+                let lease = record
+                    .contract
+                    .as_ref()
+                    .map_or(policy.lease, |made| made.lease.max(policy.lease));
+                let settled_at = since.plus(policy.verify_after.max(lease));
+                let hook_from = decide::verifiable_from(
+                    *since,
+                    tool.verify.is_some(),
+                    tool_steps,
+                    policy.verify_after,
+                    lease,
+                );
+                if rule.version_changed && hook_from.is_some() {
                     let recorded = record.contract.as_ref().map(|c| c.version.clone());
                     return reported(Unrecoverable::VersionChanged {
                         recorded: recorded.unwrap_or_default(),
                         current: current.version.clone(),
                     });
                 }
-                let tool_steps = record.steps.iter().any(|s| s.step != super::APPROVAL_STEP);
-                let policy = &tool.policy;
-                let settled_at = since.plus(policy.verify_after.max(policy.lease));
-                let hook_from = decide::verifiable_from(
-                    *since,
-                    tool.verify.is_some(),
-                    tool_steps,
-                    policy.verify_after,
-                    policy.lease,
-                );
                 match hook_from {
                     Some(at) if at > now => reported(Unrecoverable::NotYet { retry_after: at }),
                     Some(_) => Some(
                         self.verify_unknown(tool, &record, *since, last_error, &current, &rule)
                             .await,
                     ),
-                    None if !rule.may_rerun() => reported(Unrecoverable::NoVerifyHook),
+                    // Journaled steps make the effect partial: no release can be judged safe.
+                    None if !rule.may_rerun() || tool_steps => {
+                        reported(Unrecoverable::NoVerifyHook)
+                    }
                     None if settled_at > now => reported(Unrecoverable::NotYet {
                         retry_after: settled_at,
                     }),
                     None => {
                         // An idempotent write: give the Unknown record back (fenced: once) and
-                        // run it again under the same downstream key.
+                        // run it again under the same downstream key; first make sure it can
+                        // be run again, so that nothing is released that is then reported.
+                        if let Err(why) = Prepared::of(tool, &record) {
+                            return reported(why);
+                        }
                         match self
                             .store
                             .settle_unknown(&record.key, record.fence, None, rule.ttl)
@@ -473,12 +516,13 @@ struct Prepared {
 
 impl Prepared {
     fn of(tool: &ToolDef, record: &Record) -> Result<Prepared, Unrecoverable> {
-        if !tool.secrets.is_empty() {
-            return Err(Unrecoverable::ArgumentsSealed);
-        }
         let Some(text) = &record.arguments else {
             return Err(Unrecoverable::NoArguments);
         };
+        // Sealed now, or when the record was made (a deploy may have dropped a `#[secret]`).
+        if !tool.secrets.is_empty() || text.contains(crate::redact::SEAL_PREFIX) {
+            return Err(Unrecoverable::ArgumentsSealed);
+        }
         if Fingerprint::of_canonical(text) != record.fingerprint {
             return Err(Unrecoverable::ArgumentsInvalid(
                 "they do not match the record's fingerprint".into(),

@@ -115,6 +115,7 @@ pub(super) async fn listed(s: &Subject, tenant: &str, state: Option<StateKind>) 
             state,
             tenant: Some(tenant.to_owned()),
             limit: 10_000,
+            after: None,
         })
         .await
         .expect("list")

@@ -124,6 +124,9 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("tenant_is_kept_and_read_back", |s| {
         Box::pin(tenants::tenant_is_kept_and_read_back(s))
     }),
+    ("a_listing_pages_by_its_cursor", |s| {
+        Box::pin(tenants::a_listing_pages_by_its_cursor(s))
+    }),
     ("list_by_tenant_returns_only_that_tenant", |s| {
         Box::pin(tenants::list_by_tenant_returns_only_that_tenant(s))
     }),

@@ -11,7 +11,7 @@ use super::fixtures::{
 use super::subject::Subject;
 use crate::class::OrphanPolicy;
 use crate::record::{Outcome, StateKind};
-use crate::store::{Claim, ListFilter, PurgeFilter};
+use crate::store::{Claim, ListCursor, ListFilter, PurgeFilter};
 
 pub(super) async fn tenant_is_kept_and_read_back(s: Subject) {
     let tenant = fresh_tenant("kept");
@@ -116,6 +116,7 @@ pub(super) async fn list_by_tenant_returns_only_that_tenant(s: Subject) {
             state: None,
             tenant: Some(a.clone()),
             limit: 1,
+            after: None,
         })
         .await
         .expect("list");
@@ -181,4 +182,61 @@ pub(super) async fn purge_by_tenant_leaves_other_tenants(s: Subject) {
         s.store.get(&kept.key).await.expect("get").is_some(),
         "a record that has not expired is kept"
     );
+}
+
+/// A listing read a page at a time, each after the last record of the one before, returns
+/// every record once, in the order of one long listing, whatever the state filter; records
+/// created in the same millisecond are told apart by their key.
+pub(super) async fn a_listing_pages_by_its_cursor(s: Subject) {
+    let tenant = fresh_tenant("pages");
+    for i in 0..7 {
+        let running = tenant_request(&tenant, &format!("page-{i}"), LONG, OrphanPolicy::TakeOver);
+        acquire(&s, &running).await;
+    }
+    let lost = tenant_request(&tenant, "page-lost", LONG, OrphanPolicy::MarkUnknown);
+    let f = acquire(&s, &lost).await;
+    s.store
+        .mark_unknown(&lost.key, f, "timed out after sending")
+        .await
+        .expect("mark unknown");
+    for state in [None, Some(StateKind::InProgress), Some(StateKind::Unknown)] {
+        let whole = s
+            .store
+            .list(ListFilter {
+                state,
+                tenant: Some(tenant.clone()),
+                limit: 100,
+                after: None,
+            })
+            .await
+            .expect("list");
+        let mut paged = Vec::new();
+        let mut filter = ListFilter {
+            state,
+            tenant: Some(tenant.clone()),
+            limit: 3,
+            after: None,
+        };
+        for _ in 0..10 {
+            let page = s.store.list(filter.clone()).await.expect("a page");
+            assert!(page.len() <= 3, "a page holds at most the limit");
+            let Some(last) = page.last() else { break };
+            filter.after = Some(ListCursor::after(last));
+            paged.extend(page);
+        }
+        let keys = |records: &[crate::record::Record]| {
+            records.iter().map(|r| r.key.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            keys(&paged),
+            keys(&whole),
+            "pages of {state:?} are the whole listing, in order"
+        );
+        let expected = match state {
+            None => 8,
+            Some(StateKind::InProgress) => 7,
+            _ => 1,
+        };
+        assert_eq!(whole.len(), expected, "{state:?}");
+    }
 }

@@ -138,6 +138,7 @@ impl Store for MemoryBackend {
                 }
             }
         }
+        out.retain(|r| filter.after_cursor(r));
         crate::store::sort_listed(&mut out);
         out.truncate(filter.limit);
         Ok(out)

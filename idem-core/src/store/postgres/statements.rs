@@ -232,10 +232,19 @@ WHERE {held}
              last_error = $3::text, lease_until = NULL, updated_at = {NOW} WHERE {held}"
         );
         let get = format!("SELECT {COLUMNS} FROM {table} AS t WHERE t.key = $1::text AND {live}");
+        // A page after a cursor (`ListCursor`): its creation time and key are the statement's
+        // parameters `$n` and `$n+1`, both NULL without one.
+        let after = |n: usize| {
+            format!(
+                "(${n}::bigint IS NULL OR (t.created_at, t.key) > (${n}::bigint, ${}::text))",
+                n + 1
+            )
+        };
+        let (after_3, after_4) = (after(3), after(4));
         let list = format!(
             "SELECT {COLUMNS} FROM {table} AS t \
              WHERE (CASE WHEN $1::text IS NULL THEN t.state <> 'completed' \
-                         ELSE t.state = $1::text END) AND {live} \
+                         ELSE t.state = $1::text END) AND {live} AND {after_3} \
              ORDER BY t.created_at, t.key LIMIT $2::bigint"
         );
         // A tenant's records needing attention (optionally of one such state), through the
@@ -243,12 +252,12 @@ WHERE {held}
         let list_tenant_open = format!(
             "SELECT {COLUMNS} FROM {table} AS t \
              WHERE t.tenant = $1::text AND t.state <> 'completed' \
-             AND ($2::text IS NULL OR t.state = $2::text) \
+             AND ($2::text IS NULL OR t.state = $2::text) AND {after_4} \
              ORDER BY t.created_at, t.key LIMIT $3::bigint"
         );
         let list_tenant_completed = format!(
             "SELECT {COLUMNS} FROM {table} AS t \
-             WHERE t.tenant = $1::text AND t.state = 'completed' AND {live} \
+             WHERE t.tenant = $1::text AND t.state = 'completed' AND {live} AND {after_3} \
              ORDER BY t.created_at, t.key LIMIT $2::bigint"
         );
         // Operator operations: one statement that writes if the record is unsettled and

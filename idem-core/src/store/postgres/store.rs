@@ -15,7 +15,7 @@ use crate::contract::Contract;
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, StateKind, Timestamp, UnknownCause};
 use crate::store::approvals::{ApprovalFilter, PendingApproval};
-use crate::store::codec::{outcome_json, state_kind, state_name};
+use crate::store::codec::{outcome_json, signed_millis, state_kind, state_name};
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
 
 /// How often an operator operation is retried when the record changed under it between the
@@ -164,16 +164,28 @@ impl Store for PostgresBackend {
     async fn list(&self, filter: ListFilter) -> Result<Vec<Record>, StoreError> {
         let state = filter.state.map(state_name);
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let after = filter.after.as_ref().map(|c| signed_millis(c.created_at));
+        let after_key = filter.after.as_ref().map(|c| c.key.as_str());
         let rows = match (&filter.tenant, filter.state) {
-            (None, _) => self.db.query(&self.sql.list, &[&state, &limit]).await?,
+            (None, _) => {
+                self.db
+                    .query(&self.sql.list, &[&state, &limit, &after, &after_key])
+                    .await?
+            }
             (Some(tenant), Some(StateKind::Completed)) => {
                 self.db
-                    .query(&self.sql.list_tenant_completed, &[tenant, &limit])
+                    .query(
+                        &self.sql.list_tenant_completed,
+                        &[tenant, &limit, &after, &after_key],
+                    )
                     .await?
             }
             (Some(tenant), _) => {
                 self.db
-                    .query(&self.sql.list_tenant_open, &[tenant, &state, &limit])
+                    .query(
+                        &self.sql.list_tenant_open,
+                        &[tenant, &state, &limit, &after, &after_key],
+                    )
                     .await?
             }
         };

@@ -42,8 +42,10 @@
 //! slot) and the set `P:approvals` of the record keys that have one, which lists them. Neither
 //! expires. The set is one key for the whole store, in no record's slot, so no script touches
 //! it and an entry: a record key is added to the set by its own command before the swap that
-//! writes its entry (an entry is never unindexed), and taken out after the entry is deleted
-//! (and put back if a new entry came meanwhile). The listing skips a member without an entry
+//! writes its entry and again after it (a removal between the two may have taken it out), and
+//! taken out after the entry is deleted (and put back if a new entry came meanwhile). A process
+//! that dies between a swap and the second add can leave an entry unindexed until its next
+//! swap. The listing skips a member without an entry
 //! (a swap that failed or lost its race, a removal under way).
 //!
 //! Timestamps are milliseconds since the Unix epoch on the server's clock, as decimal

@@ -219,7 +219,11 @@ impl Store for RedisBackend {
         while let Some(keys) = self.next_page(&mut walk).await? {
             let records = self.read(&keys).await?;
             out.extend(records.into_iter().filter_map(|(now, r)| {
-                r.filter(|r| filter.admits(r.state.kind(), &r.tenant) && machine::is_live(r, now))
+                r.filter(|r| {
+                    filter.admits(r.state.kind(), &r.tenant)
+                        && filter.after_cursor(r)
+                        && machine::is_live(r, now)
+                })
             }));
         }
         // SCAN may return a key more than once.
@@ -389,7 +393,13 @@ impl Store for RedisBackend {
                 ],
             )
             .await?;
-        changed(key, &status)
+        let put = changed(key, &status)?;
+        if put {
+            // Again after the swap: a removal running between the first index write and the
+            // swap may have taken the key out of the index (it saw no entry yet).
+            self.index_approval(key).await?;
+        }
+        Ok(put)
     }
 
     async fn remove_approval(&self, key: &RecordKey, expected: &str) -> Result<bool, StoreError> {

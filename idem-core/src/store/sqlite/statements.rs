@@ -102,14 +102,16 @@ pub(super) const LIST_ATTENTION: &str = concat!(
     "SELECT ",
     columns!(),
     " FROM idem_records WHERE state IN ('in_progress', 'unknown') \
-     AND (?2 IS NULL OR tenant = ?2) ORDER BY created_at, key LIMIT ?1"
+     AND (?2 IS NULL OR tenant = ?2) AND (?3 IS NULL OR (created_at, key) > (?3, ?4)) \
+     ORDER BY created_at, key LIMIT ?1"
 );
 
 pub(super) const LIST_STATE: &str = concat!(
     "SELECT ",
     columns!(),
     " FROM idem_records WHERE state = ?1 AND (state <> 'completed' OR expires_at > ?2) \
-     AND (?4 IS NULL OR tenant = ?4) ORDER BY created_at, key LIMIT ?3"
+     AND (?4 IS NULL OR tenant = ?4) AND (?5 IS NULL OR (created_at, key) > (?5, ?6)) \
+     ORDER BY created_at, key LIMIT ?3"
 );
 
 /// [`Store::approval_text`]: the text under key `?1`.

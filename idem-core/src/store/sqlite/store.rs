@@ -129,13 +129,26 @@ impl Job for List {
     fn run(&self, conn: &Connection, now: Timestamp) -> Result<Vec<Record>, Failure> {
         let filter = &self.0;
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let after = filter.after.as_ref().map(|c| signed_millis(c.created_at));
+        let after_key = filter.after.as_ref().map(|c| c.key.as_str());
         match filter.state {
             // InProgress and Unknown records never expire.
-            None => load_many(conn, LIST_ATTENTION, params![limit, filter.tenant]),
+            None => load_many(
+                conn,
+                LIST_ATTENTION,
+                params![limit, filter.tenant, after, after_key],
+            ),
             Some(kind) => load_many(
                 conn,
                 LIST_STATE,
-                params![state_name(kind), signed_millis(now), limit, filter.tenant],
+                params![
+                    state_name(kind),
+                    signed_millis(now),
+                    limit,
+                    filter.tenant,
+                    after,
+                    after_key
+                ],
             ),
         }
     }
