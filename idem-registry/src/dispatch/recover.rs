@@ -52,7 +52,8 @@ pub struct RecoveryOptions {
     /// Only this tenant's records (`None`: every tenant's).
     pub tenant: Option<String>,
     /// How many records are listed at a time (the pass reads every InProgress and Unknown
-    /// record, a page of this many at a time, oldest first).
+    /// record, a page of this many at a time, oldest first). On Redis each page walks the
+    /// whole prefix: keep it large.
     pub limit: usize,
 }
 

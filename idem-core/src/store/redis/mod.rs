@@ -151,7 +151,10 @@
 //!
 //! [`Store::list`] and [`Store::purge_expired`] walk the prefix with `SCAN`: they cost
 //! O(keyspace) of the Redis database, not O(matching records). Run them from an operator tool
-//! or a periodic job, not on the request path.
+//! or a periodic job, not on the request path. Each page of a paged listing
+//! ([`ListFilter::after`](crate::store::ListFilter::after)) walks the whole prefix again:
+//! page with a large limit (a recovery pass reads a page of
+//! `RecoveryOptions::limit` records at a time).
 //!
 //! # Redis Cluster
 //!
