@@ -29,6 +29,16 @@ use crate::pointer::within;
 /// How every seal begins: recovery refuses stored arguments that hold one.
 pub(crate) const SEAL_PREFIX: &str = "[secret hmac-sha256:";
 
+/// Whether `value` holds a seal anywhere: arguments with a secret in them, as stored.
+pub(crate) fn holds_seal(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.starts_with(SEAL_PREFIX),
+        Value::Array(items) => items.iter().any(holds_seal),
+        Value::Object(fields) => fields.values().any(holds_seal),
+        _ => false,
+    }
+}
+
 /// What a secret's text is replaced by in messages.
 pub const REDACTED: &str = "[redacted]";
 

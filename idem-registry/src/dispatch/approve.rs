@@ -11,7 +11,7 @@ use idem_core::store::approvals::{
     self, ApprovalDecision, ApprovalFilter, DecisionRefused, PendingApproval, Verdict,
 };
 use idem_core::{
-    Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, StoreError, canonical_json,
+    Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, Store, StoreError, canonical_json,
 };
 use serde_json::Value;
 
@@ -151,7 +151,9 @@ impl Dispatcher {
                     approval
                         .check(&self.approval_keys, &approved, longest, now)
                         .map_err(refuse)?;
-                    if fingerprint != keyed.fingerprint {
+                    if fingerprint != keyed.fingerprint
+                        && !normalises_to(tool, &arguments, keyed.fingerprint)
+                    {
                         return Err(DispatchError::ApprovalEdited {
                             tool: tool.name.to_string(),
                             key: IdempotencyKey::new(key),
@@ -284,50 +286,31 @@ impl Dispatcher {
         edited: Option<&Value>,
         shown: Option<Fingerprint>,
     ) -> Result<PendingApproval, DecisionError> {
-        let entry = approvals::get(&*self.store, key)
-            .await?
-            .ok_or_else(|| DecisionError::Refused(DecisionRefused::NotRequested(key.clone())))?;
-        if shown.is_some_and(|shown| shown != entry.fingerprint) {
-            return Err(DecisionError::NotShown(key.clone()));
-        }
-        let tool = self
-            .registry
-            .get(&entry.tool)
-            .ok_or_else(|| DecisionError::UnknownTool(entry.tool.clone()))?;
-        // The approver approves what they are shown: arguments whose fingerprint is not the
-        // entry's were put there by someone else.
-        if fingerprint_of(&entry.arguments) != entry.fingerprint {
-            return Err(DecisionError::Tampered(key.clone()));
-        }
-        let (arguments, fingerprint) = match edited {
-            None => (entry.arguments.clone(), entry.fingerprint),
-            Some(_) if !tool.secrets.is_empty() => {
+        let tool = |name: &str| {
+            self.registry
+                .get(name)
+                .ok_or_else(|| DecisionError::UnknownTool(name.to_owned()))
+        };
+        let edit = |entry: &PendingApproval, edited: &Value| {
+            let tool = tool(&entry.tool)?;
+            if !tool.secrets.is_empty() {
                 return Err(DecisionError::SecretsNotEditable(entry.tool.clone()));
             }
-            Some(edited) => {
-                let normal = arguments::validate(tool, edited)
-                    .map_err(|e| DecisionError::InvalidArguments(Box::new(e)))?
-                    .arguments
-                    .into_owned();
-                let fingerprint = fingerprint_of(&normal);
-                (normal, fingerprint)
-            }
+            Ok(arguments::validate(tool, edited)
+                .map_err(|e| DecisionError::InvalidArguments(Box::new(e)))?
+                .arguments
+                .into_owned())
         };
-        let request = ApprovalRequest {
-            namespace: entry.namespace.clone(),
-            tenant: entry.tenant.clone(),
-            tool: entry.tool.clone(),
-            key: IdempotencyKey::new(&entry.downstream_key),
-            fingerprint,
-            arguments: arguments.clone(),
-        };
-        let approval = approver.approve_until(&request, entry.expires_at);
-        let verdict = Verdict::Approved {
-            approval: serde_json::to_string(&approval).unwrap_or_default(),
-            arguments,
-            fingerprint,
-        };
-        Ok(approvals::decide(&*self.store, key, approver.identity(), &verdict).await??)
+        decide_approval(
+            &*self.store,
+            key,
+            approver,
+            edited,
+            shown,
+            |entry| tool(&entry.tool).map(|_| ()),
+            edit,
+        )
+        .await
     }
 
     /// Operator: deny the pending call under `key`: the agent's calls with its key are
@@ -343,6 +326,102 @@ impl Dispatcher {
         };
         Ok(approvals::decide(&*self.store, key, by, &verdict).await??)
     }
+}
+
+/// Operator, without the tools: approve the call pending under `key` in `store`, as
+/// [`Dispatcher::approve_pending`] does, for a process that has the store and an approval
+/// key but not the agent's registry (the `idem` command line, the approval inbox).
+///
+/// Edited arguments are taken as given, canonicalised: their schema is checked when the
+/// agent calls with them (a call that does not fit is refused, and nothing runs), and a
+/// dispatcher accepts them if they are the call's arguments in their normal form (a default
+/// the approver left out is filled in the same way for both). Arguments holding a secret's
+/// seal cannot be edited ([`DecisionError::SecretsNotEditable`]).
+pub async fn approve_stored(
+    store: &dyn Store,
+    key: &RecordKey,
+    approver: &Approver,
+    edited: Option<&Value>,
+) -> Result<PendingApproval, DecisionError> {
+    let edit = |entry: &PendingApproval, edited: &Value| {
+        if crate::redact::holds_seal(&entry.arguments) || crate::redact::holds_seal(edited) {
+            return Err(DecisionError::SecretsNotEditable(entry.tool.clone()));
+        }
+        Ok(edited.clone())
+    };
+    decide_approval(store, key, approver, edited, None, |_| Ok(()), edit).await
+}
+
+/// Operator, without the tools: deny the call pending under `key` in `store`, as
+/// [`Dispatcher::deny_pending`] does.
+pub async fn deny_stored(
+    store: &dyn Store,
+    key: &RecordKey,
+    by: &str,
+    reason: &str,
+) -> Result<PendingApproval, DecisionError> {
+    let verdict = Verdict::Denied {
+        reason: reason.to_owned(),
+    };
+    Ok(approvals::decide(store, key, by, &verdict).await??)
+}
+
+/// Approve the entry under `key`: `known` checks the entry's tool may be decided here,
+/// `edit` turns edited arguments into the ones approved.
+async fn decide_approval(
+    store: &dyn Store,
+    key: &RecordKey,
+    approver: &Approver,
+    edited: Option<&Value>,
+    shown: Option<Fingerprint>,
+    known: impl FnOnce(&PendingApproval) -> Result<(), DecisionError>,
+    edit: impl FnOnce(&PendingApproval, &Value) -> Result<Value, DecisionError>,
+) -> Result<PendingApproval, DecisionError> {
+    let entry = approvals::get(store, key)
+        .await?
+        .ok_or_else(|| DecisionError::Refused(DecisionRefused::NotRequested(key.clone())))?;
+    if shown.is_some_and(|shown| shown != entry.fingerprint) {
+        return Err(DecisionError::NotShown(key.clone()));
+    }
+    known(&entry)?;
+    // The approver approves what they are shown: arguments whose fingerprint is not the
+    // entry's were put there by someone else.
+    if fingerprint_of(&entry.arguments) != entry.fingerprint {
+        return Err(DecisionError::Tampered(key.clone()));
+    }
+    let (arguments, fingerprint) = match edited {
+        None => (entry.arguments.clone(), entry.fingerprint),
+        Some(edited) => {
+            let normal = edit(&entry, edited)?;
+            let fingerprint = fingerprint_of(&normal);
+            (normal, fingerprint)
+        }
+    };
+    let request = ApprovalRequest {
+        namespace: entry.namespace.clone(),
+        tenant: entry.tenant.clone(),
+        tool: entry.tool.clone(),
+        key: IdempotencyKey::new(&entry.downstream_key),
+        fingerprint,
+        arguments: arguments.clone(),
+    };
+    let approval = approver.approve_until(&request, entry.expires_at);
+    let verdict = Verdict::Approved {
+        approval: serde_json::to_string(&approval).unwrap_or_default(),
+        arguments,
+        fingerprint,
+    };
+    Ok(approvals::decide(store, key, approver.identity(), &verdict).await??)
+}
+
+/// Whether arguments an operator approved without the tool ([`approve_stored`]) are, in
+/// their normal form, the ones whose fingerprint the call has: the approver wrote them
+/// without a default the tool fills in, say. Never for a tool with secrets (their approved
+/// arguments are sealed, and were not edited).
+fn normalises_to(tool: &ToolDef, approved: &Value, fingerprint: Fingerprint) -> bool {
+    tool.secrets.is_empty()
+        && arguments::validate(tool, approved)
+            .is_ok_and(|normal| fingerprint_of(&normal.arguments) == fingerprint)
 }
 
 /// The fingerprint of normalised (sealed) arguments, as the key stage computes it.

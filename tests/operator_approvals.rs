@@ -1,0 +1,210 @@
+//! Approvals decided without the agent's tools: `approve_stored` and `deny_stored`, as the
+//! `idem` command line and the approval inbox decide them, with only the store and a key.
+
+mod support;
+
+use std::sync::Arc;
+
+use idem::dispatch::{approve_stored, deny_stored};
+use idem::prelude::*;
+use idem::store::approvals::{ApprovalFilter, DecisionRefused, PendingApproval};
+use idem::{DecisionError, MemoryStore, SecretKey, Store};
+use serde_json::{Value, json};
+use support::dispatcher::{approver, dispatcher};
+use support::tally::Tally;
+
+static CLOSED: Tally = Tally::new();
+
+fn default_notice() -> String {
+    "30 days".into()
+}
+
+/// Close a customer's account.
+#[tool(class = "irreversible")]
+fn close_account(
+    customer: String,
+    #[serde(default = "default_notice")] notice: String,
+) -> Result<Value, ToolError> {
+    let run = CLOSED.note(&customer, &notice);
+    Ok(json!({"closed": customer, "notice": notice, "run": run}))
+}
+
+/// Wire a payout to a card (its number is a secret).
+#[tool(class = "irreversible")]
+fn pay_out(cents: u64, #[secret] card: String) -> Result<Value, ToolError> {
+    let _ = card;
+    Ok(json!({"paid": cents}))
+}
+
+fn agent(store: &Arc<MemoryStore>) -> Dispatcher {
+    dispatcher(Registry::linked().unwrap(), store.clone())
+        .with_secret_key(SecretKey::new(*b"operator-approvals-test-sealing!").unwrap())
+}
+
+async fn pending(store: &Arc<MemoryStore>, call: &ToolCall, run: &RunContext) -> PendingApproval {
+    let agent = agent(store);
+    let err = agent.dispatch(call, run).await.unwrap_err();
+    assert!(
+        matches!(err, DispatchError::ApprovalRequired { .. }),
+        "{err:?}"
+    );
+    let listed = agent
+        .pending_approvals(&ApprovalFilter {
+            tenant: Some(run.tenant.clone()),
+            tool: Some(call.name.clone()),
+            ..ApprovalFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    listed.into_iter().next().unwrap()
+}
+
+fn close(id: &str, args: Value) -> ToolCall {
+    ToolCall::new("close_account", args).with_call_id(id)
+}
+
+#[tokio::test]
+async fn an_approval_made_without_the_tools_runs_the_call_once() {
+    let store = Arc::new(MemoryStore::new());
+    let run = RunContext::new("op-plain");
+    let call = close("c1", json!({"customer": "cus_plain"}));
+    let entry = pending(&store, &call, &run).await;
+
+    let decided = approve_stored(&*store, &entry.key, &approver(), None)
+        .await
+        .unwrap();
+    assert_eq!(decided.decision.unwrap().by, "operator@tests");
+    let agent = agent(&store);
+    let first = agent.dispatch(&call, &run).await.unwrap();
+    let again = agent.dispatch(&call, &run).await.unwrap();
+    assert!(!first.deduplicated && again.deduplicated);
+    assert_eq!(CLOSED.count("cus_plain"), 1);
+
+    // Deciding it again is refused, naming who decided.
+    let err = approve_stored(&*store, &entry.key, &approver(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DecisionError::Refused(DecisionRefused::AlreadyDecided { ref by, .. }) if by == "operator@tests"
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn edited_arguments_without_a_default_run_in_their_normal_form() {
+    let store = Arc::new(MemoryStore::new());
+    let run = RunContext::new("op-edit");
+    let call = close("c2", json!({"customer": "cus_edit", "notice": "at once"}));
+    let entry = pending(&store, &call, &run).await;
+
+    // The approver drops the notice: the tool's default is what it means.
+    let edited = json!({"customer": "cus_edit"});
+    approve_stored(&*store, &entry.key, &approver(), Some(&edited))
+        .await
+        .unwrap();
+    let agent = agent(&store);
+    // The call as made is refused, with the arguments approved.
+    let err = agent.dispatch(&call, &run).await.unwrap_err();
+    let DispatchError::ApprovalEdited { arguments, .. } = err else {
+        panic!("expected ApprovalEdited, got {err:?}");
+    };
+    assert_eq!(*arguments, edited);
+    assert_eq!(CLOSED.count("cus_edit"), 0);
+    // Called with them, it runs once, with the default filled in.
+    let edited_call = close("c2", *arguments);
+    let ran = agent.dispatch(&edited_call, &run).await.unwrap();
+    assert_eq!(ran.output["notice"], "30 days");
+    let replayed = agent.dispatch(&edited_call, &run).await.unwrap();
+    assert!(replayed.deduplicated);
+    assert_eq!(CLOSED.count("cus_edit"), 1);
+}
+
+#[tokio::test]
+async fn edited_arguments_that_do_not_fit_are_refused_when_called_and_nothing_runs() {
+    let store = Arc::new(MemoryStore::new());
+    let run = RunContext::new("op-misfit");
+    let call = close("c3", json!({"customer": "cus_misfit"}));
+    let entry = pending(&store, &call, &run).await;
+
+    let edited = json!({"customer": 7});
+    approve_stored(&*store, &entry.key, &approver(), Some(&edited))
+        .await
+        .unwrap();
+    let agent = agent(&store);
+    let err = agent
+        .dispatch(&close("c3", edited.clone()), &run)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DispatchError::InvalidArguments { .. }),
+        "{err:?}"
+    );
+    assert_eq!(CLOSED.count("cus_misfit"), 0);
+}
+
+#[tokio::test]
+async fn sealed_arguments_cannot_be_edited_but_can_be_approved() {
+    let store = Arc::new(MemoryStore::new());
+    let run = RunContext::new("op-secret");
+    let call = ToolCall::new("pay_out", json!({"cents": 500, "card": "4242424242424242"}))
+        .with_call_id("p1");
+    let entry = pending(&store, &call, &run).await;
+    assert!(
+        !entry.arguments.to_string().contains("4242"),
+        "{}",
+        entry.arguments
+    );
+
+    let edited = json!({"cents": 5000, "card": entry.arguments["card"].clone()});
+    let err = approve_stored(&*store, &entry.key, &approver(), Some(&edited))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DecisionError::SecretsNotEditable(ref tool) if tool == "pay_out"),
+        "{err:?}"
+    );
+    approve_stored(&*store, &entry.key, &approver(), None)
+        .await
+        .unwrap();
+    let paid = agent(&store).dispatch(&call, &run).await.unwrap();
+    assert_eq!(paid.output, json!({"paid": 500}));
+}
+
+#[tokio::test]
+async fn a_denial_made_without_the_tools_is_replayed_with_its_reason() {
+    let store = Arc::new(MemoryStore::new());
+    let run = RunContext::new("op-deny");
+    let call = close("c4", json!({"customer": "cus_deny"}));
+    let entry = pending(&store, &call, &run).await;
+
+    deny_stored(&*store, &entry.key, "lee@desk", "customer asked to keep it")
+        .await
+        .unwrap();
+    let agent = agent(&store);
+    for _ in 0..2 {
+        let err = agent.dispatch(&call, &run).await.unwrap_err();
+        let DispatchError::ApprovalDenied { by, reason, .. } = err else {
+            panic!("expected ApprovalDenied, got {err:?}");
+        };
+        assert_eq!(
+            (by.as_str(), reason.as_str()),
+            ("lee@desk", "customer asked to keep it")
+        );
+    }
+    assert_eq!(CLOSED.count("cus_deny"), 0);
+    let err = approve_stored(&*store, &entry.key, &approver(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DecisionError::Refused(DecisionRefused::AlreadyDecided { .. })
+        ),
+        "{err:?}"
+    );
+    let _: &dyn Store = &*store;
+}
