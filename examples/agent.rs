@@ -13,6 +13,23 @@
 //! cargo run --example agent -- --db my.db    # or IDEM_DB=my.db
 //! cargo run --example agent -- --fresh       # start from an empty store
 //! ```
+//!
+//! With `--leave-to-operator`, the irreversible calls are left pending in the store for a
+//! person, and a text message whose carrier timed out is left Unknown: `idem approvals` or
+//! the inbox (`idem ui`) approves or denies the calls, `idem records resolve` settles the
+//! message, and the next run with `--leave-to-operator` is the agent's retry: an approved
+//! call runs once, a denied one is refused with its reason, the message is replayed. The
+//! operator signs with the example's key:
+//!
+//! ```text
+//! cargo run --example agent -- --db agent.db --fresh --leave-to-operator
+//! export IDEM_APPROVAL_KEY=desk-2026-12:6578616d706c652d617070726f76616c2d6b65792d6e6f742d73656372657421
+//! cargo run --features cli --bin idem -- approvals list --store sqlite:agent.db
+//! cargo run --example agent -- --db agent.db --leave-to-operator
+//! ```
+//!
+//! `--tenant NAME` acts for another customer (default `acme-corp`); `--approval-window SECS`
+//! is how long a request waits for a decision (default 24 h).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -52,6 +69,7 @@ static MAIL: Mutex<Option<Provider>> = Mutex::new(None);
 static TICKETS: Mutex<Option<Provider>> = Mutex::new(None);
 static STATUS: Mutex<Option<Provider>> = Mutex::new(None);
 static ACCOUNTS: Mutex<Option<Provider>> = Mutex::new(None);
+static SMS: Mutex<Option<Provider>> = Mutex::new(None);
 /// Recipients whose mail provider times out after accepting the message.
 static SLOW_INBOXES: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 /// Statuses whose first write times out after it was applied.
@@ -209,6 +227,27 @@ fn get_weather(
     Ok(json!({"city": city, "temp_c": temp, "sky": "overcast"}))
 }
 
+/// Text a customer. The carrier takes no idempotency key and cannot be asked what it sent,
+/// and today it times out after accepting: the outcome is Unknown until a person settles it.
+#[tool(class = "non_idempotent_write")]
+async fn send_sms(
+    ctx: &ToolContext,
+    /// Phone number.
+    to: String,
+    /// Message.
+    text: String,
+) -> Result<Value, ToolError> {
+    with(&SMS, |m| {
+        m.apply(
+            ctx.idempotency_key(),
+            |n| json!({"sms": n, "to": to, "text": text}),
+        )
+    });
+    Err(ToolError::ambiguous(
+        "the carrier timed out after accepting the message",
+    ))
+}
+
 /// Permanently delete a customer's account and data.
 #[tool(class = "irreversible", scopes = ["accounts:delete"])]
 async fn delete_account(
@@ -273,6 +312,8 @@ fn describe(result: &Result<Dispatched, DispatchError>) -> String {
             deduplicated: true,
             ..
         }) => format!("deduplicated (replayed error: {})", error.message()),
+        // A denial is shown whole: its reason is what the model is told.
+        Err(e @ DispatchError::ApprovalDenied { .. }) => format!("refused: {} ({e})", e.code()),
         Err(e) => format!("refused: {} ({})", e.code(), clip(&e.to_string())),
     }
 }
@@ -285,30 +326,61 @@ fn clip(s: &str) -> String {
     }
 }
 
-fn store_path() -> (PathBuf, bool) {
+/// The command line.
+struct Options {
+    path: PathBuf,
+    fresh: bool,
+    leave_to_operator: bool,
+    tenant: String,
+    approval_window: Option<Duration>,
+}
+
+fn options() -> Options {
+    const USAGE: &str = "usage: agent [--db PATH] [--fresh] [--leave-to-operator] [--tenant NAME] [--approval-window SECS]";
     let mut args = std::env::args().skip(1);
-    let mut path = std::env::var_os("IDEM_DB").map(PathBuf::from);
-    let mut fresh = false;
+    let mut options = Options {
+        path: std::env::var_os("IDEM_DB")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("idem-agent-example.db")),
+        fresh: false,
+        leave_to_operator: false,
+        tenant: "acme-corp".into(),
+        approval_window: None,
+    };
+    let value = |name: &str, v: Option<String>| {
+        v.unwrap_or_else(|| {
+            eprintln!("{name} needs a value; {USAGE}");
+            std::process::exit(2);
+        })
+    };
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--db" => path = args.next().map(PathBuf::from),
-            "--fresh" => fresh = true,
+            "--db" => options.path = PathBuf::from(value("--db", args.next())),
+            "--fresh" => options.fresh = true,
+            "--leave-to-operator" => options.leave_to_operator = true,
+            "--tenant" => options.tenant = value("--tenant", args.next()),
+            "--approval-window" => {
+                let secs = value("--approval-window", args.next());
+                let secs: u64 = secs.parse().unwrap_or_else(|_| {
+                    eprintln!("--approval-window takes whole seconds, not `{secs}`; {USAGE}");
+                    std::process::exit(2);
+                });
+                options.approval_window = Some(Duration::from_secs(secs));
+            }
             other => {
-                eprintln!("unknown argument `{other}`; usage: agent [--db PATH] [--fresh]");
+                eprintln!("unknown argument `{other}`; {USAGE}");
                 std::process::exit(2);
             }
         }
     }
-    (
-        path.unwrap_or_else(|| std::env::temp_dir().join("idem-agent-example.db")),
-        fresh,
-    )
+    options
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (path, fresh) = store_path();
-    if fresh {
+    let options = options();
+    let path = options.path.clone();
+    if options.fresh {
         for suffix in ["", "-wal", "-shm"] {
             let mut p = path.clone().into_os_string();
             p.push(suffix);
@@ -334,9 +406,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // agent's host holds only what verifies (here both sides are one process).
     let approval_key = ApprovalKey::new("desk-2026-12", *b"example-approval-key-not-secret!")?;
     let keys = ApprovalKeys::new([approval_key.clone()]);
-    let dispatcher =
+    let mut dispatcher =
         Dispatcher::approving(registry, store.clone(), keys)?.with_namespace("support-desk");
-    let run = RunContext::new("acme-corp")
+    if let Some(window) = options.approval_window {
+        dispatcher = dispatcher.with_max_approval_validity(window);
+    }
+    let run = RunContext::new(options.tenant.clone())
         .with_run("run-2026-11-30", 1)
         .grant("mail:send")
         .grant("accounts:delete");
@@ -434,7 +509,42 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // approves it; the agent's retry, carrying nothing, runs it once.
     let delete =
         ToolCall::new("delete_account", json!({"customer_id": "cus_99"})).with_call_id("call_d1");
-    if let Err(DispatchError::ApprovalRequired { request }) =
+    if options.leave_to_operator {
+        // Left to a person: `idem approvals` or the inbox decides, and the next run with
+        // `--leave-to-operator` is the agent's retry.
+        let other = ToolCall::new("delete_account", json!({"customer_id": "cus_77"}))
+            .with_call_id("call_d2");
+        for call in [delete, other] {
+            s.play("irreversible, left to an operator", call).await.ok();
+        }
+        let sms = ToolCall::new(
+            "send_sms",
+            json!({"to": "+351 910 000 042", "text": "Your technician arrives at 3 pm."}),
+        )
+        .with_call_id("call_m1");
+        s.play("carrier times out, left to an operator", sms)
+            .await
+            .ok();
+        let waiting = s
+            .dispatcher
+            .pending_approvals(&ApprovalFilter {
+                tenant: Some(options.tenant.clone()),
+                ..ApprovalFilter::default()
+            })
+            .await?;
+        for call in &waiting {
+            println!(
+                "waiting for a person: {} {} (key {})",
+                call.tool, call.arguments, call.key
+            );
+        }
+        if !waiting.is_empty() {
+            println!(
+                "decide with `idem approvals list --store sqlite:{}`, then run again with --leave-to-operator\n",
+                path.display()
+            );
+        }
+    } else if let Err(DispatchError::ApprovalRequired { request }) =
         s.play("irreversible, no approval", delete.clone()).await
     {
         // Someone who controls the agent but not the key signs an approval: refused.
@@ -506,6 +616,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("ticket system", &TICKETS),
         ("ticket statuses", &STATUS),
         ("account deletions", &ACCOUNTS),
+        ("text messages", &SMS),
     ] {
         let (requests, effects) = with(p, |p| (p.requests, p.effects.len()));
         println!("  {name:<18} {requests} requests -> {effects} effects");

@@ -71,7 +71,7 @@ async fn an_approval_made_without_the_tools_runs_the_call_once() {
     let call = close("c1", json!({"customer": "cus_plain"}));
     let entry = pending(&store, &call, &run).await;
 
-    let decided = approve_stored(&*store, &entry.key, &approver(), None)
+    let decided = approve_stored(&*store, &entry.key, &approver(), None, None)
         .await
         .unwrap();
     assert_eq!(decided.decision.unwrap().by, "operator@tests");
@@ -82,7 +82,7 @@ async fn an_approval_made_without_the_tools_runs_the_call_once() {
     assert_eq!(CLOSED.count("cus_plain"), 1);
 
     // Deciding it again is refused, naming who decided.
-    let err = approve_stored(&*store, &entry.key, &approver(), None)
+    let err = approve_stored(&*store, &entry.key, &approver(), None, None)
         .await
         .unwrap_err();
     assert!(
@@ -103,7 +103,7 @@ async fn edited_arguments_without_a_default_run_in_their_normal_form() {
 
     // The approver drops the notice: the tool's default is what it means.
     let edited = json!({"customer": "cus_edit"});
-    approve_stored(&*store, &entry.key, &approver(), Some(&edited))
+    approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
         .await
         .unwrap();
     let agent = agent(&store);
@@ -131,7 +131,7 @@ async fn edited_arguments_that_do_not_fit_are_refused_when_called_and_nothing_ru
     let entry = pending(&store, &call, &run).await;
 
     let edited = json!({"customer": 7});
-    approve_stored(&*store, &entry.key, &approver(), Some(&edited))
+    approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
         .await
         .unwrap();
     let agent = agent(&store);
@@ -160,14 +160,14 @@ async fn sealed_arguments_cannot_be_edited_but_can_be_approved() {
     );
 
     let edited = json!({"cents": 5000, "card": entry.arguments["card"].clone()});
-    let err = approve_stored(&*store, &entry.key, &approver(), Some(&edited))
+    let err = approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
         .await
         .unwrap_err();
     assert!(
         matches!(err, DecisionError::SecretsNotEditable(ref tool) if tool == "pay_out"),
         "{err:?}"
     );
-    approve_stored(&*store, &entry.key, &approver(), None)
+    approve_stored(&*store, &entry.key, &approver(), None, None)
         .await
         .unwrap();
     let paid = agent(&store).dispatch(&call, &run).await.unwrap();
@@ -196,7 +196,7 @@ async fn a_denial_made_without_the_tools_is_replayed_with_its_reason() {
         );
     }
     assert_eq!(CLOSED.count("cus_deny"), 0);
-    let err = approve_stored(&*store, &entry.key, &approver(), None)
+    let err = approve_stored(&*store, &entry.key, &approver(), None, None)
         .await
         .unwrap_err();
     assert!(

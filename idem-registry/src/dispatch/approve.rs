@@ -246,18 +246,7 @@ impl Dispatcher {
         &self,
         filter: &ApprovalFilter,
     ) -> Result<Vec<PendingApproval>, StoreError> {
-        let mut listed = approvals::list(&*self.store, filter).await?;
-        if filter.pending_only {
-            let mut awaiting = Vec::with_capacity(listed.len());
-            for entry in listed {
-                let ran = self.store.get(&entry.key).await?;
-                if ran.is_none_or(|r| r.fingerprint != entry.fingerprint) {
-                    awaiting.push(entry);
-                }
-            }
-            listed = awaiting;
-        }
-        Ok(listed)
+        pending_stored(&*self.store, filter).await
     }
 
     /// Operator: approve the pending call under `key`, signed by `approver`, valid until the
@@ -328,6 +317,26 @@ impl Dispatcher {
     }
 }
 
+/// Operator, without the tools: the pending approvals in `store` that `filter` admits, as
+/// [`Dispatcher::pending_approvals`] lists them.
+pub async fn pending_stored(
+    store: &dyn Store,
+    filter: &ApprovalFilter,
+) -> Result<Vec<PendingApproval>, StoreError> {
+    let mut listed = approvals::list(store, filter).await?;
+    if filter.pending_only {
+        let mut awaiting = Vec::with_capacity(listed.len());
+        for entry in listed {
+            let ran = store.get(&entry.key).await?;
+            if ran.is_none_or(|r| r.fingerprint != entry.fingerprint) {
+                awaiting.push(entry);
+            }
+        }
+        listed = awaiting;
+    }
+    Ok(listed)
+}
+
 /// Operator, without the tools: approve the call pending under `key` in `store`, as
 /// [`Dispatcher::approve_pending`] does, for a process that has the store and an approval
 /// key but not the agent's registry (the `idem` command line, the approval inbox).
@@ -336,12 +345,15 @@ impl Dispatcher {
 /// agent calls with them (a call that does not fit is refused, and nothing runs), and a
 /// dispatcher accepts them if they are the call's arguments in their normal form (a default
 /// the approver left out is filled in the same way for both). Arguments holding a secret's
-/// seal cannot be edited ([`DecisionError::SecretsNotEditable`]).
+/// seal cannot be edited ([`DecisionError::SecretsNotEditable`]). With `shown`, only the
+/// call whose arguments have that fingerprint is approved (the one the approver was shown),
+/// as [`DecisionError::NotShown`] tells otherwise.
 pub async fn approve_stored(
     store: &dyn Store,
     key: &RecordKey,
     approver: &Approver,
     edited: Option<&Value>,
+    shown: Option<Fingerprint>,
 ) -> Result<PendingApproval, DecisionError> {
     let edit = |entry: &PendingApproval, edited: &Value| {
         if crate::redact::holds_seal(&entry.arguments) || crate::redact::holds_seal(edited) {
@@ -349,7 +361,7 @@ pub async fn approve_stored(
         }
         Ok(edited.clone())
     };
-    decide_approval(store, key, approver, edited, None, |_| Ok(()), edit).await
+    decide_approval(store, key, approver, edited, shown, |_| Ok(()), edit).await
 }
 
 /// Operator, without the tools: deny the call pending under `key` in `store`, as

@@ -1,10 +1,60 @@
-//! The keys the proxy reads from its environment: the secret key that seals secret
-//! arguments, and the approval keys that verify operators' approvals.
+//! Keys from the environment or a file, never from the command line (where `ps` and shell
+//! histories would show them): the proxy's sealing and approval keys, and the key an
+//! operator signs approvals with.
 
+use std::path::Path;
+
+use idem::ApprovalKey;
+#[cfg(feature = "mcp-proxy")]
 use idem::mcp_proxy::{APPROVAL_KEY_ENV, ProxyKeys, SECRET_KEY_ENV};
-use idem::{ApprovalKey, ApprovalKeys, SecretKey};
+#[cfg(feature = "mcp-proxy")]
+use idem::{ApprovalKeys, SecretKey};
+
+use crate::exit::{Exit, Failure};
+
+/// The environment variable holding the key an operator signs approvals with, `id:hex`.
+pub const SIGNING_KEY_ENV: &str = "IDEM_APPROVAL_KEY";
+
+/// The key an operator signs approvals with: from `file` if given, else from
+/// `IDEM_APPROVAL_KEY`; either holds `id:hex-secret`, the id and secret a dispatcher's
+/// `ApprovalKeys` verify with.
+pub fn signing_key(file: Option<&Path>) -> Result<ApprovalKey, Failure> {
+    let (text, source) = match file {
+        Some(path) => (
+            std::fs::read_to_string(path).map_err(|e| {
+                Failure::new(
+                    Exit::Usage,
+                    format!("cannot read the signing key file {}: {e}", path.display()),
+                )
+            })?,
+            format!("the signing key file {}", path.display()),
+        ),
+        None => match std::env::var(SIGNING_KEY_ENV) {
+            Ok(text) => (text, SIGNING_KEY_ENV.to_owned()),
+            Err(_) => {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!(
+                        "no key to sign approvals with: set {SIGNING_KEY_ENV}=id:hex-secret, or give --approval-key-file FILE holding it (the id and key your dispatchers' ApprovalKeys verify)"
+                    ),
+                ));
+            }
+        },
+    };
+    let bad = |why: String| Failure::new(Exit::Usage, format!("{source}: {why}"));
+    let text = text.trim();
+    let Some((id, hex)) = text.split_once(':') else {
+        return Err(bad(
+            "not `id:hex-secret` (e.g. `desk-1:` and 64 hex digits from `openssl rand -hex 32`)"
+                .into(),
+        ));
+    };
+    let secret = decode(hex.trim()).map_err(bad)?;
+    ApprovalKey::new(id.trim(), secret).map_err(|e| bad(e.to_string()))
+}
 
 /// The keys set in the environment (none is required until a tool needs it).
+#[cfg(feature = "mcp-proxy")]
 pub fn from_env() -> Result<ProxyKeys, String> {
     let secret = match std::env::var(SECRET_KEY_ENV) {
         Err(_) => None,

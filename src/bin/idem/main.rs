@@ -1,23 +1,38 @@
-//! `idem`, the command line (feature `mcp-proxy`). One command so far: `idem mcp-proxy`,
-//! exactly-once in front of any MCP server; `idem::mcp_proxy` documents what it does.
+//! `idem`, the command line (feature `cli`): the operator's commands over any store, the
+//! approval inbox, and (feature `mcp-proxy`) `idem mcp-proxy`, exactly-once in front of any
+//! MCP server; `idem::mcp_proxy` documents what it does.
 //!
 //! ```text
-//! idem mcp-proxy init --output proxy.toml -- npx -y @modelcontextprotocol/server-memory
+//! idem records list --store sqlite:agent.db --state unknown
+//! idem approvals approve KEY --store redis://127.0.0.1:6379 --as dana@desk
+//! idem ui --store postgres://idem@db/prod --listen 127.0.0.1:8700
 //! idem mcp-proxy --config proxy.toml -- npx -y @modelcontextprotocol/server-memory
 //! ```
 
+mod cli;
+mod exit;
 mod keys;
+mod operate;
+#[cfg(feature = "mcp-proxy")]
 mod serve;
 mod store;
+mod ui;
 
+#[cfg(feature = "mcp-proxy")]
 use std::net::SocketAddr;
+#[cfg(feature = "mcp-proxy")]
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+#[cfg(feature = "mcp-proxy")]
+use clap::Args;
+use clap::{Parser, Subcommand};
+#[cfg(feature = "mcp-proxy")]
 use idem::mcp_proxy::{McpProxy, ProxyConfig, Upstream, UpstreamSpec, starting_config};
+
+use exit::{EXIT_CODES, Exit, Failure};
 
 /// The environment variable of the log filter (`info` unless set; e.g. `debug`,
 /// `warn,idem=info`).
@@ -27,7 +42,8 @@ const LOG_ENV: &str = "IDEM_LOG";
 #[command(
     name = "idem",
     version,
-    about = "Exactly-once effects for the tools LLM agents call."
+    about = "Exactly-once effects for the tools LLM agents call: the operator's commands.",
+    after_help = EXIT_CODES
 )]
 struct Cli {
     #[command(subcommand)]
@@ -36,13 +52,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The records of calls: list, show, resolve an unknown outcome, release, purge.
+    #[command(after_help = EXIT_CODES)]
+    Records(cli::RecordsArgs),
+    /// Irreversible calls waiting for a person: list, show, approve, deny.
+    #[command(after_help = EXIT_CODES)]
+    Approvals(cli::ApprovalsArgs),
+    /// Counts by state, tool and tenant, the oldest unknown outcome, pending approvals.
+    #[command(after_help = EXIT_CODES)]
+    Stats(cli::StatsArgs),
+    /// Serve the approval inbox: a web page for the same decisions, behind a token.
+    #[command(after_help = ui::HELP)]
+    Ui(ui::UiArgs),
     /// Serve an upstream MCP server's tools, each under the policy of the class the
     /// configuration gives it: a call re-sent with the same key is replayed, never run
     /// twice.
+    #[cfg(feature = "mcp-proxy")]
     #[command(after_help = PROXY_HELP)]
     McpProxy(ProxyArgs),
 }
 
+#[cfg(feature = "mcp-proxy")]
 const PROXY_HELP: &str = "\
 Examples:
   idem mcp-proxy init --output proxy.toml -- npx -y @modelcontextprotocol/server-memory
@@ -58,6 +88,7 @@ Environment:
   IDEM_PROXY_TOKENS         token=tenant,... bearer tokens accepted with --http
   IDEM_LOG                  log filter on stderr (default: info)";
 
+#[cfg(feature = "mcp-proxy")]
 #[derive(Args)]
 #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
 struct ProxyArgs {
@@ -85,6 +116,7 @@ struct ProxyArgs {
     upstream: Vec<String>,
 }
 
+#[cfg(feature = "mcp-proxy")]
 #[derive(Subcommand)]
 enum ProxyAction {
     /// Write a starting configuration listing every upstream tool, its class suggested from
@@ -92,6 +124,7 @@ enum ProxyAction {
     Init(InitArgs),
 }
 
+#[cfg(feature = "mcp-proxy")]
 #[derive(Args)]
 struct InitArgs {
     /// Write to this file (never over an existing one) instead of standard output.
@@ -122,23 +155,34 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(Exit::Failed as u8);
         }
     };
-    let Command::McpProxy(args) = cli.command;
-    let outcome = runtime.block_on(async move {
-        match args.action {
-            Some(ProxyAction::Init(init_args)) => init(init_args).await,
-            None => proxy(args).await,
-        }
-    });
-    // The upstream child is already closed; don't wait for rmcp's other tasks.
+    let outcome = runtime.block_on(run(cli.command));
+    // An upstream child is already closed; don't wait for rmcp's other tasks.
     runtime.shutdown_timeout(Duration::from_secs(1));
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            ExitCode::from(failure.code as u8)
+        }
+    }
+}
+
+async fn run(command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Records(args) => cli::records(args).await,
+        Command::Approvals(args) => cli::approvals(args).await,
+        Command::Stats(args) => cli::stats(args).await,
+        Command::Ui(args) => ui::serve(args).await,
+        #[cfg(feature = "mcp-proxy")]
+        Command::McpProxy(args) => {
+            let ran = match args.action {
+                Some(ProxyAction::Init(init_args)) => init(init_args).await,
+                None => proxy(args).await,
+            };
+            ran.map_err(|e| Failure::new(Exit::Failed, e))
         }
     }
 }
@@ -164,6 +208,7 @@ fn logging() {
         .init();
 }
 
+#[cfg(feature = "mcp-proxy")]
 /// The upstream given on the command line, if any.
 fn upstream_of(command: Vec<String>, url: Option<String>) -> Result<Option<UpstreamSpec>, String> {
     match url {
@@ -174,6 +219,7 @@ fn upstream_of(command: Vec<String>, url: Option<String>) -> Result<Option<Upstr
     }
 }
 
+#[cfg(feature = "mcp-proxy")]
 async fn proxy(args: ProxyArgs) -> Result<(), String> {
     let path = args.config.ok_or("--config FILE is required")?;
     let config = ProxyConfig::load(&path).map_err(|e| e.to_string())?;
@@ -210,6 +256,7 @@ async fn proxy(args: ProxyArgs) -> Result<(), String> {
     served
 }
 
+#[cfg(feature = "mcp-proxy")]
 async fn init(args: InitArgs) -> Result<(), String> {
     let spec = upstream_of(args.upstream, args.upstream_url)?
         .ok_or("give the upstream's command after `--`, or --upstream-url")?;

@@ -1,56 +1,171 @@
-//! The store a `--store` argument names: a path is a SQLite file, a URL a server.
+//! The store a `--store` argument names: `sqlite:PATH` (or a bare path) is a SQLite file,
+//! `redis://...` and `postgres://...` a server.
 
 use std::sync::Arc;
 
 use idem::Store;
 
+use crate::exit::{Exit, Failure};
+
 /// The SQLite file used when neither `--store` nor the configuration names a store.
+#[cfg(feature = "mcp-proxy")]
 pub const DEFAULT_STORE: &str = "idem-proxy.db";
 
-/// The Redis key prefix and PostgreSQL schema of the proxy's records (the configuration's
-/// `namespace` keeps two proxies apart inside them).
-const PREFIX: &str = "idem";
+/// The Redis key prefix and PostgreSQL schema used unless `--prefix` names another (the
+/// proxy's records live under it, its configuration's `namespace` inside).
+pub const DEFAULT_PREFIX: &str = "idem";
 
-/// Open the store `spec` names, and a description of it for the logs.
-pub async fn open(spec: &str) -> Result<(Arc<dyn Store>, String), String> {
-    let scheme = spec.split_once("://").map(|(scheme, _)| scheme);
-    match scheme {
-        None => {
-            let store = idem::SqliteStore::open(spec)
-                .map_err(|e| format!("cannot open the SQLite store `{spec}`: {e}"))?;
-            Ok((Arc::new(store), format!("the SQLite file {spec}")))
+/// What `--store` names.
+enum Spec<'a> {
+    Sqlite(&'a str),
+    Redis(&'a str),
+    Postgres(&'a str),
+}
+
+const FORMS: &str =
+    "give `sqlite:PATH` (or a file's path), `redis://HOST:PORT` or `postgres://USER@HOST/DB`";
+
+fn parse(spec: &str) -> Result<Spec<'_>, Failure> {
+    let malformed = |why: String| Failure::new(Exit::Usage, format!("`--store {spec}`: {why}"));
+    if spec.trim().is_empty() {
+        return Err(malformed(format!("no store is named: {FORMS}")));
+    }
+    if let Some(path) = spec
+        .strip_prefix("sqlite://")
+        .or(spec.strip_prefix("sqlite:"))
+    {
+        return match path {
+            "" => Err(malformed("`sqlite:` needs a file's path after it".into())),
+            path => Ok(Spec::Sqlite(path)),
+        };
+    }
+    match spec.split_once(':') {
+        Some(("redis" | "rediss", rest)) if rest.starts_with("//") && rest.len() > 2 => {
+            Ok(Spec::Redis(spec))
         }
-        Some("redis" | "rediss") => redis(spec).await,
-        Some("postgres" | "postgresql") => postgres(spec).await,
-        Some(other) => Err(format!(
-            "`--store {spec}`: unknown store scheme `{other}://`: give a SQLite file's path, a `redis://` URL or a `postgres://` URL"
+        Some(("postgres" | "postgresql", rest)) if rest.starts_with("//") && rest.len() > 2 => {
+            Ok(Spec::Postgres(spec))
+        }
+        Some((scheme @ ("redis" | "rediss" | "postgres" | "postgresql"), _)) => Err(malformed(
+            format!("a `{scheme}` URL begins `{scheme}://` and names a host: {FORMS}"),
         )),
+        Some((scheme, rest))
+            if rest.starts_with("//")
+                && !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '+') =>
+        {
+            Err(malformed(format!(
+                "unknown store scheme `{scheme}://`: {FORMS}"
+            )))
+        }
+        _ => Ok(Spec::Sqlite(spec)),
+    }
+}
+
+/// Open the store `spec` names, creating a SQLite file that does not exist yet (the
+/// proxy's records), and a description of it for the logs.
+#[cfg(feature = "mcp-proxy")]
+pub async fn open(spec: &str) -> Result<(Arc<dyn Store>, String), String> {
+    connect(spec, DEFAULT_PREFIX, true)
+        .await
+        .map_err(|f| f.message)
+}
+
+/// Open the store `spec` names, for an operator: a SQLite file must exist already (a typo
+/// must not become an empty store that lists nothing).
+pub async fn open_existing(spec: &str, prefix: &str) -> Result<(Arc<dyn Store>, String), Failure> {
+    connect(spec, prefix, false).await
+}
+
+async fn connect(
+    spec: &str,
+    prefix: &str,
+    create: bool,
+) -> Result<(Arc<dyn Store>, String), Failure> {
+    match parse(spec)? {
+        Spec::Sqlite(path) => {
+            if !create && !std::path::Path::new(path).is_file() {
+                return Err(Failure::new(
+                    Exit::Store,
+                    format!(
+                        "no SQLite store at `{path}`: the file does not exist (check the path; idem creates it when a dispatcher first opens it)"
+                    ),
+                ));
+            }
+            let store = idem::SqliteStore::open(path).map_err(|e| {
+                Failure::new(
+                    Exit::Store,
+                    format!("cannot open the SQLite store `{path}`: {e}"),
+                )
+            })?;
+            Ok((Arc::new(store), format!("the SQLite file {path}")))
+        }
+        Spec::Redis(url) => redis(url, prefix).await,
+        Spec::Postgres(url) => postgres(url, prefix).await,
+    }
+}
+
+/// A URL without its password, to name a store in messages.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub fn without_password(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((user, host)) if user.contains(':') => {
+                let name = user.split(':').next().unwrap_or_default();
+                format!("{scheme}://{name}:***@{host}")
+            }
+            _ => url.to_owned(),
+        },
+        None => url.to_owned(),
     }
 }
 
 #[cfg(feature = "redis")]
-async fn redis(url: &str) -> Result<(Arc<dyn Store>, String), String> {
-    let store = idem::RedisStore::connect(url, PREFIX)
-        .await
-        .map_err(|e| format!("cannot connect to the Redis store: {e}"))?;
-    Ok((Arc::new(store), format!("Redis (key prefix `{PREFIX}`)")))
+async fn redis(url: &str, prefix: &str) -> Result<(Arc<dyn Store>, String), Failure> {
+    let shown = without_password(url);
+    let store = idem::RedisStore::connect(url, prefix).await.map_err(|e| {
+        Failure::new(
+            Exit::Store,
+            format!("cannot use the Redis store at {shown}: {e}"),
+        )
+    })?;
+    Ok((
+        Arc::new(store),
+        format!("Redis at {shown} (key prefix `{prefix}`)"),
+    ))
 }
 
 #[cfg(not(feature = "redis"))]
-async fn redis(_: &str) -> Result<(Arc<dyn Store>, String), String> {
-    let _ = PREFIX;
-    Err("this `idem` was built without the Redis store: install it with `cargo install --path . --features mcp-proxy,redis` from a checkout of idem".into())
+async fn redis(_: &str, _: &str) -> Result<(Arc<dyn Store>, String), Failure> {
+    Err(Failure::new(
+        Exit::Usage,
+        "this `idem` was built without the Redis store: install it with `cargo install --path . --features cli,redis` from a checkout of idem",
+    ))
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres(url: &str) -> Result<(Arc<dyn Store>, String), String> {
-    let store = idem::PostgresStore::connect(url, PREFIX)
+async fn postgres(url: &str, prefix: &str) -> Result<(Arc<dyn Store>, String), Failure> {
+    let shown = without_password(url);
+    let store = idem::PostgresStore::connect(url, prefix)
         .await
-        .map_err(|e| format!("cannot connect to the PostgreSQL store: {e}"))?;
-    Ok((Arc::new(store), format!("PostgreSQL (schema `{PREFIX}`)")))
+        .map_err(|e| {
+            Failure::new(
+                Exit::Store,
+                format!("cannot use the PostgreSQL store at {shown}: {e}"),
+            )
+        })?;
+    Ok((
+        Arc::new(store),
+        format!("PostgreSQL at {shown} (schema `{prefix}`)"),
+    ))
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres(_: &str) -> Result<(Arc<dyn Store>, String), String> {
-    Err("this `idem` was built without the PostgreSQL store: install it with `cargo install --path . --features mcp-proxy,postgres` from a checkout of idem".into())
+async fn postgres(_: &str, _: &str) -> Result<(Arc<dyn Store>, String), Failure> {
+    Err(Failure::new(
+        Exit::Usage,
+        "this `idem` was built without the PostgreSQL store: install it with `cargo install --path . --features cli,postgres` from a checkout of idem",
+    ))
 }

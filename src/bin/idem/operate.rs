@@ -1,0 +1,547 @@
+//! What an operator does to a store, shared by the command line and the inbox: each
+//! operation reads what it will change first, and fails naming the store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::dispatch::{approve_stored, deny_stored, pending_stored};
+use idem::store::ListCursor;
+use idem::store::approvals::{self, ApprovalFilter, PendingApproval, Verdict};
+use idem::{
+    Approver, Fingerprint, ListFilter, Outcome, PurgeFilter, Record, RecordKey, RecordState,
+    StateKind, Store, Timestamp,
+};
+use serde_json::{Value, json};
+
+use crate::exit::{Exit, Failure};
+
+/// How long a resolved record replays when its contract does not say (a dispatcher's
+/// default TTL).
+const DEFAULT_RESOLVED_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Records are read this many at a time.
+const PAGE: usize = 500;
+
+/// A store, and its name for messages.
+#[derive(Clone)]
+pub struct Operator {
+    pub store: Arc<dyn Store>,
+    pub name: String,
+}
+
+/// Which records a listing shows.
+#[derive(Debug, Clone)]
+pub struct RecordQuery {
+    /// The states, each listed in turn (`None`: InProgress and Unknown).
+    pub states: Vec<Option<StateKind>>,
+    pub tenant: Option<String>,
+    pub tool: Option<String>,
+    /// Only records created at least this long ago (the store's clock).
+    pub older_than: Option<Duration>,
+    pub limit: usize,
+}
+
+impl Operator {
+    pub async fn open(spec: &str, prefix: &str) -> Result<Self, Failure> {
+        let (store, name) = crate::store::open_existing(spec, prefix).await?;
+        Ok(Operator { store, name })
+    }
+
+    fn failed(&self, e: idem::StoreError) -> Failure {
+        Failure::store(&self.name, e)
+    }
+
+    pub async fn now(&self) -> Result<Timestamp, Failure> {
+        self.store.now().await.map_err(|e| self.failed(e))
+    }
+
+    /// The records `query` admits, oldest first within each state; `seen` is told how many
+    /// were read so far.
+    pub async fn records(
+        &self,
+        query: &RecordQuery,
+        seen: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Record>, Failure> {
+        let now = self.now().await?;
+        let mut found = Vec::new();
+        let mut read = 0;
+        for state in &query.states {
+            let mut filter = ListFilter {
+                state: *state,
+                tenant: query.tenant.clone(),
+                limit: PAGE,
+                after: None,
+            };
+            loop {
+                let page = self
+                    .store
+                    .list(filter.clone())
+                    .await
+                    .map_err(|e| self.failed(e))?;
+                read += page.len();
+                seen(read);
+                let full = page.len() == PAGE;
+                let last = page.last().map(ListCursor::after);
+                for record in page {
+                    if admits(query, &record, now) {
+                        found.push(record);
+                        if found.len() >= query.limit {
+                            return Ok(found);
+                        }
+                    }
+                }
+                match last {
+                    Some(last) if full => filter.after = Some(last),
+                    _ => break,
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The record under `key`.
+    pub async fn record(&self, key: &str) -> Result<Record, Failure> {
+        let key = RecordKey::from_stored(key);
+        self.store
+            .get(&key)
+            .await
+            .map_err(|e| self.failed(e))?
+            .ok_or_else(|| {
+                Failure::new(
+                    Exit::NotFound,
+                    format!(
+                        "{}: no record under key {key} (`idem records list --state all` lists the keys)",
+                        self.name
+                    ),
+                )
+            })
+    }
+
+    /// Settle the InProgress or Unknown record under `key` with `outcome`.
+    pub async fn resolve(
+        &self,
+        record: &Record,
+        outcome: &Outcome,
+        ttl: Option<Duration>,
+    ) -> Result<Record, Failure> {
+        let ttl = ttl
+            .or(record.contract.as_ref().map(|c| c.ttl))
+            .unwrap_or(DEFAULT_RESOLVED_TTL);
+        self.store
+            .resolve(&record.key, outcome, ttl)
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
+    /// Forget the InProgress or Unknown record under `key`, so that the call may run again.
+    pub async fn release(&self, record: &Record) -> Result<(), Failure> {
+        if let RecordState::Completed { .. } = record.state {
+            return Err(completed_refusal(&self.name, &record.key));
+        }
+        let released = self
+            .store
+            .force_release(&record.key)
+            .await
+            .map_err(|e| self.failed(e))?;
+        if released {
+            Ok(())
+        } else {
+            Err(Failure::new(
+                Exit::Refused,
+                format!(
+                    "{}: the record under key {} was settled or removed meanwhile; nothing was released",
+                    self.name, record.key
+                ),
+            ))
+        }
+    }
+
+    /// Delete expired records a batch at a time; `deleted` is told the count so far. A
+    /// failure says how many were deleted before it.
+    pub async fn purge(
+        &self,
+        filter: &PurgeFilter,
+        deleted: &(dyn Fn(usize) + Sync),
+    ) -> Result<usize, Failure> {
+        let mut total = 0;
+        loop {
+            let n = self.store.purge_expired(filter).await.map_err(|e| {
+                let mut failure = self.failed(e);
+                failure.message = format!(
+                    "{} (stopped after deleting {total} expired record(s); run purge again once the store answers)",
+                    failure.message
+                );
+                failure
+            })?;
+            total += n;
+            deleted(total);
+            if n < filter.limit || n == 0 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// The approvals `filter` admits.
+    pub async fn approvals(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<Vec<PendingApproval>, Failure> {
+        pending_stored(&*self.store, filter)
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
+    /// The approval entry under `key`.
+    pub async fn approval(&self, key: &str) -> Result<PendingApproval, Failure> {
+        let key = RecordKey::from_stored(key);
+        approvals::get(&*self.store, &key)
+            .await
+            .map_err(|e| self.failed(e))?
+            .ok_or_else(|| {
+                Failure::new(
+                    Exit::NotFound,
+                    format!(
+                        "{}: no approval was requested under key {key} (`idem approvals list --all` lists them)",
+                        self.name
+                    ),
+                )
+            })
+    }
+
+    /// A decided or expired request is refused before anyone is asked to confirm (the
+    /// store refuses it too, if it changes in between).
+    pub fn refuse_decided(&self, entry: &PendingApproval, now: Timestamp) -> Result<(), Failure> {
+        let status = approval_status(entry, now);
+        let refused = |why: String| Failure::new(Exit::Refused, format!("{}: {why}", self.name));
+        match (status, &entry.decision) {
+            ("expired", _) => Err(refused(format!(
+                "the approval request under key {} expired at {}; the agent must call again",
+                entry.key,
+                entry.expires_at.to_rfc3339()
+            ))),
+            (_, Some(d)) => Err(refused(format!(
+                "the approval under key {} was already decided ({status}) by {} at {}",
+                entry.key,
+                d.by,
+                d.at.to_rfc3339()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    pub async fn approve(
+        &self,
+        entry: &PendingApproval,
+        approver: &Approver,
+        edited: Option<&Value>,
+    ) -> Result<PendingApproval, Failure> {
+        approve_stored(
+            &*self.store,
+            &entry.key,
+            approver,
+            edited,
+            Some(entry.fingerprint),
+        )
+        .await
+        .map_err(|e| Failure::decision(&self.name, e))
+    }
+
+    pub async fn deny(
+        &self,
+        entry: &PendingApproval,
+        by: &str,
+        reason: &str,
+    ) -> Result<PendingApproval, Failure> {
+        if reason.trim().is_empty() {
+            return Err(Failure::new(
+                Exit::Usage,
+                "a denial needs a reason: the agent's model is told it",
+            ));
+        }
+        deny_stored(&*self.store, &entry.key, by, reason)
+            .await
+            .map_err(|e| Failure::decision(&self.name, e))
+    }
+
+    /// Counts over every record (of `tenant`), and the pending approvals.
+    pub async fn stats(
+        &self,
+        tenant: Option<&str>,
+        seen: &(dyn Fn(usize) + Sync),
+    ) -> Result<Stats, Failure> {
+        let query = RecordQuery {
+            states: vec![
+                Some(StateKind::InProgress),
+                Some(StateKind::Unknown),
+                Some(StateKind::Completed),
+            ],
+            tenant: tenant.map(str::to_owned),
+            tool: None,
+            older_than: None,
+            limit: usize::MAX,
+        };
+        let records = self.records(&query, seen).await?;
+        let pending = self
+            .approvals(&ApprovalFilter {
+                tenant: tenant.map(str::to_owned),
+                limit: usize::MAX,
+                ..ApprovalFilter::default()
+            })
+            .await?;
+        let mut stats = Stats {
+            pending_approvals: pending.len(),
+            ..Stats::default()
+        };
+        for record in &records {
+            let state = state_name(record.state.kind());
+            *stats.by_state.entry(state).or_default() += 1;
+            *stats
+                .by_tool
+                .entry(record.tool.clone())
+                .or_default()
+                .entry(state)
+                .or_default() += 1;
+            *stats
+                .by_tenant
+                .entry(record.tenant.clone())
+                .or_default()
+                .entry(state)
+                .or_default() += 1;
+            if let RecordState::Unknown { since, .. } = record.state
+                && stats
+                    .oldest_unknown
+                    .as_ref()
+                    .is_none_or(|(_, at)| since < *at)
+            {
+                stats.oldest_unknown = Some((record.clone(), since));
+            }
+        }
+        Ok(stats)
+    }
+}
+
+/// Why a completed record is not released.
+fn completed_refusal(store: &str, key: &RecordKey) -> Failure {
+    Failure::new(
+        Exit::Refused,
+        format!(
+            "{store}: the record under key {key} is completed: releasing it would let the call run again; completed records expire and `idem records purge` deletes them"
+        ),
+    )
+}
+
+fn admits(query: &RecordQuery, record: &Record, now: Timestamp) -> bool {
+    query.tool.as_ref().is_none_or(|t| *t == record.tool)
+        && query.older_than.is_none_or(|age| {
+            now.as_millis()
+                .saturating_sub(record.created_at.as_millis())
+                >= age.as_millis() as u64
+        })
+}
+
+/// Counts by state, tool and tenant.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub by_state: BTreeMap<&'static str, usize>,
+    pub by_tool: BTreeMap<String, BTreeMap<&'static str, usize>>,
+    pub by_tenant: BTreeMap<String, BTreeMap<&'static str, usize>>,
+    pub oldest_unknown: Option<(Record, Timestamp)>,
+    pub pending_approvals: usize,
+}
+
+/// The states, in the order they are shown.
+pub const STATES: [&str; 3] = ["in_progress", "unknown", "completed"];
+
+impl Stats {
+    /// The documented JSON shape of `idem stats --json`.
+    pub fn to_json(&self) -> Value {
+        let counts = |m: &BTreeMap<&'static str, usize>| {
+            let mut o = serde_json::Map::new();
+            for s in STATES {
+                o.insert(s.into(), json!(m.get(s).copied().unwrap_or(0)));
+            }
+            Value::Object(o)
+        };
+        json!({
+            "records": counts(&self.by_state),
+            "by_tool": self.by_tool.iter().map(|(k, v)| (k.clone(), counts(v))).collect::<serde_json::Map<_, _>>(),
+            "by_tenant": self.by_tenant.iter().map(|(k, v)| (k.clone(), counts(v))).collect::<serde_json::Map<_, _>>(),
+            "oldest_unknown": self.oldest_unknown.as_ref().map(|(r, since)| json!({
+                "key": r.key.as_str(),
+                "tool": r.tool,
+                "tenant": r.tenant,
+                "since": since.to_rfc3339(),
+            })),
+            "pending_approvals": self.pending_approvals,
+        })
+    }
+}
+
+pub fn state_name(kind: StateKind) -> &'static str {
+    match kind {
+        StateKind::InProgress => "in_progress",
+        StateKind::Completed => "completed",
+        StateKind::Unknown => "unknown",
+    }
+}
+
+/// The documented JSON shape of a record.
+pub fn record_json(record: &Record) -> Value {
+    let arguments = record
+        .arguments
+        .as_deref()
+        .map(|text| serde_json::from_str::<Value>(text).unwrap_or_else(|_| json!(text)));
+    let (lease_until, expires_at, since, last_error, outcome) = match &record.state {
+        RecordState::InProgress { lease_until } => {
+            (Some(lease_until.to_rfc3339()), None, None, None, None)
+        }
+        RecordState::Completed {
+            outcome,
+            expires_at,
+        } => (
+            None,
+            Some(expires_at.to_rfc3339()),
+            None,
+            None,
+            Some(outcome_json(outcome)),
+        ),
+        RecordState::Unknown { since, last_error } => (
+            None,
+            None,
+            Some(since.to_rfc3339()),
+            Some(last_error.clone()),
+            None,
+        ),
+    };
+    json!({
+        "key": record.key.as_str(),
+        "tool": record.tool,
+        "tenant": record.tenant,
+        "state": state_name(record.state.kind()),
+        "fence": record.fence,
+        "created_at": record.created_at.to_rfc3339(),
+        "updated_at": record.updated_at.to_rfc3339(),
+        "lease_until": lease_until,
+        "expires_at": expires_at,
+        "unknown_since": since,
+        "last_error": last_error,
+        "outcome": outcome,
+        "arguments": arguments,
+        "class": record.contract.as_ref().map(|c| c.class.to_string()),
+        "version": record.contract.as_ref().map(|c| c.version.clone()),
+        "steps": record.steps.iter().map(|s| s.step.clone()).collect::<Vec<_>>(),
+    })
+}
+
+fn outcome_json(outcome: &Outcome) -> Value {
+    match outcome {
+        Outcome::Success(text) => json!({
+            "success": serde_json::from_str::<Value>(text).unwrap_or_else(|_| json!(text)),
+        }),
+        Outcome::Failure(e) => json!({
+            "failure": {"kind": e.kind().to_string(), "message": e.message(), "details": e.details()},
+        }),
+    }
+}
+
+/// What became of an approval request at `now`.
+pub fn approval_status(entry: &PendingApproval, now: Timestamp) -> &'static str {
+    match &entry.decision {
+        _ if !entry.stands(now) => "expired",
+        None => "pending",
+        Some(d) => match d.verdict {
+            Verdict::Approved { .. } => "approved",
+            Verdict::Denied { .. } => "denied",
+        },
+    }
+}
+
+/// The documented JSON shape of an approval request.
+pub fn approval_json(entry: &PendingApproval, now: Timestamp) -> Value {
+    let decision = entry.decision.as_ref().map(|d| {
+        let (verdict, reason, arguments) = match &d.verdict {
+            Verdict::Approved {
+                arguments,
+                fingerprint,
+                ..
+            } => {
+                let edited = (*fingerprint != entry.fingerprint).then(|| arguments.clone());
+                ("approved", None, edited)
+            }
+            Verdict::Denied { reason } => ("denied", Some(reason.clone()), None),
+        };
+        json!({
+            "verdict": verdict,
+            "by": d.by,
+            "at": d.at.to_rfc3339(),
+            "reason": reason,
+            "edited_arguments": arguments,
+        })
+    });
+    json!({
+        "key": entry.key.as_str(),
+        "status": approval_status(entry, now),
+        "namespace": entry.namespace,
+        "tenant": entry.tenant,
+        "tool": entry.tool,
+        "downstream_key": entry.downstream_key,
+        "fingerprint": entry.fingerprint.to_hex(),
+        "arguments": entry.arguments,
+        "requested_at": entry.requested_at.to_rfc3339(),
+        "expires_at": entry.expires_at.to_rfc3339(),
+        "decision": decision,
+    })
+}
+
+/// How long from `now` until `at`, or since, for people: `3m 20s`, `2h 5m`, `4d 1h`.
+pub fn span(from: Timestamp, to: Timestamp) -> String {
+    let secs = to.as_millis().saturating_sub(from.as_millis()) / 1000;
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m {}s", secs / 60, secs % 60),
+        3600..86_400 => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d {}h", secs / 86_400, secs % 86_400 / 3600),
+    }
+}
+
+/// A duration as written on the command line: a number and `s`, `m`, `h` or `d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| {
+        format!(
+            "`{text}` is not a duration: write a number and a unit, e.g. `90s`, `15m`, `2h`, `7d`"
+        )
+    })?;
+    let unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        other => {
+            return Err(format!(
+                "`{other}` in `{text}` is not a unit: use s, m, h or d (e.g. `7d`)"
+            ));
+        }
+    };
+    Ok(Duration::from_secs(n.saturating_mul(unit)))
+}
+
+/// A fingerprint given back by a form, as shown.
+pub fn fingerprint_of_form(text: &str) -> Option<Fingerprint> {
+    Fingerprint::from_hex(text.trim())
+}
+
+/// Whether a record holds arguments an operator may read (they are sealed where secret).
+pub fn arguments_text(record: &Record) -> String {
+    match &record.arguments {
+        Some(text) => serde_json::from_str::<Value>(text)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| text.clone()),
+        None => "(not kept)".into(),
+    }
+}
