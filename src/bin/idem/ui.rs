@@ -123,10 +123,10 @@ impl Inbox {
     }
 
     /// A POST must come from a page of this inbox: the anti-forgery token matches, and an
-    /// `Origin` header, if sent, is this host.
-    fn check_post(&self, headers: &HeaderMap, csrf: &str) -> Result<(), Response> {
+    /// `Origin` header, if sent, is this host. The refusal to answer, if not.
+    fn check_post(&self, headers: &HeaderMap, csrf: &str) -> Option<Response> {
         if !self.authorised(headers) {
-            return Err(refused_login());
+            return Some(refused_login());
         }
         let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
         if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
@@ -134,19 +134,19 @@ impl Inbox {
                 origin == format!("http://{h}") || origin == format!("https://{h}")
             });
             if !same {
-                return Err(page_error(
+                return Some(page_error(
                     StatusCode::FORBIDDEN,
                     "refused: the form was sent from another site",
                 ));
             }
         }
         if !self.same(csrf, &self.csrf) {
-            return Err(page_error(
+            return Some(page_error(
                 StatusCode::FORBIDDEN,
                 "refused: the form's anti-forgery token is missing or wrong; reload the inbox and try again",
             ));
         }
-        Ok(())
+        None
     }
 }
 
@@ -266,14 +266,16 @@ fn encode(text: &str) -> String {
 const STYLE: &str = "
 body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1d2433;background:#f6f7f9}
 header{background:#1d2433;color:#fff;padding:14px 28px;display:flex;gap:28px;align-items:baseline;flex-wrap:wrap}
-header h1{font-size:18px;margin:0} header .stat b{font-size:18px}
+header h1{font-size:18px;margin:0} header .stat b{font-size:18px} header .muted{color:#b8bfcc}
 main{padding:8px 28px 40px;max-width:1200px}
 h2{font-size:16px;margin:28px 0 10px}
 table{border-collapse:collapse;width:100%;background:#fff;box-shadow:0 1px 2px #0002}
 th,td{text-align:left;vertical-align:top;padding:9px 10px;border-bottom:1px solid #e4e6eb}
-th{font-size:12px;text-transform:uppercase;color:#5b6475;background:#fafbfc}
+th{font-size:12px;text-transform:uppercase;color:#5b6475;background:#fafbfc;white-space:nowrap}
+td:nth-child(2),td:nth-child(3):not(.status),#decided td:nth-child(4){white-space:nowrap}
+#pending td:last-child,#unknown td:last-child{min-width:17em}
 pre{margin:0;font:13px/1.35 ui-monospace,monospace;white-space:pre-wrap;max-width:380px}
-code{font:12px ui-monospace,monospace;color:#5b6475;word-break:break-all}
+code{font:12px ui-monospace,monospace;color:#5b6475;word-break:break-all} td code{display:block;width:32ch}
 form{margin:0 0 6px} input[type=text],textarea{font:13px ui-monospace,monospace;width:100%;box-sizing:border-box}
 button{font:inherit;padding:4px 12px;border-radius:4px;border:1px solid #8890a0;background:#fff;cursor:pointer}
 button.approve{background:#1f7a3f;color:#fff;border-color:#1f7a3f} button.deny{background:#a8231c;color:#fff;border-color:#a8231c}
@@ -561,7 +563,7 @@ async fn approve(
     headers: HeaderMap,
     Form(form): Form<ApproveForm>,
 ) -> Response {
-    if let Err(refused) = inbox.check_post(&headers, &form.csrf) {
+    if let Some(refused) = inbox.check_post(&headers, &form.csrf) {
         return refused;
     }
     let Some(approver) = &inbox.approver else {
@@ -628,7 +630,7 @@ async fn deny(
     headers: HeaderMap,
     Form(form): Form<DenyForm>,
 ) -> Response {
-    if let Err(refused) = inbox.check_post(&headers, &form.csrf) {
+    if let Some(refused) = inbox.check_post(&headers, &form.csrf) {
         return refused;
     }
     let decided = async {
@@ -666,7 +668,7 @@ async fn resolve(
     headers: HeaderMap,
     Form(form): Form<ResolveForm>,
 ) -> Response {
-    if let Err(refused) = inbox.check_post(&headers, &form.csrf) {
+    if let Some(refused) = inbox.check_post(&headers, &form.csrf) {
         return refused;
     }
     let value = form
@@ -728,7 +730,7 @@ async fn release(
     headers: HeaderMap,
     Form(form): Form<ReleaseForm>,
 ) -> Response {
-    if let Err(refused) = inbox.check_post(&headers, &form.csrf) {
+    if let Some(refused) = inbox.check_post(&headers, &form.csrf) {
         return refused;
     }
     let released = async {

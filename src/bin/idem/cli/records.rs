@@ -1,0 +1,316 @@
+//! `idem records`: list, show, resolve, release, purge.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use idem::{Outcome, PurgeFilter, RecordState, StateKind, ToolError};
+use serde_json::Value;
+
+use super::{Identity, StoreArgs, clip, confirm, print_json, progress, table};
+use crate::exit::{Exit, Failure};
+use crate::operate::{self, RecordQuery};
+
+#[derive(Args)]
+pub struct RecordsArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(subcommand)]
+    pub command: RecordsCommand,
+}
+
+#[derive(Subcommand)]
+pub enum RecordsCommand {
+    /// List records (by default the open ones: in progress and unknown).
+    List(ListArgs),
+    /// Show one record: its state, arguments (secrets sealed), outcome and journal.
+    Show {
+        /// The record's key, as `list` shows it.
+        key: String,
+    },
+    /// Settle an in-progress or unknown record with the outcome you established: every call
+    /// with its key replays it from now on.
+    Resolve(ResolveArgs),
+    /// Forget an in-progress or unknown record, so that the call runs again when called:
+    /// only when you know its effect did not happen.
+    Release(ReleaseArgs),
+    /// Delete expired completed records, and unknown ones past their retention.
+    Purge(PurgeArgs),
+}
+
+/// A state to list.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum StateArg {
+    /// In progress and unknown.
+    Open,
+    InProgress,
+    Unknown,
+    Completed,
+    /// Every state.
+    All,
+}
+
+#[derive(Args)]
+pub struct ListArgs {
+    #[arg(long, value_enum, default_value = "open")]
+    pub state: StateArg,
+    /// Only this tenant's records.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only this tool's records.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only records created at least this long ago (e.g. `30m`, `2h`, `7d`).
+    #[arg(long, value_name = "AGE", value_parser = operate::parse_duration)]
+    pub older_than: Option<Duration>,
+    /// At most this many.
+    #[arg(long, default_value_t = 1000)]
+    pub limit: usize,
+}
+
+#[derive(Args)]
+#[group(id = "outcome", required = true, multiple = false)]
+pub struct OutcomeArgs {
+    /// The call's result, as JSON (what the tool would have returned).
+    #[arg(long, value_name = "JSON", group = "outcome")]
+    pub value: Option<String>,
+    /// Settle it as a terminal failure with this message instead.
+    #[arg(long, value_name = "MESSAGE", group = "outcome")]
+    pub failure: Option<String>,
+}
+
+#[derive(Args)]
+pub struct ResolveArgs {
+    /// The record's key.
+    pub key: String,
+    #[command(flatten)]
+    pub outcome: OutcomeArgs,
+    /// How long the outcome replays [default: the record's TTL, else 24h].
+    #[arg(long, value_name = "DURATION", value_parser = operate::parse_duration)]
+    pub ttl: Option<Duration>,
+    #[command(flatten)]
+    pub identity: Identity,
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    pub yes: bool,
+}
+
+#[derive(Args)]
+pub struct ReleaseArgs {
+    /// The record's key.
+    pub key: String,
+    #[command(flatten)]
+    pub identity: Identity,
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    pub yes: bool,
+}
+
+#[derive(Args)]
+pub struct PurgeArgs {
+    /// Only this tenant's records.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Unknown records older than this are deleted too.
+    #[arg(long, value_name = "DURATION", value_parser = operate::parse_duration, default_value = "30d")]
+    pub unknown_retention: Duration,
+    /// Delete this many per round trip.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: u64,
+}
+
+pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
+    let op = args.store.open().await?;
+    let json = args.store.json;
+    match args.command {
+        RecordsCommand::List(list) => {
+            let states = match list.state {
+                StateArg::Open => vec![None],
+                StateArg::InProgress => vec![Some(StateKind::InProgress)],
+                StateArg::Unknown => vec![Some(StateKind::Unknown)],
+                StateArg::Completed => vec![Some(StateKind::Completed)],
+                StateArg::All => vec![
+                    Some(StateKind::InProgress),
+                    Some(StateKind::Unknown),
+                    Some(StateKind::Completed),
+                ],
+            };
+            let query = RecordQuery {
+                states,
+                tenant: list.tenant,
+                tool: list.tool,
+                older_than: list.older_than,
+                limit: list.limit,
+            };
+            let bar = progress("records read");
+            let found = op
+                .records(&query, &|n| bar.set_message(format!("records read: {n}")))
+                .await;
+            bar.finish_and_clear();
+            let found = found?;
+            if json {
+                print_json(&Value::Array(
+                    found.iter().map(operate::record_json).collect(),
+                ));
+                return Ok(());
+            }
+            let now = op.now().await?;
+            let rows: Vec<Vec<String>> = found
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.key.to_string(),
+                        r.tool.clone(),
+                        r.tenant.clone(),
+                        operate::state_name(r.state.kind()).into(),
+                        operate::span(r.created_at, now),
+                        clip(&detail(&r.state), 60),
+                    ]
+                })
+                .collect();
+            table(&["KEY", "TOOL", "TENANT", "STATE", "AGE", "DETAIL"], &rows);
+            eprintln!("{} record(s) in {}", found.len(), op.name);
+            Ok(())
+        }
+        RecordsCommand::Show { key } => {
+            let record = op.record(&key).await?;
+            if json {
+                print_json(&operate::record_json(&record));
+            } else {
+                show_record(&record);
+            }
+            Ok(())
+        }
+        RecordsCommand::Resolve(resolve) => {
+            let outcome = match (&resolve.outcome.value, &resolve.outcome.failure) {
+                (Some(value), _) => {
+                    let value: Value = serde_json::from_str(value).map_err(|e| {
+                        Failure::new(
+                            Exit::Usage,
+                            format!("--value is not JSON ({e}): quote a string as '\"text\"'"),
+                        )
+                    })?;
+                    Outcome::success(&value)
+                }
+                (None, Some(message)) => Outcome::Failure(ToolError::terminal(message)),
+                (None, None) => unreachable!("clap requires one of --value and --failure"),
+            };
+            let who = resolve.identity.required()?;
+            let record = op.record(&resolve.key).await?;
+            if let RecordState::Completed { .. } = record.state {
+                return Err(Failure::new(
+                    Exit::Refused,
+                    format!(
+                        "{}: the record under key {} is already completed; nothing changed",
+                        op.name, record.key
+                    ),
+                ));
+            }
+            let settled = match &outcome {
+                Outcome::Success(text) => format!("completed with {text}"),
+                Outcome::Failure(e) => format!("failed: {}", e.message()),
+            };
+            confirm(
+                resolve.yes,
+                &format!(
+                    "Resolve {} ({} for tenant {}, {}): it becomes {settled}; every call with its key replays that.",
+                    record.key,
+                    record.tool,
+                    record.tenant,
+                    detail(&record.state)
+                ),
+            )?;
+            let resolved = op.resolve(&record, &outcome, resolve.ttl).await?;
+            tracing::info!(key = %resolved.key, by = %who, "resolved in {}", op.name);
+            if json {
+                print_json(&operate::record_json(&resolved));
+            } else {
+                println!("resolved {} by {who}: {settled}", resolved.key);
+            }
+            Ok(())
+        }
+        RecordsCommand::Release(release) => {
+            let who = release.identity.required()?;
+            let record = op.record(&release.key).await?;
+            confirm(
+                release.yes,
+                &format!(
+                    "Release {} ({} for tenant {}, {}): the record is deleted and the call runs again when called. Only if its effect did not happen.",
+                    record.key,
+                    record.tool,
+                    record.tenant,
+                    detail(&record.state)
+                ),
+            )?;
+            op.release(&record).await?;
+            tracing::info!(key = %record.key, by = %who, "released in {}", op.name);
+            if json {
+                print_json(&serde_json::json!({"released": record.key.as_str()}));
+            } else {
+                println!("released {} by {who}", record.key);
+            }
+            Ok(())
+        }
+        RecordsCommand::Purge(purge) => {
+            let filter = PurgeFilter {
+                limit: purge.batch as usize,
+                tenant: purge.tenant,
+                unknown_retention: purge.unknown_retention,
+            };
+            let bar = progress("expired records deleted");
+            let deleted = op
+                .purge(&filter, &|n| {
+                    bar.set_message(format!("expired records deleted: {n}"))
+                })
+                .await;
+            bar.finish_and_clear();
+            let deleted = deleted?;
+            if json {
+                print_json(&serde_json::json!({"purged": deleted}));
+            } else {
+                println!("purged {deleted} expired record(s) from {}", op.name);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// One line on a state: what an operator needs to decide.
+fn detail(state: &RecordState) -> String {
+    match state {
+        RecordState::InProgress { lease_until } => {
+            format!("in progress, lease until {}", lease_until.to_rfc3339())
+        }
+        RecordState::Completed { outcome, .. } => match outcome {
+            Outcome::Success(text) => format!("completed: {text}"),
+            Outcome::Failure(e) => format!("failed: {}", e.message()),
+        },
+        RecordState::Unknown { since, last_error } => {
+            format!("unknown since {}: {last_error}", since.to_rfc3339())
+        }
+    }
+}
+
+fn show_record(record: &idem::Record) {
+    let mut rows = vec![
+        ("key", record.key.to_string()),
+        ("tool", record.tool.clone()),
+        ("tenant", record.tenant.clone()),
+        ("state", operate::state_name(record.state.kind()).into()),
+        ("detail", detail(&record.state)),
+        ("arguments", operate::arguments_text(record)),
+        ("fence", record.fence.to_string()),
+        ("created", record.created_at.to_rfc3339()),
+        ("updated", record.updated_at.to_rfc3339()),
+    ];
+    if let Some(contract) = &record.contract {
+        rows.push(("class", contract.class.to_string()));
+        rows.push(("version", contract.version.clone()));
+    }
+    for step in &record.steps {
+        rows.push(("step", format!("{}: {}", step.step, step.value)));
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        println!("{k:<width$}  {v}");
+    }
+}
