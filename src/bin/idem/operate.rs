@@ -545,3 +545,34 @@ pub fn arguments_text(record: &Record) -> String {
         None => "(not kept)".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_a_number_and_a_unit() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration(" 7d "), Ok(Duration::from_secs(7 * 86_400)));
+        assert!(parse_duration("7").unwrap_err().contains("not a unit"));
+        assert!(parse_duration("7w").unwrap_err().contains("`w`"));
+        assert!(parse_duration("d").unwrap_err().contains("not a duration"));
+        assert!(
+            parse_duration("-1h")
+                .unwrap_err()
+                .contains("not a duration")
+        );
+    }
+
+    #[test]
+    fn spans_read_as_people_say_them() {
+        let at = |s: u64| Timestamp(s * 1000);
+        assert_eq!(span(at(0), at(42)), "42s");
+        assert_eq!(span(at(0), at(200)), "3m 20s");
+        assert_eq!(span(at(0), at(7500)), "2h 5m");
+        assert_eq!(span(at(0), at(4 * 86_400 + 3600)), "4d 1h");
+        assert_eq!(span(at(10), at(0)), "0s");
+    }
+}

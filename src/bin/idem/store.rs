@@ -169,3 +169,47 @@ async fn postgres(_: &str, _: &str) -> Result<(Arc<dyn Store>, String), Failure>
         "this `idem` was built without the PostgreSQL store: install it with `cargo install --path . --features cli,postgres` from a checkout of idem",
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(spec: &str) -> String {
+        match parse(spec) {
+            Ok(_) => panic!("`{spec}` was accepted"),
+            Err(f) => {
+                assert_eq!(f.code, Exit::Usage, "{spec}: {}", f.message);
+                f.message
+            }
+        }
+    }
+
+    #[test]
+    fn store_specs_are_read_or_refused_with_the_forms() {
+        assert!(matches!(
+            parse("sqlite:agent.db"),
+            Ok(Spec::Sqlite("agent.db"))
+        ));
+        assert!(matches!(
+            parse("sqlite:///var/a.db"),
+            Ok(Spec::Sqlite("/var/a.db"))
+        ));
+        assert!(matches!(
+            parse("./agent.db"),
+            Ok(Spec::Sqlite("./agent.db"))
+        ));
+        assert!(matches!(
+            parse("redis://127.0.0.1:6379/"),
+            Ok(Spec::Redis(_))
+        ));
+        assert!(matches!(
+            parse("postgresql://u@h/db"),
+            Ok(Spec::Postgres(_))
+        ));
+        assert!(refusal("redis:/localhost").contains("begins `redis://`"));
+        assert!(refusal("postgres://").contains("begins `postgres://`"));
+        assert!(refusal("ftp://host/x").contains("unknown store scheme `ftp://`"));
+        assert!(refusal("sqlite:").contains("needs a file's path"));
+        assert!(refusal("  ").contains("no store is named"));
+    }
+}
