@@ -169,6 +169,9 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                 .collect();
             table(&["KEY", "TOOL", "TENANT", "STATE", "AGE", "DETAIL"], &rows);
             eprintln!("{} record(s) in {}", found.len(), op.name);
+            if found.len() == list.limit {
+                eprintln!("(the first {}: --limit N shows more)", list.limit);
+            }
             Ok(())
         }
         RecordsCommand::Show { key } => {

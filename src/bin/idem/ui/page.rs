@@ -9,6 +9,9 @@ use idem::{RecordState, StateKind};
 use serde_json::Value;
 
 use super::Inbox;
+
+/// How many decided and expired requests the page shows, latest first.
+const SHOWN_DECIDED: usize = 50;
 use crate::exit::Failure;
 use crate::operate::{self, RecordQuery};
 
@@ -191,7 +194,13 @@ pub(super) async fn render(inbox: &Inbox, done: Option<&str>) -> Result<String, 
         }
         body.push_str("</table>");
     }
-    let decided: Vec<&PendingApproval> = all.iter().filter(|e| !e.is_pending(now)).collect();
+    // The latest decisions first, as many as a page can show.
+    let decided: Vec<&PendingApproval> = all
+        .iter()
+        .rev()
+        .filter(|e| !e.is_pending(now))
+        .take(SHOWN_DECIDED)
+        .collect();
     if !decided.is_empty() {
         body.push_str("<h2>Decided and expired</h2><table id=decided><tr><th>Tool</th><th>Tenant</th><th>Status</th><th>By</th><th>Arguments</th></tr>");
         for e in decided {
