@@ -310,10 +310,7 @@ impl Dispatcher {
         by: &str,
         reason: &str,
     ) -> Result<PendingApproval, DecisionError> {
-        let verdict = Verdict::Denied {
-            reason: reason.to_owned(),
-        };
-        Ok(approvals::decide(&*self.store, key, by, &verdict).await??)
+        deny_stored(&*self.store, key, by, reason).await
     }
 }
 
