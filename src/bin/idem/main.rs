@@ -38,6 +38,10 @@ use exit::{EXIT_CODES, Exit, Failure};
 /// `warn,idem=info`).
 const LOG_ENV: &str = "IDEM_LOG";
 
+/// The log filter unless `IDEM_LOG` sets one. The store drivers' own warnings about a lost
+/// connection are left out: the command's error names the store and what to do.
+const DEFAULT_LOG: &str = "info,rmcp=warn,deadpool_postgres=error,redis=error";
+
 #[derive(Parser)]
 #[command(
     name = "idem",
@@ -191,7 +195,7 @@ async fn run(command: Command) -> Result<(), Failure> {
 fn logging() {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::prelude::*;
-    let default = || Targets::from_str("info,rmcp=warn").unwrap_or_default();
+    let default = || Targets::from_str(DEFAULT_LOG).unwrap_or_default();
     let filter = match std::env::var(LOG_ENV) {
         Err(_) => default(),
         Ok(spec) => Targets::from_str(&spec).unwrap_or_else(|e| {

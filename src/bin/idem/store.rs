@@ -35,7 +35,9 @@ fn parse(spec: &str) -> Result<Spec<'_>, Failure> {
         .or(spec.strip_prefix("sqlite:"))
     {
         return match path {
-            "" => Err(malformed("`sqlite:` needs a file's path after it".into())),
+            "" => Err(malformed(format!(
+                "`sqlite:` needs a file's path after it: {FORMS}"
+            ))),
             path => Ok(Spec::Sqlite(path)),
         };
     }
