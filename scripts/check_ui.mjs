@@ -254,20 +254,28 @@ async function checkForgery(page, expired) {
     return { status: response.status, body: await response.text() };
   }, [route, fields]);
 
-  const deny = await send('/deny', { csrf: forged, key: expired, reason: 'forged' });
+  const shown = idem('approvals', 'show', expired).fingerprint;
+  const deny = await send('/deny', { csrf: forged, key: expired, shown, reason: 'forged' });
   expect(deny.status === 403 && deny.body.includes('anti-forgery token'),
     `a POST /deny with the session cookie but a wrong csrf token is refused with 403 (${deny.status})`);
   const entry = idem('approvals', 'show', expired);
   expect(entry.status === 'expired' && entry.decision === null, 'and the request is unchanged');
 
-  const release = await send('/release', { csrf: forged, key: sms });
+  const fence = String(idem('records', 'show', sms).fence);
+  const release = await send('/release', { csrf: forged, key: sms, fence });
   expect(release.status === 403, `a POST /release with a wrong csrf token is refused with 403 (${release.status})`);
   const cookie = (await page.context().cookies()).find((c) => c.name === 'idem_session');
-  const crossSite = await post('/release', { csrf, key: sms },
+  const crossSite = await post('/release', { csrf, key: sms, fence },
     { cookie: `idem_session=${cookie.value}`, origin: 'https://evil.example' });
   expect(crossSite.status === 403 && crossSite.body.includes('another site'),
     `and one with the right token but Origin https://evil.example too (${crossSite.status})`);
   expect(idem('records', 'show', sms).state === 'unknown', 'the send_sms record is still unknown');
+
+  // A page older than the record: the form's fence is not the record's.
+  const stale = await send('/release', { csrf, key: sms, fence: String(Number(fence) - 1) });
+  expect(stale.status === 409 && stale.body.includes('changed since the page showed it'),
+    `a release from a page showing an older state of the record is refused with 409 (${stale.status})`);
+  expect(idem('records', 'show', sms).state === 'unknown', 'and the record is still unknown');
 
   // A link cannot make the inbox announce a decision nobody made.
   await page.goto(BASE + '/?done=' + encodeURIComponent('Approved delete_account for everyone'));
@@ -291,6 +299,21 @@ async function checkResolve(page, sms) {
     `\`idem records show\`: completed with ${JSON.stringify(record.outcome)}`);
 }
 
+async function checkSession(page) {
+  const answer = await page.goto(BASE + '/');
+  const headers = answer.headers();
+  expect(headers['cache-control'] === 'no-store' && headers['x-frame-options'] === 'DENY'
+    && (headers['content-security-policy'] ?? '').includes("frame-ancestors 'none'"),
+    'pages are never cached nor framed (Cache-Control: no-store, X-Frame-Options: DENY, CSP)');
+  const script = await fetch(BASE + '/', { headers: { authorization: `Bearer ${TOKEN}` } });
+  expect(script.status === 200, `a script with the token as a bearer reads the inbox (${script.status})`);
+  const cookie = (await page.context().cookies()).find((c) => c.name === 'idem_session');
+  await navigates(page, () => page.click('form[action="/logout"] button'));
+  expect(new URL(page.url()).pathname === '/login', 'Sign out leads to the login page');
+  const copied = await fetch(BASE + '/', { headers: { cookie: `idem_session=${cookie.value}` } });
+  expect(copied.status === 401, `a copy of the signed-out session's cookie is refused (${copied.status})`);
+}
+
 async function main() {
   const args = ['--disable-gpu', '--disable-dev-shm-usage'];
   if (process.getuid?.() === 0) {
@@ -312,6 +335,7 @@ async function main() {
     const expired = await checkExpired(page);
     const sms = await checkForgery(page, expired);
     await checkResolve(page, sms);
+    await checkSession(page);
   } finally {
     await browser.close();
   }

@@ -89,17 +89,19 @@ fn decode(hex: &str) -> Result<Vec<u8>, String> {
             hex.len()
         ));
     }
-    let digit = |c: u8| match c {
+    // A wrong character is named by its place, never shown: it is part of a secret.
+    let digit = |at: usize, c: u8| match c {
         b'0'..=b'9' => Ok(c - b'0'),
         b'a'..=b'f' => Ok(c - b'a' + 10),
         b'A'..=b'F' => Ok(c - b'A' + 10),
         _ => Err(format!(
-            "`{}` is not a hex digit: write the key in hex, e.g. from `openssl rand -hex 32`",
-            c as char
+            "character {} is not a hex digit: write the key in hex, e.g. from `openssl rand -hex 32`",
+            at + 1
         )),
     };
     hex.as_bytes()
         .chunks(2)
-        .map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?))
+        .enumerate()
+        .map(|(i, pair)| Ok(digit(2 * i, pair[0])? << 4 | digit(2 * i + 1, pair[1])?))
         .collect()
 }

@@ -118,43 +118,78 @@ impl Operator {
             })
     }
 
-    /// Settle the InProgress or Unknown record under `key` with `outcome`.
-    pub async fn resolve(
+    /// Whether `record` may be settled: not a completed one, and an in-progress one (whose
+    /// worker may be alive) only with `force`. Asked before a confirmation, and again by
+    /// [`settle`](Self::settle).
+    pub fn settleable(&self, record: &Record, force: bool) -> Result<(), Failure> {
+        match &record.state {
+            RecordState::Completed { .. } => Err(completed_refusal(&self.name, &record.key)),
+            RecordState::InProgress { lease_until } if !force => Err(Failure::new(
+                Exit::Refused,
+                format!(
+                    "{}: the record under key {} is in progress: a worker may still be running the call (its lease ends at {}); once the lease ends, the caller's retry or a recovery pass turns it Unknown. Pass --force only if you know its worker is gone",
+                    self.name,
+                    record.key,
+                    lease_until.to_rfc3339()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Settle `record`, as it was shown, with `outcome` (`None`: forget it, so that the call
+    /// runs again when called). An Unknown record is settled only if it is still Unknown at
+    /// the fence shown: one a verify hook settled meanwhile, or that a new call claimed, is
+    /// left alone. An in-progress one may have a live worker: it is settled (fencing the
+    /// worker out) only with `force`.
+    pub async fn settle(
         &self,
         record: &Record,
-        outcome: &Outcome,
+        outcome: Option<&Outcome>,
         ttl: Option<Duration>,
-    ) -> Result<Record, Failure> {
+        force: bool,
+    ) -> Result<(), Failure> {
         let ttl = ttl
             .or(record.contract.as_ref().map(|c| c.ttl))
             .unwrap_or(DEFAULT_RESOLVED_TTL);
-        self.store
-            .resolve(&record.key, outcome, ttl)
-            .await
-            .map_err(|e| self.failed(e))
-    }
-
-    /// Forget the InProgress or Unknown record under `key`, so that the call may run again.
-    pub async fn release(&self, record: &Record) -> Result<(), Failure> {
-        if let RecordState::Completed { .. } = record.state {
-            return Err(completed_refusal(&self.name, &record.key));
+        self.settleable(record, force)?;
+        let key = &record.key;
+        let settled = match &record.state {
+            RecordState::Completed { .. } => false,
+            RecordState::Unknown { .. } => self
+                .store
+                .settle_unknown(key, record.fence, outcome, ttl)
+                .await
+                .map_err(|e| self.failed(e))?,
+            RecordState::InProgress { .. } => match outcome {
+                Some(outcome) => self
+                    .store
+                    .resolve(key, outcome, ttl)
+                    .await
+                    .map(|_| true)
+                    .map_err(|e| self.failed(e))?,
+                None => self
+                    .store
+                    .force_release(key)
+                    .await
+                    .map_err(|e| self.failed(e))?,
+            },
+        };
+        if settled {
+            return Ok(());
         }
-        let released = self
-            .store
-            .force_release(&record.key)
-            .await
-            .map_err(|e| self.failed(e))?;
-        if released {
-            Ok(())
-        } else {
-            Err(Failure::new(
-                Exit::Refused,
-                format!(
-                    "{}: the record under key {} was settled or removed meanwhile; nothing was released",
-                    self.name, record.key
-                ),
-            ))
-        }
+        let now = match self.store.get(key).await {
+            Ok(Some(r)) => format!("it is now {}", state_name(r.state.kind())),
+            Ok(None) => "it is gone".into(),
+            Err(_) => "it could not be read again".into(),
+        };
+        Err(Failure::new(
+            Exit::Refused,
+            format!(
+                "{}: the record under key {key} changed since it was shown ({now}): nothing changed; look again with `idem records show {key}`",
+                self.name
+            ),
+        ))
     }
 
     /// Delete expired records a batch at a time; `deleted` is told the count so far. A
@@ -209,6 +244,24 @@ impl Operator {
             })
     }
 
+    /// The request under the key has the arguments the person deciding was shown.
+    pub fn check_shown(
+        &self,
+        entry: &PendingApproval,
+        shown: Option<Fingerprint>,
+    ) -> Result<(), Failure> {
+        if shown == Some(entry.fingerprint) {
+            return Ok(());
+        }
+        Err(Failure::new(
+            Exit::Refused,
+            format!(
+                "{}: the call pending under key {} has other arguments than the ones shown: nothing was decided; look at it again",
+                self.name, entry.key
+            ),
+        ))
+    }
+
     /// A decided or expired request is refused before anyone is asked to confirm (the
     /// store refuses it too, if it changes in between).
     pub fn refuse_decided(&self, entry: &PendingApproval, now: Timestamp) -> Result<(), Failure> {
@@ -259,6 +312,9 @@ impl Operator {
                 "a denial needs a reason: the agent's model is told it",
             ));
         }
+        // Deny the request that was shown, not another made under the key since.
+        let now = self.approval(entry.key.as_str()).await?;
+        self.check_shown(&now, Some(entry.fingerprint))?;
         deny_stored(&*self.store, &entry.key, by, reason)
             .await
             .map_err(|e| Failure::decision(&self.name, e))
@@ -326,7 +382,7 @@ fn completed_refusal(store: &str, key: &RecordKey) -> Failure {
     Failure::new(
         Exit::Refused,
         format!(
-            "{store}: the record under key {key} is completed: releasing it would let the call run again; completed records expire and `idem records purge` deletes them"
+            "{store}: the record under key {key} is already completed: nothing changed (every call with its key replays its outcome until it expires; `idem records purge` deletes expired ones)"
         ),
     )
 }
@@ -334,9 +390,10 @@ fn completed_refusal(store: &str, key: &RecordKey) -> Failure {
 fn admits(query: &RecordQuery, record: &Record, now: Timestamp) -> bool {
     query.tool.as_ref().is_none_or(|t| *t == record.tool)
         && query.older_than.is_none_or(|age| {
+            let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
             now.as_millis()
                 .saturating_sub(record.created_at.as_millis())
-                >= age.as_millis() as u64
+                >= age
         })
 }
 
@@ -531,6 +588,74 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(n.saturating_mul(unit)))
 }
 
+/// Edited arguments as a person wrote them: a JSON object, as a call's are.
+pub fn edited_arguments(text: &str, source: &str) -> Result<Value, Failure> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| Failure::new(Exit::Usage, format!("{source}: not JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!("{source}: edited arguments are a JSON object, as the call's are"),
+        ));
+    }
+    Ok(value)
+}
+
+/// How every seal of a secret argument begins.
+const SEAL_PREFIX: &str = "[secret hmac-sha256:";
+
+/// Whether arguments hold a secret's seal: they are approved as called, never edited.
+pub fn sealed(arguments: &Value) -> bool {
+    match arguments {
+        Value::String(s) => s.starts_with(SEAL_PREFIX),
+        Value::Array(items) => items.iter().any(sealed),
+        Value::Object(fields) => fields.values().any(sealed),
+        _ => false,
+    }
+}
+
+/// Whether a character is invisible or changes how the text around it reads: control
+/// characters, bidirectional overrides and isolates, zero-width and other format characters.
+fn deceptive(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(
+            c,
+            '\u{ad}'
+                | '\u{600}'..='\u{605}'
+                | '\u{61c}'
+                | '\u{6dd}'
+                | '\u{70f}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}'
+                | '\u{e0000}'..='\u{e007f}'
+        )
+}
+
+/// `text` as a person deciding should see it: every [`deceptive`] character written as its
+/// JSON escape (`\u202e`), which inside a JSON string still means the same character, so
+/// that what is shown is what is decided.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(deceptive) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 12);
+    for c in text.chars() {
+        if deceptive(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// A fingerprint given back by a form, as shown.
 pub fn fingerprint_of_form(text: &str) -> Option<Fingerprint> {
     Fingerprint::from_hex(text.trim())
@@ -564,6 +689,22 @@ mod tests {
                 .unwrap_err()
                 .contains("not a duration")
         );
+    }
+
+    #[test]
+    fn what_could_read_as_other_text_is_shown_by_its_code() {
+        assert_eq!(visible("cus_99"), "cus_99");
+        assert_eq!(
+            visible("pay \u{202e}001$ \u{202c}"),
+            "pay \\u202e001$ \\u202c"
+        );
+        assert_eq!(visible("a\u{200b}b\u{1b}[31m"), "a\\u200bb\\u001b[31m");
+        assert_eq!(visible("tag\u{e0041}"), "tag\\udb40\\udc41");
+        assert_eq!(visible("two\nlines"), "two\nlines");
+        // Inside JSON text the escape is the same character again.
+        let shown = visible("{\"to\":\"\u{202e}moc.live@x\"}");
+        let back: Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back["to"], "\u{202e}moc.live@x");
     }
 
     #[test]

@@ -86,17 +86,25 @@ async fn connect(
     prefix: &str,
     create: bool,
 ) -> Result<(Arc<dyn Store>, String), Failure> {
+    opened(spec, prefix, create).await.map_err(|mut failure| {
+        failure.message = scrubbed(&failure.message, spec);
+        failure
+    })
+}
+
+async fn opened(
+    spec: &str,
+    prefix: &str,
+    create: bool,
+) -> Result<(Arc<dyn Store>, String), Failure> {
     match parse(spec)? {
         Spec::Sqlite(path) => {
-            if !create && !std::path::Path::new(path).is_file() {
-                return Err(Failure::new(
-                    Exit::Store,
-                    format!(
-                        "no SQLite store at `{path}`: the file does not exist (check the path; idem creates it when a dispatcher first opens it)"
-                    ),
-                ));
-            }
-            let store = idem::SqliteStore::open(path).map_err(|e| {
+            let store = if create {
+                idem::SqliteStore::open(path)
+            } else {
+                idem::SqliteStore::open_existing(path)
+            };
+            let store = store.map_err(|e| {
                 Failure::new(
                     Exit::Store,
                     format!("cannot open the SQLite store `{path}`: {e}"),
@@ -105,28 +113,36 @@ async fn connect(
             Ok((Arc::new(store), format!("the SQLite file {path}")))
         }
         Spec::Redis(url) => redis(url, prefix).await,
-        Spec::Postgres(url) => postgres(url, prefix).await,
+        Spec::Postgres(url) => postgres(url, prefix, create).await,
     }
 }
 
-/// A URL without its password, to name a store in messages.
-#[cfg(any(feature = "redis", feature = "postgres"))]
-pub fn without_password(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((user, host)) if user.contains(':') => {
-                let name = user.split(':').next().unwrap_or_default();
-                format!("{scheme}://{name}:***@{host}")
-            }
-            _ => url.to_owned(),
-        },
-        None => url.to_owned(),
+/// The password `spec` holds, if any: a URL's `user:password@`, or a `password=`
+/// parameter (in a URL's query, or a libpq `key=value` string).
+fn password_of(spec: &str) -> Option<&str> {
+    let params = spec.split(['?', '&', ' ']).find_map(|part| {
+        let (name, value) = part.split_once('=')?;
+        name.eq_ignore_ascii_case("password").then_some(value)
+    });
+    let user = spec.split_once("://").and_then(|(_, rest)| {
+        let authority = rest.split_once('?').map_or(rest, |(a, _)| a);
+        let (user, _) = authority.rsplit_once('@')?;
+        user.split_once(':').map(|(_, password)| password)
+    });
+    user.or(params).filter(|p| !p.is_empty())
+}
+
+/// `text` with `spec`'s password, if any, replaced by `***`: how messages name a store.
+pub fn scrubbed(text: &str, spec: &str) -> String {
+    match password_of(spec) {
+        Some(password) => text.replace(password, "***"),
+        None => text.to_owned(),
     }
 }
 
 #[cfg(feature = "redis")]
 async fn redis(url: &str, prefix: &str) -> Result<(Arc<dyn Store>, String), Failure> {
-    let shown = without_password(url);
+    let shown = scrubbed(url, url);
     let store = idem::RedisStore::connect(url, prefix).await.map_err(|e| {
         Failure::new(
             Exit::Store,
@@ -143,21 +159,28 @@ async fn redis(url: &str, prefix: &str) -> Result<(Arc<dyn Store>, String), Fail
 async fn redis(_: &str, _: &str) -> Result<(Arc<dyn Store>, String), Failure> {
     Err(Failure::new(
         Exit::Usage,
-        "this `idem` was built without the Redis store: install it with `cargo install --path . --features cli,redis` from a checkout of idem",
+        "this `idem` was built without the Redis store: install it with `cargo install --path . --features cli,redis,postgres` from a checkout of idem (add `mcp-proxy` for the proxy)",
     ))
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres(url: &str, prefix: &str) -> Result<(Arc<dyn Store>, String), Failure> {
-    let shown = without_password(url);
-    let store = idem::PostgresStore::connect(url, prefix)
-        .await
-        .map_err(|e| {
-            Failure::new(
-                Exit::Store,
-                format!("cannot use the PostgreSQL store at {shown}: {e}"),
-            )
-        })?;
+async fn postgres(
+    url: &str,
+    prefix: &str,
+    create: bool,
+) -> Result<(Arc<dyn Store>, String), Failure> {
+    let shown = scrubbed(url, url);
+    let store = if create {
+        idem::PostgresStore::connect(url, prefix).await
+    } else {
+        idem::PostgresStore::connect_existing(url, prefix).await
+    };
+    let store = store.map_err(|e| {
+        Failure::new(
+            Exit::Store,
+            format!("cannot use the PostgreSQL store at {shown}: {e}"),
+        )
+    })?;
     Ok((
         Arc::new(store),
         format!("PostgreSQL at {shown} (schema `{prefix}`)"),
@@ -165,10 +188,10 @@ async fn postgres(url: &str, prefix: &str) -> Result<(Arc<dyn Store>, String), F
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres(_: &str, _: &str) -> Result<(Arc<dyn Store>, String), Failure> {
+async fn postgres(_: &str, _: &str, _: bool) -> Result<(Arc<dyn Store>, String), Failure> {
     Err(Failure::new(
         Exit::Usage,
-        "this `idem` was built without the PostgreSQL store: install it with `cargo install --path . --features cli,postgres` from a checkout of idem",
+        "this `idem` was built without the PostgreSQL store: install it with `cargo install --path . --features cli,redis,postgres` from a checkout of idem (add `mcp-proxy` for the proxy)",
     ))
 }
 
@@ -184,6 +207,28 @@ mod tests {
                 f.message
             }
         }
+    }
+
+    #[test]
+    fn passwords_never_reach_a_message() {
+        for (spec, password) in [
+            ("postgres://ops:s3cret@db:5432/app", "s3cret"),
+            ("postgres://ops:p@ss@db/app", "p@ss"),
+            (
+                "postgres://ops@db/app?sslmode=require&password=s3cret",
+                "s3cret",
+            ),
+            ("redis://:hunter22@cache:6379/", "hunter22"),
+            ("host=db user=ops password=s3cret dbname=app", "s3cret"),
+        ] {
+            let message = scrubbed(&format!("cannot use {spec}: refused"), spec);
+            assert!(!message.contains(password), "{message}");
+            assert!(message.contains("***"), "{message}");
+        }
+        assert_eq!(
+            scrubbed("postgres://ops@db/app", "postgres://ops@db/app"),
+            "postgres://ops@db/app"
+        );
     }
 
     #[test]

@@ -30,6 +30,59 @@ impl Connections {
         result
     }
 
+    /// Whether `schema` holds every table and column this idem uses, read without writing
+    /// (the check of `PostgresStore::connect_existing`).
+    pub(super) async fn check_existing(&self, schema: &str) -> Result<(), StoreError> {
+        let mut checkout = self.checkout().await?;
+        let client: &deadpool_postgres::Object = checkout.client();
+        let exists = |name: String| async move {
+            client
+                .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&name])
+                .await
+                .map_err(db_error)?
+                .try_get::<_, bool>(0)
+                .map_err(catalog_error)
+        };
+        let table = format!("\"{schema}\".records");
+        let refuse = |why: String| Err(StoreError::Unavailable(why));
+        let result = if !exists(table.clone()).await? {
+            refuse(format!(
+                "schema `{schema}` holds no idem records (check the schema name: the one your dispatchers' PostgresStore was given)"
+            ))
+        } else {
+            let mut missing = Vec::new();
+            for (column, _) in LATER_COLUMNS {
+                let has: bool = client
+                    .query_one(
+                        "SELECT EXISTS (SELECT 1 FROM pg_attribute \
+                         WHERE attrelid = to_regclass($1::text) AND attname = $2::text \
+                         AND NOT attisdropped)",
+                        &[&table, &column],
+                    )
+                    .await
+                    .map_err(db_error)?
+                    .try_get(0)
+                    .map_err(catalog_error)?;
+                if !has {
+                    missing.push(format!("column {column}"));
+                }
+            }
+            if !exists(format!("\"{schema}\".{APPROVALS_TABLE}")).await? {
+                missing.push(format!("table {APPROVALS_TABLE}"));
+            }
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                refuse(format!(
+                    "schema `{schema}` was made by an older idem (it lacks {}): a dispatcher of this version upgrades it when it connects; upgrade the agents first, or use the idem of their version",
+                    missing.join(", ")
+                ))
+            }
+        };
+        checkout.finish();
+        result
+    }
+
     async fn create_schema(
         schema: &str,
         client: &mut deadpool_postgres::Object,

@@ -142,6 +142,34 @@ impl PostgresStore {
     /// ```
     pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
         validate_schema(schema)?;
+        Self::from_pool(Self::pool(url)?, schema).await
+    }
+
+    /// Connect to a schema a dispatcher set up, for an operator: never create it, never
+    /// upgrade it. A schema without idem's tables (a mistyped name), or one an older idem
+    /// made, is refused ([`StoreError::Unavailable`], naming the schema and the fix).
+    ///
+    /// ```no_run
+    /// use idem_core::store::postgres::PostgresStore;
+    ///
+    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// let store = PostgresStore::connect_existing("postgres://ops@127.0.0.1/app", "idem").await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_existing(url: &str, schema: &str) -> Result<Self, StoreError> {
+        validate_schema(schema)?;
+        let db = Connections {
+            pool: Self::pool(url)?,
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+        };
+        db.bounded(db.check_existing(schema)).await?;
+        Ok(Self::over(db, schema))
+    }
+
+    /// The pool `connect` makes.
+    fn pool(url: &str) -> Result<Pool, StoreError> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Unavailable(format!("invalid PostgreSQL URL: {e}")))?;
         if config.get_connect_timeout().is_none() {
@@ -162,7 +190,7 @@ impl PostgresStore {
             .recycle_timeout(Some(DEFAULT_CONNECT_TIMEOUT))
             .build()
             .map_err(|e| StoreError::Unavailable(format!("cannot build a PostgreSQL pool: {e}")))?;
-        Self::from_pool(pool, schema).await
+        Ok(pool)
     }
 
     /// Use an existing pool (with TLS, other limits or timeouts) and keep every table in
@@ -193,12 +221,16 @@ impl PostgresStore {
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         };
         db.bounded(db.set_up(schema)).await?;
+        Ok(Self::over(db, schema))
+    }
+
+    fn over(db: Connections, schema: &str) -> Self {
         let backend = PostgresBackend {
             db,
             schema: schema.to_owned(),
             sql: Statements::new(schema),
         };
-        Ok(Limits::default().layer(backend))
+        Limits::default().layer(backend)
     }
 
     /// Bound every operation, waiting for a pooled connection included (default

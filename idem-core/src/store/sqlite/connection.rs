@@ -73,6 +73,54 @@ pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Whether `path` is an idem store of this schema version, read without writing (the
+/// check of [`SqliteStore::open_existing`](super::SqliteStore::open_existing)).
+pub(super) fn check_existing(path: &Path) -> Result<(), StoreError> {
+    let refuse = |why: String| Err(StoreError::Unavailable(why));
+    if !path.is_file() {
+        return refuse(format!(
+            "no SQLite store at {}: the file does not exist (check the path; a dispatcher creates it when it first opens it)",
+            path.display()
+        ));
+    }
+    let read = || -> Result<(i64, bool, bool), rusqlite::Error> {
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        let version = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        let table = |name: &str| -> Result<bool, rusqlite::Error> {
+            conn.query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [name],
+                |row| row.get(0),
+            )
+        };
+        Ok((version, table("idem_records")?, table("idem_approvals")?))
+    };
+    let (version, records, approvals) = read().map_err(|e| {
+        StoreError::Unavailable(format!(
+            "cannot read {} as a SQLite store: {e}",
+            path.display()
+        ))
+    })?;
+    match version {
+        _ if !records => refuse(format!(
+            "{} is not an idem store: it has no idem_records table (check the path)",
+            path.display()
+        )),
+        SCHEMA_VERSION if approvals => Ok(()),
+        v if v > SCHEMA_VERSION => refuse(format!(
+            "SQLite database {} has idem schema version {v}; this version of idem understands version {SCHEMA_VERSION} (use the idem of the agents that wrote it)",
+            path.display()
+        )),
+        v => refuse(format!(
+            "SQLite database {} has idem schema version {v}, older than this idem's {SCHEMA_VERSION}: it is upgraded when a dispatcher of this version opens it, and agents of the older version would then refuse it; upgrade the agents first, or use the idem of their version",
+            path.display()
+        )),
+    }
+}
+
 /// The records' table at [`SCHEMA_VERSION`], or the refusal of a newer one.
 fn migrate_records(conn: &Connection, path: &Path) -> Result<(), Failure> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;

@@ -265,6 +265,31 @@ impl SqliteStore {
         Ok(Limits::default().layer(backend))
     }
 
+    /// Open a file a dispatcher made, for an operator: never create it, never upgrade it.
+    /// A file that does not exist, is not an idem store, or holds another schema version
+    /// is refused ([`StoreError::Unavailable`], naming the file, the version and the fix):
+    /// an older file is upgraded by the first dispatcher of this version that opens it,
+    /// which its agents of the older version would then refuse, so it is an agent's
+    /// upgrade to make, not an operator's command.
+    ///
+    /// ```
+    /// use idem_core::store::sqlite::SqliteStore;
+    ///
+    /// let path = std::env::temp_dir().join(format!("idem-doc-existing-{}.db", std::process::id()));
+    /// assert!(SqliteStore::open_existing(&path).is_err_and(|e| e.to_string().contains("does not exist")));
+    /// assert!(!path.exists());
+    /// drop(SqliteStore::open(&path)?);
+    /// assert!(SqliteStore::open_existing(&path).is_ok());
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    /// # }
+    /// # Ok::<(), idem_core::StoreError>(())
+    /// ```
+    pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        connection::check_existing(path.as_ref())?;
+        Self::open(path)
+    }
+
     /// Choose when a commit is durable (default [`Synchronous::Full`]: at once, on disk).
     ///
     /// [`Synchronous::Normal`] is faster (no `fsync` per commit, and writes then run inline

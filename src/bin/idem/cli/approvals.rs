@@ -150,12 +150,15 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             let who = approve.identity.required()?;
             let key = crate::keys::signing_key(approve.approval_key_file.as_deref())?;
             let edited = match (&approve.edit, &approve.edit_file) {
-                (Some(text), _) => Some(parse_edit(text, "--edit")?),
+                (Some(text), _) => Some(operate::edited_arguments(text, "--edit")?),
                 (None, Some(path)) => {
                     let text = std::fs::read_to_string(path).map_err(|e| {
                         Failure::new(Exit::Usage, format!("cannot read {}: {e}", path.display()))
                     })?;
-                    Some(parse_edit(&text, &path.display().to_string())?)
+                    Some(operate::edited_arguments(
+                        &text,
+                        &path.display().to_string(),
+                    )?)
                 }
                 (None, None) => None,
             };
@@ -186,8 +189,14 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             if json {
                 print_json(&operate::approval_json(&decided, now));
             } else {
+                let next = match edited {
+                    None => "the agent's next call runs it once",
+                    Some(_) => {
+                        "the agent's call is refused with the edited arguments, and runs once called with them"
+                    }
+                };
                 println!(
-                    "approved {} ({} for {}) by {who}: the agent's next call runs it once",
+                    "approved {} ({} for {}) by {who}: {next}",
                     decided.key, decided.tool, decided.tenant
                 );
             }
@@ -223,18 +232,6 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             Ok(())
         }
     }
-}
-
-fn parse_edit(text: &str, source: &str) -> Result<Value, Failure> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| Failure::new(Exit::Usage, format!("{source}: not JSON: {e}")))?;
-    if !value.is_object() {
-        return Err(Failure::new(
-            Exit::Usage,
-            format!("{source}: edited arguments are a JSON object, as the call's are"),
-        ));
-    }
-    Ok(value)
 }
 
 fn show_approval(entry: &idem::store::approvals::PendingApproval, now: idem::Timestamp) {
@@ -274,6 +271,6 @@ fn show_approval(entry: &idem::store::approvals::PendingApproval, now: idem::Tim
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {
         let v = v.replace('\n', &format!("\n{:width$}  ", ""));
-        println!("{k:<width$}  {v}");
+        println!("{k:<width$}  {}", operate::visible(&v));
     }
 }

@@ -21,12 +21,19 @@ pub use records::{RecordsArgs, records};
 #[derive(Args, Clone)]
 pub struct StoreArgs {
     /// The store: `sqlite:PATH`, `redis://HOST:PORT` or `postgres://USER@HOST/DB`.
-    #[arg(long, env = "IDEM_STORE", value_name = "STORE", global = true)]
+    #[arg(
+        long,
+        env = "IDEM_STORE",
+        hide_env_values = true,
+        value_name = "STORE",
+        global = true
+    )]
     pub store: Option<String>,
     /// The Redis key prefix or PostgreSQL schema the dispatchers were given.
     #[arg(
         long,
         env = "IDEM_STORE_PREFIX",
+        hide_env_values = true,
         value_name = "PREFIX",
         default_value = crate::store::DEFAULT_PREFIX,
         global = true
@@ -53,7 +60,12 @@ impl StoreArgs {
 #[derive(Args, Clone)]
 pub struct Identity {
     /// Your identity, recorded with the decision (e.g. an email address).
-    #[arg(long = "as", env = "IDEM_APPROVER", value_name = "WHO")]
+    #[arg(
+        long = "as",
+        env = "IDEM_APPROVER",
+        hide_env_values = true,
+        value_name = "WHO"
+    )]
     pub who: Option<String>,
 }
 
@@ -91,7 +103,7 @@ pub(crate) fn progress(what: &'static str) -> ProgressBar {
 
 /// Ask before a change, showing it, unless `yes`.
 pub(crate) fn confirm(yes: bool, change: &str) -> Result<(), Failure> {
-    eprintln!("{change}");
+    eprintln!("{}", operate::visible(change));
     if yes {
         return Ok(());
     }
@@ -122,6 +134,16 @@ pub(crate) fn print_json(value: &Value) {
 
 /// An aligned table: a header row and rows of cells.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) {
+    // What a person decides on is shown as it is: no escape sequence, no reordering.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|c| operate::visible(c).into_owned())
+                .collect()
+        })
+        .collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -63,8 +63,8 @@ pub struct ListArgs {
     #[arg(long, value_name = "AGE", value_parser = operate::parse_duration)]
     pub older_than: Option<Duration>,
     /// At most this many.
-    #[arg(long, default_value_t = 1000)]
-    pub limit: usize,
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: u64,
 }
 
 #[derive(Args)]
@@ -89,6 +89,9 @@ pub struct ResolveArgs {
     pub ttl: Option<Duration>,
     #[command(flatten)]
     pub identity: Identity,
+    /// Settle an in-progress record too (its worker may be alive: only if you know it died).
+    #[arg(long)]
+    pub force: bool,
     /// Do not ask for confirmation.
     #[arg(long, short)]
     pub yes: bool,
@@ -100,6 +103,9 @@ pub struct ReleaseArgs {
     pub key: String,
     #[command(flatten)]
     pub identity: Identity,
+    /// Release an in-progress record too (its worker may be alive: only if you know it died).
+    #[arg(long)]
+    pub force: bool,
     /// Do not ask for confirmation.
     #[arg(long, short)]
     pub yes: bool,
@@ -139,7 +145,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                 tenant: list.tenant,
                 tool: list.tool,
                 older_than: list.older_than,
-                limit: list.limit,
+                limit: list.limit as usize,
             };
             let bar = progress("records read");
             let found = op
@@ -169,7 +175,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                 .collect();
             table(&["KEY", "TOOL", "TENANT", "STATE", "AGE", "DETAIL"], &rows);
             eprintln!("{} record(s) in {}", found.len(), op.name);
-            if found.len() == list.limit {
+            if found.len() as u64 == list.limit {
                 eprintln!("(the first {}: --limit N shows more)", list.limit);
             }
             Ok(())
@@ -199,15 +205,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
             };
             let who = resolve.identity.required()?;
             let record = op.record(&resolve.key).await?;
-            if let RecordState::Completed { .. } = record.state {
-                return Err(Failure::new(
-                    Exit::Refused,
-                    format!(
-                        "{}: the record under key {} is already completed; nothing changed",
-                        op.name, record.key
-                    ),
-                ));
-            }
+            op.settleable(&record, resolve.force)?;
             let settled = match &outcome {
                 Outcome::Success(text) => format!("completed with {text}"),
                 Outcome::Failure(e) => format!("failed: {}", e.message()),
@@ -222,18 +220,21 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                     detail(&record.state)
                 ),
             )?;
-            let resolved = op.resolve(&record, &outcome, resolve.ttl).await?;
-            tracing::info!(key = %resolved.key, by = %who, "resolved in {}", op.name);
+            op.settle(&record, Some(&outcome), resolve.ttl, resolve.force)
+                .await?;
+            tracing::info!(key = %record.key, by = %who, "resolved in {}", op.name);
             if json {
+                let resolved = op.record(record.key.as_str()).await?;
                 print_json(&operate::record_json(&resolved));
             } else {
-                println!("resolved {} by {who}: {settled}", resolved.key);
+                println!("resolved {} by {who}: {settled}", record.key);
             }
             Ok(())
         }
         RecordsCommand::Release(release) => {
             let who = release.identity.required()?;
             let record = op.record(&release.key).await?;
+            op.settleable(&record, release.force)?;
             confirm(
                 release.yes,
                 &format!(
@@ -244,7 +245,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                     detail(&record.state)
                 ),
             )?;
-            op.release(&record).await?;
+            op.settle(&record, None, None, release.force).await?;
             tracing::info!(key = %record.key, by = %who, "released in {}", op.name);
             if json {
                 print_json(&serde_json::json!({"released": record.key.as_str()}));
@@ -314,6 +315,6 @@ fn show_record(record: &idem::Record) {
     }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {
-        println!("{k:<width$}  {v}");
+        println!("{k:<width$}  {}", operate::visible(&v));
     }
 }

@@ -1,12 +1,15 @@
-//! The inbox's decisions: each form checked (session, anti-forgery token, origin), then
-//! the same operation the command line makes, recorded with the inbox's identity.
+//! The inbox's decisions: each form admitted (session first, then the form, its
+//! anti-forgery token and origin), then the same operation the command line makes, on what
+//! the page showed (the arguments' fingerprint, the record's fence), recorded with the
+//! inbox's identity.
 
 use std::sync::Arc;
 
+use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use idem::{Outcome, RecordState, ToolError};
+use idem::{Fence, Outcome, RecordState, ToolError};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -14,6 +17,34 @@ use super::Inbox;
 use super::page::{encode, page_error};
 use crate::exit::{Exit, Failure};
 use crate::operate;
+
+/// A form of the inbox: it carries the anti-forgery token.
+pub(super) trait Posted {
+    fn csrf(&self) -> &str;
+}
+
+/// The form, if the request may be answered: signed in first (an unauthenticated request
+/// learns nothing of the form's fields), then a well-formed form, with this session's
+/// anti-forgery token, from this origin.
+pub(super) fn admit<T: Posted>(
+    inbox: &Inbox,
+    headers: &HeaderMap,
+    form: Result<Form<T>, FormRejection>,
+) -> Result<T, Box<Response>> {
+    if !inbox.authorised(headers) {
+        return Err(Box::new(super::page::refused_login()));
+    }
+    let Form(form) = form.map_err(|e| {
+        Box::new(page_error(
+            StatusCode::BAD_REQUEST,
+            &format!("the form is incomplete: {e}"),
+        ))
+    })?;
+    match inbox.check_post(headers, form.csrf()) {
+        Some(refused) => Err(Box::new(refused)),
+        None => Ok(form),
+    }
+}
 
 pub(super) fn failed(f: Failure) -> Response {
     let status = match f.code {
@@ -31,6 +62,13 @@ pub(super) fn done(inbox: &Inbox, message: String) -> Response {
     Redirect::to(&format!("/?done={}&tag={tag}", encode(&message))).into_response()
 }
 
+fn answer(inbox: &Inbox, outcome: Result<String, Failure>) -> Response {
+    match outcome {
+        Ok(message) => done(inbox, message),
+        Err(f) => failed(f),
+    }
+}
+
 #[derive(Deserialize)]
 pub(super) struct ApproveForm {
     csrf: String,
@@ -39,140 +77,154 @@ pub(super) struct ApproveForm {
     edited: Option<String>,
 }
 
+impl Posted for ApproveForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 pub(super) async fn approve(
     State(inbox): State<Arc<Inbox>>,
     headers: HeaderMap,
-    Form(form): Form<ApproveForm>,
+    form: Result<Form<ApproveForm>, FormRejection>,
 ) -> Response {
-    if let Some(refused) = inbox.check_post(&headers, &form.csrf) {
-        return refused;
-    }
-    let Some(approver) = &inbox.approver else {
-        return failed(Failure::new(
-            Exit::Usage,
-            "this inbox has no signing key (IDEM_APPROVAL_KEY): it cannot approve",
-        ));
+    let form = match admit(&inbox, &headers, form) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
     };
     let decided = async {
+        let Some(approver) = &inbox.approver else {
+            return Err(Failure::new(
+                Exit::Usage,
+                "this inbox has no signing key (IDEM_APPROVAL_KEY): it cannot approve",
+            ));
+        };
         let op = &inbox.op;
         let entry = op.approval(&form.key).await?;
-        if operate::fingerprint_of_form(&form.shown) != Some(entry.fingerprint) {
-            return Err(Failure::new(
-                Exit::Refused,
-                format!(
-                    "{}: the call pending under key {} has other arguments than the ones you were shown: nothing was approved; reload the inbox",
-                    op.name, entry.key
-                ),
-            ));
-        }
+        op.check_shown(&entry, operate::fingerprint_of_form(&form.shown))?;
         let now = op.now().await?;
         op.refuse_decided(&entry, now)?;
         let edited = match form.edited.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(text) => {
-                let value: Value = serde_json::from_str(text).map_err(|e| {
-                    Failure::new(Exit::Usage, format!("the edited arguments are not JSON: {e}"))
-                })?;
-                if !value.is_object() {
-                    return Err(Failure::new(
-                        Exit::Usage,
-                        "the edited arguments are a JSON object, as the call's are",
-                    ));
-                }
-                (value != entry.arguments).then_some(value)
-            }
+            Some(text) => Some(operate::edited_arguments(text, "the edited arguments")?)
+                .filter(|edited| *edited != entry.arguments),
         };
         let decided = op.approve(&entry, approver, edited.as_ref()).await?;
         tracing::info!(key = %decided.key, by = %inbox.who, edited = edited.is_some(), "approved in the inbox");
-        Ok::<_, Failure>((decided, edited.is_some()))
+        Ok(match edited {
+            None => format!(
+                "Approved {} for {} by {}: the agent's next call runs it once.",
+                decided.tool, decided.tenant, inbox.who
+            ),
+            Some(_) => format!(
+                "Approved {} for {} with edited arguments by {}: the agent's call is refused with them, and runs once called with them.",
+                decided.tool, decided.tenant, inbox.who
+            ),
+        })
     }
     .await;
-    match decided {
-        Ok((e, edited)) => done(
-            &inbox,
-            format!(
-                "Approved {} for {}{} by {}: the agent's next call runs it once.",
-                e.tool,
-                e.tenant,
-                if edited { " with edited arguments" } else { "" },
-                inbox.who
-            ),
-        ),
-        Err(f) => failed(f),
-    }
+    answer(&inbox, decided)
 }
 
 #[derive(Deserialize)]
 pub(super) struct DenyForm {
     csrf: String,
     key: String,
+    shown: String,
     reason: String,
+}
+
+impl Posted for DenyForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
 }
 
 pub(super) async fn deny(
     State(inbox): State<Arc<Inbox>>,
     headers: HeaderMap,
-    Form(form): Form<DenyForm>,
+    form: Result<Form<DenyForm>, FormRejection>,
 ) -> Response {
-    if let Some(refused) = inbox.check_post(&headers, &form.csrf) {
-        return refused;
-    }
+    let form = match admit(&inbox, &headers, form) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
     let decided = async {
         let op = &inbox.op;
         let entry = op.approval(&form.key).await?;
+        op.check_shown(&entry, operate::fingerprint_of_form(&form.shown))?;
         let now = op.now().await?;
         op.refuse_decided(&entry, now)?;
-        let decided = op.deny(&entry, &inbox.who, form.reason.trim()).await?;
+        let reason = form.reason.trim();
+        let decided = op.deny(&entry, &inbox.who, reason).await?;
         tracing::info!(key = %decided.key, by = %inbox.who, "denied in the inbox");
-        Ok::<_, Failure>(decided)
+        Ok(format!(
+            "Denied {} for {} by {}: {reason}",
+            decided.tool, decided.tenant, inbox.who
+        ))
     }
     .await;
-    match decided {
-        Ok(e) => done(
-            &inbox,
-            format!(
-                "Denied {} for {} by {}: {}",
-                e.tool,
-                e.tenant,
-                inbox.who,
-                form.reason.trim()
-            ),
-        ),
-        Err(f) => failed(f),
-    }
+    answer(&inbox, decided)
 }
 
 #[derive(Deserialize)]
-pub(super) struct ResolveForm {
+pub(super) struct SettleForm {
     csrf: String,
     key: String,
+    /// The fence of the record as the page showed it.
+    fence: Fence,
     value: Option<String>,
     failure: Option<String>,
+}
+
+impl Posted for SettleForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// The Unknown record the page showed, as it still is (the inbox settles nothing else).
+async fn shown_unknown(inbox: &Inbox, form: &SettleForm) -> Result<idem::Record, Failure> {
+    let op = &inbox.op;
+    let record = op.record(&form.key).await?;
+    if record.fence != form.fence || !matches!(record.state, RecordState::Unknown { .. }) {
+        return Err(Failure::new(
+            Exit::Refused,
+            format!(
+                "{}: the record under key {} changed since the page showed it (it is now {}): nothing changed; reload the inbox",
+                op.name,
+                record.key,
+                operate::state_name(record.state.kind())
+            ),
+        ));
+    }
+    Ok(record)
 }
 
 pub(super) async fn resolve(
     State(inbox): State<Arc<Inbox>>,
     headers: HeaderMap,
-    Form(form): Form<ResolveForm>,
+    form: Result<Form<SettleForm>, FormRejection>,
 ) -> Response {
-    if let Some(refused) = inbox.check_post(&headers, &form.csrf) {
-        return refused;
-    }
-    let value = form
-        .value
-        .as_deref()
-        .map(str::trim)
-        .filter(|v| !v.is_empty());
-    let failure = form
-        .failure
-        .as_deref()
-        .map(str::trim)
-        .filter(|v| !v.is_empty());
+    let form = match admit(&inbox, &headers, form) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
+    let given = |field: &Option<String>| {
+        field
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
     let resolved = async {
-        let outcome = match (value, failure) {
+        let outcome = match (given(&form.value), given(&form.failure)) {
             (Some(value), None) => {
-                let value: Value = serde_json::from_str(value).map_err(|e| {
-                    Failure::new(Exit::Usage, format!("the result is not JSON ({e}): quote a string as \"text\""))
+                let value: Value = serde_json::from_str(&value).map_err(|e| {
+                    Failure::new(
+                        Exit::Usage,
+                        format!("the result is not JSON ({e}): quote a string as \"text\""),
+                    )
                 })?;
                 Outcome::success(&value)
             }
@@ -184,61 +236,36 @@ pub(super) async fn resolve(
                 ));
             }
         };
-        let op = &inbox.op;
-        let record = op.record(&form.key).await?;
-        if !matches!(record.state, RecordState::Unknown { .. } | RecordState::InProgress { .. }) {
-            return Err(Failure::new(
-                Exit::Refused,
-                format!("{}: the record under key {} is already completed; nothing changed", op.name, record.key),
-            ));
-        }
-        let resolved = op.resolve(&record, &outcome, None).await?;
-        tracing::info!(key = %resolved.key, by = %inbox.who, "resolved in the inbox");
-        Ok::<_, Failure>(resolved)
+        let record = shown_unknown(&inbox, &form).await?;
+        inbox.op.settle(&record, Some(&outcome), None, false).await?;
+        tracing::info!(key = %record.key, by = %inbox.who, "resolved in the inbox");
+        Ok(format!(
+            "Resolved {} for {} by {}: every call with its key replays that outcome.",
+            record.tool, record.tenant, inbox.who
+        ))
     }
     .await;
-    match resolved {
-        Ok(r) => done(
-            &inbox,
-            format!(
-                "Resolved {} for {} by {}: every call with its key replays that outcome.",
-                r.tool, r.tenant, inbox.who
-            ),
-        ),
-        Err(f) => failed(f),
-    }
-}
-
-#[derive(Deserialize)]
-pub(super) struct ReleaseForm {
-    csrf: String,
-    key: String,
+    answer(&inbox, resolved)
 }
 
 pub(super) async fn release(
     State(inbox): State<Arc<Inbox>>,
     headers: HeaderMap,
-    Form(form): Form<ReleaseForm>,
+    form: Result<Form<SettleForm>, FormRejection>,
 ) -> Response {
-    if let Some(refused) = inbox.check_post(&headers, &form.csrf) {
-        return refused;
-    }
+    let form = match admit(&inbox, &headers, form) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
     let released = async {
-        let op = &inbox.op;
-        let record = op.record(&form.key).await?;
-        op.release(&record).await?;
+        let record = shown_unknown(&inbox, &form).await?;
+        inbox.op.settle(&record, None, None, false).await?;
         tracing::info!(key = %record.key, by = %inbox.who, "released in the inbox");
-        Ok::<_, Failure>(record)
+        Ok(format!(
+            "Released {} for {} by {}: the call runs again when called.",
+            record.tool, record.tenant, inbox.who
+        ))
     }
     .await;
-    match released {
-        Ok(r) => done(
-            &inbox,
-            format!(
-                "Released {} for {} by {}: the call runs again when called.",
-                r.tool, r.tenant, inbox.who
-            ),
-        ),
-        Err(f) => failed(f),
-    }
+    answer(&inbox, released)
 }

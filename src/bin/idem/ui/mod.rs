@@ -8,14 +8,17 @@
 //! whose `Origin` is another site is refused. Decisions are recorded with the identity the
 //! inbox was started with (`--as` or `IDEM_APPROVER`), as on the command line.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use clap::Args;
@@ -43,10 +46,14 @@ const MIN_TOKEN_CHARS: usize = 16;
 
 const SESSION_COOKIE: &str = "idem_session";
 
+/// How long a sign-in lasts.
+const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
 pub const HELP: &str = "\
 Example:
-  IDEM_UI_TOKEN=$(openssl rand -hex 16) IDEM_APPROVAL_KEY=desk-1:<64 hex digits> \\
-    idem ui --store sqlite:agent.db --listen 127.0.0.1:8700 --as dana@desk
+  export IDEM_UI_TOKEN=$(openssl rand -hex 16)
+  idem ui --store sqlite:agent.db --listen 127.0.0.1:8700 --as dana@desk \\
+    --approval-key-file /run/secrets/idem-approval-key
 
 Environment:
   IDEM_UI_TOKEN      the token the login page asks for (at least 16 characters); required
@@ -66,20 +73,32 @@ pub struct UiArgs {
     /// The signing key, `id:hex-secret`, from this file [default: IDEM_APPROVAL_KEY].
     #[arg(long, value_name = "FILE")]
     pub approval_key_file: Option<PathBuf>,
+    /// Send the session cookie over HTTPS only (when a TLS proxy serves the inbox).
+    #[arg(long)]
+    pub secure_cookie: bool,
 }
 
 struct Inbox {
     op: Operator,
     who: String,
     approver: Option<Approver>,
-    /// Keys the token check, the session and the anti-forgery token (random per process).
+    /// Keys the token check, sessions, anti-forgery tokens and notices (random per process).
     secret: [u8; 32],
     /// The token's MAC under `secret` (compared in constant time).
     token_mac: Vec<u8>,
-    /// The session cookie's value.
-    session: String,
-    /// The forms' anti-forgery token.
-    csrf: String,
+    /// The signed-in sessions: each login's random id, until when it is valid.
+    sessions: Mutex<HashMap<String, Instant>>,
+    /// Whether the session cookie is sent only over HTTPS (behind a TLS proxy).
+    secure_cookie: bool,
+}
+
+/// Who a request comes from.
+enum Caller {
+    /// A script with the token in `Authorization: Bearer` (a browser never adds it, so no
+    /// forgery token is needed).
+    Bearer,
+    /// A browser with this session's cookie.
+    Session(String),
 }
 
 fn mac(secret: &[u8], data: &[u8]) -> HmacSha256 {
@@ -115,30 +134,71 @@ impl Inbox {
         mac(&self.secret, b.as_bytes()).verify_slice(&tag).is_ok()
     }
 
-    /// Whether the request carries the session cookie or the bearer token.
-    fn authorised(&self, headers: &HeaderMap) -> bool {
+    /// Who the request comes from, if it carries the token or a live session's cookie.
+    fn caller(&self, headers: &HeaderMap) -> Option<Caller> {
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         if bearer.is_some_and(|t| self.token_ok(t.trim())) {
-            return true;
+            return Some(Caller::Bearer);
         }
+        let now = Instant::now();
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         headers
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|c| c.trim().split_once('='))
-            .any(|(name, value)| name == SESSION_COOKIE && self.same(value, &self.session))
+            .filter(|(name, _)| *name == SESSION_COOKIE)
+            .find(|(_, id)| sessions.get(*id).is_some_and(|until| now < *until))
+            .map(|(_, id)| Caller::Session(id.to_owned()))
+    }
+
+    fn authorised(&self, headers: &HeaderMap) -> bool {
+        self.caller(headers).is_some()
+    }
+
+    /// The anti-forgery token of a session's forms.
+    fn csrf_of(&self, session: &str) -> String {
+        hex(&mac(&self.secret, format!("csrf:{session}").as_bytes())
+            .finalize()
+            .into_bytes())
+    }
+
+    /// A new session: a random id, valid for [`SESSION_TTL`].
+    fn sign_in(&self) -> Result<String, getrandom::Error> {
+        let mut id = [0u8; 32];
+        getrandom::fill(&mut id)?;
+        let id = hex(&id);
+        let now = Instant::now();
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|_, until| now < *until);
+        sessions.insert(id.clone(), now + SESSION_TTL);
+        Ok(id)
+    }
+
+    fn sign_out(&self, session: &str) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.remove(session);
+    }
+
+    fn cookie(&self, value: &str, max_age: Duration) -> String {
+        let secure = if self.secure_cookie { "; Secure" } else { "" };
+        format!(
+            "{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+            max_age.as_secs()
+        )
     }
 
     /// A POST must come from a page of this inbox: the anti-forgery token matches, and an
     /// `Origin` header, if sent, is this host. The refusal to answer, if not.
     fn check_post(&self, headers: &HeaderMap, csrf: &str) -> Option<Response> {
-        if !self.authorised(headers) {
-            return Some(refused_login());
-        }
+        let caller = match self.caller(headers) {
+            None => return Some(refused_login()),
+            Some(caller) => caller,
+        };
         let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
         if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
             let same = host.is_some_and(|h| {
@@ -151,13 +211,14 @@ impl Inbox {
                 ));
             }
         }
-        if !self.same(csrf, &self.csrf) {
-            return Some(page_error(
+        match caller {
+            Caller::Bearer => None,
+            Caller::Session(session) if self.same(csrf, &self.csrf_of(&session)) => None,
+            Caller::Session(_) => Some(page_error(
                 StatusCode::FORBIDDEN,
                 "refused: the form's anti-forgery token is missing or wrong; reload the inbox and try again",
-            ));
+            )),
         }
-        None
     }
 }
 
@@ -197,10 +258,6 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
     let mut secret = [0u8; 32];
     getrandom::fill(&mut secret)
         .map_err(|e| Failure::new(Exit::Failed, format!("no randomness for the session: {e}")))?;
-    let session = hex(&mac(&secret, b"session").finalize().into_bytes());
-    let csrf = hex(&mac(&secret, format!("csrf:{session}").as_bytes())
-        .finalize()
-        .into_bytes());
     let token_mac = mac(&secret, token.trim().as_bytes())
         .finalize()
         .into_bytes()
@@ -211,8 +268,8 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
         approver,
         secret,
         token_mac,
-        session,
-        csrf,
+        sessions: Mutex::new(HashMap::new()),
+        secure_cookie: args.secure_cookie,
     });
     let name = inbox.op.name.clone();
     let app = Router::new()
@@ -223,6 +280,7 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
         .route("/deny", post(deny))
         .route("/resolve", post(resolve))
         .route("/release", post(release))
+        .layer(axum::middleware::map_response(guarded))
         .with_state(inbox);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -235,6 +293,11 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
     let local = listener
         .local_addr()
         .map_err(|e| Failure::new(Exit::Failed, e.to_string()))?;
+    if !local.ip().is_loopback() {
+        tracing::warn!(
+            "the inbox listens on {local}, beyond this host, over plain HTTP: the token and the session cookie cross the network in clear; serve it on loopback, or behind a TLS proxy (with --secure-cookie)"
+        );
+    }
     tracing::info!("approval inbox for {name} at http://{local}/");
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
@@ -258,10 +321,16 @@ async fn login(State(inbox): State<Arc<Inbox>>, Form(form): Form<LoginForm>) -> 
         )
             .into_response();
     }
-    let cookie = format!(
-        "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-        inbox.session
-    );
+    let session = match inbox.sign_in() {
+        Ok(session) => session,
+        Err(e) => {
+            return page_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("no randomness for a session: {e}"),
+            );
+        }
+    };
+    let cookie = inbox.cookie(&session, SESSION_TTL);
     ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
 }
 
@@ -270,16 +339,47 @@ struct LogoutForm {
     csrf: String,
 }
 
+impl decide::Posted for LogoutForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// Sign out: the session ends here, not only in this browser.
 async fn logout(
     State(inbox): State<Arc<Inbox>>,
     headers: HeaderMap,
-    Form(form): Form<LogoutForm>,
+    form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Response {
-    if let Some(refused) = inbox.check_post(&headers, &form.csrf) {
-        return refused;
+    if let Err(refused) = decide::admit(&inbox, &headers, form) {
+        return *refused;
     }
-    let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    if let Some(Caller::Session(session)) = inbox.caller(&headers) {
+        inbox.sign_out(&session);
+    }
+    let cookie = inbox.cookie("", Duration::ZERO);
     ([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
+}
+
+/// Every answer: never cached (a page holds a session's forms), never framed, and no
+/// script, style from the page only, forms sent only to the inbox. The referrer policy is
+/// `same-origin`, not `no-referrer`: under the latter a browser sends `Origin: null` with
+/// a form, which the origin check refuses.
+async fn guarded(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
 }
 
 #[derive(Deserialize)]
@@ -293,15 +393,18 @@ async fn index(
     headers: HeaderMap,
     Query(query): Query<IndexQuery>,
 ) -> Response {
-    if !inbox.authorised(&headers) {
-        return refused_login();
-    }
+    let csrf = match inbox.caller(&headers) {
+        None => return refused_login(),
+        Some(Caller::Session(session)) => inbox.csrf_of(&session),
+        // A script's forms need no anti-forgery token.
+        Some(Caller::Bearer) => String::new(),
+    };
     // Only a notice this inbox wrote is shown.
     let notice = match (&query.done, &query.tag) {
         (Some(done), Some(tag)) if inbox.same(tag, &inbox.notice_tag(done)) => Some(done.as_str()),
         _ => None,
     };
-    match render(&inbox, notice).await {
+    match render(&inbox, &csrf, notice).await {
         Ok(html) => Html(html).into_response(),
         Err(e) => page_error(StatusCode::SERVICE_UNAVAILABLE, &e.message),
     }

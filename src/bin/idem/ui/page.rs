@@ -4,18 +4,35 @@ use std::fmt::Write as _;
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
+use idem::RecordState;
 use idem::store::approvals::{ApprovalFilter, PendingApproval, Verdict};
-use idem::{RecordState, StateKind};
 use serde_json::Value;
 
 use super::Inbox;
 
 /// How many decided and expired requests the page shows, latest first.
 const SHOWN_DECIDED: usize = 50;
+
+/// How many pending requests, and how many Unknown records, the page shows (oldest first).
+const SHOWN_ROWS: usize = 200;
+
+/// A line under a table that shows only the first [`SHOWN_ROWS`] of `total`.
+fn more(body: &mut String, total: usize, command: &str) {
+    if total > SHOWN_ROWS {
+        let _ = write!(
+            body,
+            "<p class=muted>{} more not shown: <code>{command}</code> lists them all.</p>",
+            total - SHOWN_ROWS
+        );
+    }
+}
 use crate::exit::Failure;
 use crate::operate::{self, RecordQuery};
 
+/// `text` for HTML, with every character that could make it read as other text shown by
+/// its code ([`operate::visible`]).
 pub(super) fn esc(text: &str) -> String {
+    let text = operate::visible(text);
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -102,40 +119,52 @@ pub(super) async fn login_page() -> Html<String> {
     Html(login_body(None))
 }
 
-pub(super) async fn render(inbox: &Inbox, done: Option<&str>) -> Result<String, Failure> {
+pub(super) async fn render(
+    inbox: &Inbox,
+    csrf: &str,
+    done: Option<&str>,
+) -> Result<String, Failure> {
     let op = &inbox.op;
     let now = op.now().await?;
-    let stats = op.stats(None, &|_| {}).await?;
+    // Every entry (a page's worth of decisions is the latest few), and the open records
+    // only: a page load never reads the completed ones, the bulk of a store.
     let all = op
         .approvals(&ApprovalFilter {
             pending_only: false,
-            limit: 500,
+            limit: usize::MAX,
             ..ApprovalFilter::default()
         })
         .await?;
-    let pending = op.approvals(&ApprovalFilter::default()).await?;
-    let unknown = op
+    let pending = op
+        .approvals(&ApprovalFilter {
+            limit: usize::MAX,
+            ..ApprovalFilter::default()
+        })
+        .await?;
+    let open = op
         .records(
             &RecordQuery {
-                states: vec![Some(StateKind::Unknown)],
+                states: vec![None],
                 tenant: None,
                 tool: None,
                 older_than: None,
-                limit: 200,
+                limit: usize::MAX,
             },
             &|_| {},
         )
         .await?;
-    let csrf = esc(&inbox.csrf);
-    let count = |s: &str| stats.by_state.get(s).copied().unwrap_or(0);
+    let unknown: Vec<&idem::Record> = open
+        .iter()
+        .filter(|r| matches!(r.state, RecordState::Unknown { .. }))
+        .collect();
+    let csrf = esc(csrf);
     let mut body = String::new();
     let _ = write!(
         body,
-        "<header><h1>idem inbox</h1><span class=stat id=stat-pending><b>{}</b> pending approvals</span><span class=stat id=stat-unknown><b>{}</b> unknown</span><span class=stat><b>{}</b> in progress</span><span class=stat><b>{}</b> completed</span><span class=muted>{} · you are <b>{}</b></span><form method=post action=\"/logout\" style=\"margin-left:auto\"><input type=hidden name=csrf value=\"{csrf}\"><button type=submit>Sign out</button></form></header><main>",
-        stats.pending_approvals,
-        count("unknown"),
-        count("in_progress"),
-        count("completed"),
+        "<header><h1>idem inbox</h1><span class=stat id=stat-pending><b>{}</b> pending approvals</span><span class=stat id=stat-unknown><b>{}</b> unknown</span><span class=stat><b>{}</b> in progress</span><span class=muted>{} · you are <b>{}</b></span><form method=post action=\"/logout\" style=\"margin-left:auto\"><input type=hidden name=csrf value=\"{csrf}\"><button type=submit>Sign out</button></form></header><main>",
+        pending.len(),
+        unknown.len(),
+        open.len() - unknown.len(),
         esc(&op.name),
         esc(&inbox.who)
     );
@@ -146,14 +175,18 @@ pub(super) async fn render(inbox: &Inbox, done: Option<&str>) -> Result<String, 
             esc(done)
         );
     }
-    if let Some((r, since)) = &stats.oldest_unknown {
+    let oldest = unknown.iter().filter_map(|r| match r.state {
+        RecordState::Unknown { since, .. } => Some((r, since)),
+        _ => None,
+    });
+    if let Some((r, since)) = oldest.min_by_key(|(_, since)| *since) {
         let _ = write!(
             body,
             "<p class=muted>Oldest unknown outcome: {} for {}, since {} ({} ago).</p>",
             esc(&r.tool),
             esc(&r.tenant),
             esc(&since.to_rfc3339()),
-            operate::span(*since, now)
+            operate::span(since, now)
         );
     }
     body.push_str("<h2>Waiting for approval</h2>");
@@ -164,17 +197,18 @@ pub(super) async fn render(inbox: &Inbox, done: Option<&str>) -> Result<String, 
         body.push_str("<p class=empty id=no-pending>Nothing is waiting for a decision.</p>");
     } else {
         body.push_str("<table id=pending><tr><th>Tool</th><th>Tenant</th><th>Requested</th><th>Expires in</th><th>Arguments</th><th>Decide</th></tr>");
-        for e in &pending {
+        for e in pending.iter().take(SHOWN_ROWS) {
             pending_row(&mut body, e, now, &csrf, inbox.approver.is_some());
         }
         body.push_str("</table>");
+        more(&mut body, pending.len(), "idem approvals list");
     }
     body.push_str("<h2>Unknown outcomes</h2>");
     if unknown.is_empty() {
         body.push_str("<p class=empty id=no-unknown>No call has an unknown outcome.</p>");
     } else {
         body.push_str("<table id=unknown><tr><th>Tool</th><th>Tenant</th><th>Since</th><th>Why</th><th>Arguments</th><th>Settle</th></tr>");
-        for r in &unknown {
+        for r in unknown.iter().take(SHOWN_ROWS) {
             let (since, why) = match &r.state {
                 RecordState::Unknown { since, last_error } => (*since, last_error.as_str()),
                 _ => (r.updated_at, ""),
@@ -183,16 +217,22 @@ pub(super) async fn render(inbox: &Inbox, done: Option<&str>) -> Result<String, 
             let _ = write!(
                 body,
                 "<tr data-key=\"{key}\"><td><b>{}</b><br><code>{key}</code></td><td>{}</td><td>{} ago</td><td>{}</td><td><pre>{}</pre></td><td>\
-<form method=post action=\"/resolve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=text name=value placeholder='result as JSON, e.g. {{\"sent\": true}}' aria-label=\"result as JSON\"><input type=text name=failure placeholder=\"or: failure message\" aria-label=\"failure message\"><button type=submit>Resolve</button></form>\
-<form method=post action=\"/release\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><button type=submit title=\"Only if the effect did not happen: the call runs again when called\">Release (run again)</button></form></td></tr>",
+<form method=post action=\"/resolve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=fence value=\"{fence}\"><input type=text name=value placeholder='result as JSON, e.g. {{\"sent\": true}}' aria-label=\"result as JSON\"><input type=text name=failure placeholder=\"or: failure message\" aria-label=\"failure message\"><button type=submit>Resolve</button></form>\
+<form method=post action=\"/release\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=fence value=\"{fence}\"><button type=submit title=\"Only if the effect did not happen: the call runs again when called\">Release (run again)</button></form></td></tr>",
                 esc(&r.tool),
                 esc(&r.tenant),
                 operate::span(since, now),
                 esc(why),
                 esc(&pretty_text(r.arguments.as_deref())),
+                fence = r.fence,
             );
         }
         body.push_str("</table>");
+        more(
+            &mut body,
+            unknown.len(),
+            "idem records list --state unknown",
+        );
     }
     // The latest decisions first, as many as a page can show.
     let decided: Vec<&PendingApproval> = all
@@ -239,18 +279,24 @@ pub(super) fn pending_row(
     let key = esc(e.key.as_str());
     let shown = esc(&e.fingerprint.to_hex());
     let args = esc(&pretty(&e.arguments));
-    let approve = if can_approve {
-        format!(
-            "<form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><button type=submit class=approve>Approve</button></form>\
-<details><summary>Approve edited arguments</summary><form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><textarea name=edited rows=5 aria-label=\"edited arguments\">{args}</textarea><button type=submit>Approve these arguments</button></form></details>"
-        )
-    } else {
-        String::new()
-    };
+    let mut approve = String::new();
+    if can_approve {
+        let _ = write!(
+            approve,
+            "<form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><button type=submit class=approve>Approve</button></form>"
+        );
+        // Sealed arguments are approved as called: an approver sees only their seals.
+        if !operate::sealed(&e.arguments) {
+            let _ = write!(
+                approve,
+                "<details><summary>Approve edited arguments</summary><form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><textarea name=edited rows=5 aria-label=\"edited arguments\">{args}</textarea><button type=submit>Approve these arguments</button></form></details>"
+            );
+        }
+    }
     let _ = write!(
         body,
         "<tr data-key=\"{key}\"><td><b>{}</b><br><code>{key}</code></td><td>{}</td><td>{}<br><span class=muted>{} ago</span></td><td>{}</td><td><pre>{args}</pre></td><td>{approve}\
-<form method=post action=\"/deny\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=text name=reason required placeholder=\"reason (the agent is told)\" aria-label=\"reason\"><button type=submit class=deny>Deny</button></form></td></tr>",
+<form method=post action=\"/deny\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><input type=text name=reason required placeholder=\"reason (the agent is told)\" aria-label=\"reason\"><button type=submit class=deny>Deny</button></form></td></tr>",
         esc(&e.tool),
         esc(&e.tenant),
         esc(&e.requested_at.to_rfc3339()),
