@@ -13,6 +13,7 @@ mod cli;
 mod exit;
 mod keys;
 mod operate;
+mod present;
 #[cfg(feature = "mcp-proxy")]
 mod serve;
 mod store;

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{Identity, StoreArgs, clip, confirm, print_json, table};
 use crate::exit::{Exit, Failure};
-use crate::operate;
+use crate::present;
 
 #[derive(Args)]
 pub struct ApprovalsArgs {
@@ -97,7 +97,7 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
                 print_json(&Value::Array(
                     listed
                         .iter()
-                        .map(|e| operate::approval_json(e, now))
+                        .map(|e| present::approval_json(e, now))
                         .collect(),
                 ));
                 return Ok(());
@@ -106,16 +106,16 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
                 .iter()
                 .map(|e| {
                     let expires = if e.stands(now) {
-                        operate::span(now, e.expires_at)
+                        present::span(now, e.expires_at)
                     } else {
                         "expired".into()
                     };
                     vec![
                         e.key.to_string(),
-                        operate::approval_status(e, now).into(),
+                        present::approval_status(e, now).into(),
                         e.tool.clone(),
                         e.tenant.clone(),
-                        format!("{} ago", operate::span(e.requested_at, now)),
+                        format!("{} ago", present::span(e.requested_at, now)),
                         expires,
                         clip(&e.arguments.to_string(), 60),
                     ]
@@ -140,7 +140,7 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             let entry = op.approval(&key).await?;
             let now = op.now().await?;
             if json {
-                print_json(&operate::approval_json(&entry, now));
+                print_json(&present::approval_json(&entry, now));
             } else {
                 show_approval(&entry, now);
             }
@@ -150,12 +150,12 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             let who = approve.identity.required()?;
             let key = crate::keys::signing_key(approve.approval_key_file.as_deref())?;
             let edited = match (&approve.edit, &approve.edit_file) {
-                (Some(text), _) => Some(operate::edited_arguments(text, "--edit")?),
+                (Some(text), _) => Some(present::edited_arguments(text, "--edit")?),
                 (None, Some(path)) => {
                     let text = std::fs::read_to_string(path).map_err(|e| {
                         Failure::new(Exit::Usage, format!("cannot read {}: {e}", path.display()))
                     })?;
-                    Some(operate::edited_arguments(
+                    Some(present::edited_arguments(
                         &text,
                         &path.display().to_string(),
                     )?)
@@ -187,7 +187,7 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             let decided = op.approve(&entry, &approver, edited.as_ref()).await?;
             tracing::info!(key = %decided.key, by = %who, "approved in {}", op.name);
             if json {
-                print_json(&operate::approval_json(&decided, now));
+                print_json(&present::approval_json(&decided, now));
             } else {
                 let next = match edited {
                     None => "the agent's next call runs it once",
@@ -222,7 +222,7 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             let decided = op.deny(&entry, &who, &deny.reason).await?;
             tracing::info!(key = %decided.key, by = %who, "denied in {}", op.name);
             if json {
-                print_json(&operate::approval_json(&decided, now));
+                print_json(&present::approval_json(&decided, now));
             } else {
                 println!(
                     "denied {} ({} for {}) by {who}: {}",
@@ -237,7 +237,7 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
 fn show_approval(entry: &idem::store::approvals::PendingApproval, now: idem::Timestamp) {
     let mut rows = vec![
         ("key", entry.key.to_string()),
-        ("status", operate::approval_status(entry, now).into()),
+        ("status", present::approval_status(entry, now).into()),
         ("tool", entry.tool.clone()),
         ("tenant", entry.tenant.clone()),
         ("namespace", entry.namespace.clone()),
@@ -250,7 +250,7 @@ fn show_approval(entry: &idem::store::approvals::PendingApproval, now: idem::Tim
             format!(
                 "{} ({} ago)",
                 entry.requested_at.to_rfc3339(),
-                operate::span(entry.requested_at, now)
+                present::span(entry.requested_at, now)
             ),
         ),
         ("expires", entry.expires_at.to_rfc3339()),
@@ -271,6 +271,6 @@ fn show_approval(entry: &idem::store::approvals::PendingApproval, now: idem::Tim
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {
         let v = v.replace('\n', &format!("\n{:width$}  ", ""));
-        println!("{k:<width$}  {}", operate::visible(&v));
+        println!("{k:<width$}  {}", present::visible(&v));
     }
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::exit::{Exit, Failure};
 use crate::operate::{self, Operator};
+use crate::present;
 
 mod approvals;
 mod records;
@@ -103,7 +104,7 @@ pub(crate) fn progress(what: &'static str) -> ProgressBar {
 
 /// Ask before a change, showing it, unless `yes`.
 pub(crate) fn confirm(yes: bool, change: &str) -> Result<(), Failure> {
-    eprintln!("{}", operate::visible(change));
+    eprintln!("{}", present::visible(change));
     if yes {
         return Ok(());
     }
@@ -139,7 +140,7 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) {
         .iter()
         .map(|row| {
             row.iter()
-                .map(|c| operate::visible(c).into_owned())
+                .map(|c| present::visible(c).into_owned())
                 .collect()
         })
         .collect();

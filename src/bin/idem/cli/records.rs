@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use super::{Identity, StoreArgs, clip, confirm, print_json, progress, table};
 use crate::exit::{Exit, Failure};
-use crate::operate::{self, RecordQuery};
+use crate::operate::RecordQuery;
+use crate::present;
 
 #[derive(Args)]
 pub struct RecordsArgs {
@@ -60,7 +61,7 @@ pub struct ListArgs {
     #[arg(long)]
     pub tool: Option<String>,
     /// Only records created at least this long ago (e.g. `30m`, `2h`, `7d`).
-    #[arg(long, value_name = "AGE", value_parser = operate::parse_duration)]
+    #[arg(long, value_name = "AGE", value_parser = present::parse_duration)]
     pub older_than: Option<Duration>,
     /// At most this many.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -85,7 +86,7 @@ pub struct ResolveArgs {
     #[command(flatten)]
     pub outcome: OutcomeArgs,
     /// How long the outcome replays [default: the record's TTL, else 24h].
-    #[arg(long, value_name = "DURATION", value_parser = operate::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = present::parse_duration)]
     pub ttl: Option<Duration>,
     #[command(flatten)]
     pub identity: Identity,
@@ -117,7 +118,7 @@ pub struct PurgeArgs {
     #[arg(long)]
     pub tenant: Option<String>,
     /// Unknown records older than this are deleted too.
-    #[arg(long, value_name = "DURATION", value_parser = operate::parse_duration, default_value = "30d")]
+    #[arg(long, value_name = "DURATION", value_parser = present::parse_duration, default_value = "30d")]
     pub unknown_retention: Duration,
     /// Delete this many per round trip.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -155,7 +156,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
             let found = found?;
             if json {
                 print_json(&Value::Array(
-                    found.iter().map(operate::record_json).collect(),
+                    found.iter().map(present::record_json).collect(),
                 ));
                 return Ok(());
             }
@@ -167,8 +168,8 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                         r.key.to_string(),
                         r.tool.clone(),
                         r.tenant.clone(),
-                        operate::state_name(r.state.kind()).into(),
-                        operate::span(r.created_at, now),
+                        present::state_name(r.state.kind()).into(),
+                        present::span(r.created_at, now),
                         clip(&detail(&r.state), 60),
                     ]
                 })
@@ -183,7 +184,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
         RecordsCommand::Show { key } => {
             let record = op.record(&key).await?;
             if json {
-                print_json(&operate::record_json(&record));
+                print_json(&present::record_json(&record));
             } else {
                 show_record(&record);
             }
@@ -225,7 +226,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
             tracing::info!(key = %record.key, by = %who, "resolved in {}", op.name);
             if json {
                 let resolved = op.record(record.key.as_str()).await?;
-                print_json(&operate::record_json(&resolved));
+                print_json(&present::record_json(&resolved));
             } else {
                 println!("resolved {} by {who}: {settled}", record.key);
             }
@@ -299,9 +300,9 @@ fn show_record(record: &idem::Record) {
         ("key", record.key.to_string()),
         ("tool", record.tool.clone()),
         ("tenant", record.tenant.clone()),
-        ("state", operate::state_name(record.state.kind()).into()),
+        ("state", present::state_name(record.state.kind()).into()),
         ("detail", detail(&record.state)),
-        ("arguments", operate::arguments_text(record)),
+        ("arguments", present::arguments_text(record)),
         ("fence", record.fence.to_string()),
         ("created", record.created_at.to_rfc3339()),
         ("updated", record.updated_at.to_rfc3339()),
@@ -315,6 +316,6 @@ fn show_record(record: &idem::Record) {
     }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {
-        println!("{k:<width$}  {}", operate::visible(&v));
+        println!("{k:<width$}  {}", present::visible(&v));
     }
 }

@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::Inbox;
 use super::page::{encode, page_error};
 use crate::exit::{Exit, Failure};
-use crate::operate;
+use crate::present;
 
 /// A form of the inbox: it carries the anti-forgery token.
 pub(super) trait Posted {
@@ -101,12 +101,12 @@ pub(super) async fn approve(
         };
         let op = &inbox.op;
         let entry = op.approval(&form.key).await?;
-        op.check_shown(&entry, operate::fingerprint_of_form(&form.shown))?;
+        op.check_shown(&entry, present::fingerprint_of_form(&form.shown))?;
         let now = op.now().await?;
         op.refuse_decided(&entry, now)?;
         let edited = match form.edited.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(text) => Some(operate::edited_arguments(text, "the edited arguments")?)
+            Some(text) => Some(present::edited_arguments(text, "the edited arguments")?)
                 .filter(|edited| *edited != entry.arguments),
         };
         let decided = op.approve(&entry, approver, edited.as_ref()).await?;
@@ -152,7 +152,7 @@ pub(super) async fn deny(
     let decided = async {
         let op = &inbox.op;
         let entry = op.approval(&form.key).await?;
-        op.check_shown(&entry, operate::fingerprint_of_form(&form.shown))?;
+        op.check_shown(&entry, present::fingerprint_of_form(&form.shown))?;
         let now = op.now().await?;
         op.refuse_decided(&entry, now)?;
         let reason = form.reason.trim();
@@ -194,7 +194,7 @@ async fn shown_unknown(inbox: &Inbox, form: &SettleForm) -> Result<idem::Record,
                 "{}: the record under key {} changed since the page showed it (it is now {}): nothing changed; reload the inbox",
                 op.name,
                 record.key,
-                operate::state_name(record.state.kind())
+                present::state_name(record.state.kind())
             ),
         ));
     }

@@ -27,12 +27,13 @@ fn more(body: &mut String, total: usize, command: &str) {
     }
 }
 use crate::exit::Failure;
-use crate::operate::{self, RecordQuery};
+use crate::operate::RecordQuery;
+use crate::present;
 
 /// `text` for HTML, with every character that could make it read as other text shown by
-/// its code ([`operate::visible`]).
+/// its code ([`present::visible`]).
 pub(super) fn esc(text: &str) -> String {
-    let text = operate::visible(text);
+    let text = present::visible(text);
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -186,7 +187,7 @@ pub(super) async fn render(
             esc(&r.tool),
             esc(&r.tenant),
             esc(&since.to_rfc3339()),
-            operate::span(since, now)
+            present::span(since, now)
         );
     }
     body.push_str("<h2>Waiting for approval</h2>");
@@ -221,7 +222,7 @@ pub(super) async fn render(
 <form method=post action=\"/release\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=fence value=\"{fence}\"><button type=submit title=\"Only if the effect did not happen: the call runs again when called\">Release (run again)</button></form></td></tr>",
                 esc(&r.tool),
                 esc(&r.tenant),
-                operate::span(since, now),
+                present::span(since, now),
                 esc(why),
                 esc(&pretty_text(r.arguments.as_deref())),
                 fence = r.fence,
@@ -257,7 +258,7 @@ pub(super) async fn render(
                 "<tr data-key=\"{key}\"><td><b>{}</b><br><code>{key}</code></td><td>{}</td><td class=status>{}{}</td><td>{}</td><td><pre>{}</pre></td></tr>",
                 esc(&e.tool),
                 esc(&e.tenant),
-                operate::approval_status(e, now),
+                present::approval_status(e, now),
                 esc(&why),
                 esc(by),
                 esc(&pretty(&e.arguments)),
@@ -286,7 +287,7 @@ pub(super) fn pending_row(
             "<form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><button type=submit class=approve>Approve</button></form>"
         );
         // Sealed arguments are approved as called: an approver sees only their seals.
-        if !operate::sealed(&e.arguments) {
+        if !present::sealed(&e.arguments) {
             let _ = write!(
                 approve,
                 "<details><summary>Approve edited arguments</summary><form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><textarea name=edited rows=5 aria-label=\"edited arguments\">{args}</textarea><button type=submit>Approve these arguments</button></form></details>"
@@ -300,8 +301,8 @@ pub(super) fn pending_row(
         esc(&e.tool),
         esc(&e.tenant),
         esc(&e.requested_at.to_rfc3339()),
-        operate::span(e.requested_at, now),
-        operate::span(now, e.expires_at),
+        present::span(e.requested_at, now),
+        present::span(now, e.expires_at),
     );
 }
 
