@@ -8,7 +8,7 @@ use std::sync::Arc;
 use idem::dispatch::{approve_stored, deny_stored};
 use idem::prelude::*;
 use idem::store::approvals::{ApprovalFilter, DecisionRefused, PendingApproval};
-use idem::{DecisionError, MemoryStore, SecretKey, Store};
+use idem::{DecisionError, MemoryStore, SecretKey};
 use serde_json::{Value, json};
 use support::dispatcher::{approver, dispatcher};
 use support::tally::Tally;
@@ -27,6 +27,12 @@ fn close_account(
 ) -> Result<Value, ToolError> {
     let run = CLOSED.note(&customer, &notice);
     Ok(json!({"closed": customer, "notice": notice, "run": run}))
+}
+
+/// Send a wire; the bank's one-time code is a secret, and may be left out.
+#[tool(class = "irreversible")]
+fn wire(cents: u64, #[secret] otp: Option<String>) -> Result<Value, ToolError> {
+    Ok(json!({"wired": cents, "with_otp": otp.is_some()}))
 }
 
 /// Wire a payout to a card (its number is a secret).
@@ -206,5 +212,25 @@ async fn a_denial_made_without_the_tools_is_replayed_with_its_reason() {
         ),
         "{err:?}"
     );
-    let _: &dyn Store = &*store;
+}
+
+#[tokio::test]
+async fn edits_to_a_tool_with_secrets_are_never_handed_to_the_model() {
+    let store = Arc::new(MemoryStore::new());
+    let run = RunContext::new("op-wire");
+    // The optional secret was left out, so nothing in the arguments is sealed.
+    let call = ToolCall::new("wire", json!({"cents": 100})).with_call_id("w1");
+    let entry = pending(&store, &call, &run).await;
+
+    // An approver without the tools types the code into the edit.
+    let edited = json!({"cents": 100, "otp": "991234"});
+    approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
+        .await
+        .unwrap();
+    let err = agent(&store).dispatch(&call, &run).await.unwrap_err();
+    assert!(
+        matches!(err, DispatchError::ApprovalRefused { .. }),
+        "{err:?}"
+    );
+    assert!(!format!("{err:?} {err}").contains("991234"), "{err:?}");
 }

@@ -154,6 +154,12 @@ impl Dispatcher {
                     if fingerprint != keyed.fingerprint
                         && !normalises_to(tool, &arguments, keyed.fingerprint)
                     {
+                        // Edits to a tool with secrets are never handed to the model: an
+                        // approver without the tools may have typed a secret the call
+                        // left out into them.
+                        if !tool.secrets.is_empty() {
+                            return Err(refuse(ApprovalRefusal::OtherArguments));
+                        }
                         return Err(DispatchError::ApprovalEdited {
                             tool: tool.name.to_string(),
                             key: IdempotencyKey::new(key),

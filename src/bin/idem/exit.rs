@@ -18,7 +18,8 @@ pub enum Exit {
     Store = 3,
     /// No record or approval under the key.
     NotFound = 4,
-    /// Refused by the record's or approval's state: already decided, expired, settled.
+    /// Refused by the record's or approval's state: already decided, expired, settled, in
+    /// progress without `--force`, changed since it was shown.
     Refused = 5,
     /// Not confirmed: the prompt was answered no, or nothing answered it.
     NotConfirmed = 6,
@@ -32,7 +33,8 @@ Exit codes:
   2  bad usage or input (a malformed --store, invalid JSON, no identity or signing key)
   3  the store: unreachable, a wrong schema version, Redis not `noeviction`
   4  no record or approval under the key
-  5  refused by its state: already decided, expired, no longer Unknown; nothing changed
+  5  refused: already decided, expired, already completed, in progress without --force,
+     or changed since it was shown; nothing changed
   6  not confirmed; nothing changed";
 
 /// A command's failure.

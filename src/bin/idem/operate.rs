@@ -218,6 +218,14 @@ impl Operator {
         }
     }
 
+    /// Delete the approval requests that expired more than `retention` ago (their
+    /// decisions with them).
+    pub async fn purge_approvals(&self, retention: Duration) -> Result<usize, Failure> {
+        approvals::purge(&*self.store, retention, usize::MAX)
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
     /// The approvals `filter` admits.
     pub async fn approvals(
         &self,

@@ -120,6 +120,10 @@ pub struct PurgeArgs {
     /// Unknown records older than this are deleted too.
     #[arg(long, value_name = "DURATION", value_parser = present::parse_duration, default_value = "30d")]
     pub unknown_retention: Duration,
+    /// Approval requests that expired longer ago than this are deleted, with their decisions
+    /// (not with --tenant).
+    #[arg(long, value_name = "DURATION", value_parser = present::parse_duration, default_value = "30d")]
+    pub approval_retention: Duration,
     /// Delete this many per round trip.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: u64,
@@ -269,10 +273,19 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                 .await;
             bar.finish_and_clear();
             let deleted = deleted?;
+            // Approval requests are purged with the records, unless one tenant's are asked
+            // for: their purge does not filter by tenant.
+            let requests = match filter.tenant {
+                Some(_) => None,
+                None => Some(op.purge_approvals(purge.approval_retention).await?),
+            };
             if json {
-                print_json(&serde_json::json!({"purged": deleted}));
+                print_json(&serde_json::json!({"purged": deleted, "approvals_purged": requests}));
             } else {
                 println!("purged {deleted} expired record(s) from {}", op.name);
+                if let Some(requests) = requests {
+                    println!("purged {requests} approval request(s) past --approval-retention");
+                }
             }
             Ok(())
         }
