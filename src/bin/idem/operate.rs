@@ -398,12 +398,9 @@ fn completed_refusal(store: &str, key: &RecordKey) -> Failure {
 
 fn admits(query: &RecordQuery, record: &Record, now: Timestamp) -> bool {
     query.tool.as_ref().is_none_or(|t| *t == record.tool)
-        && query.older_than.is_none_or(|age| {
-            let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-            now.as_millis()
-                .saturating_sub(record.created_at.as_millis())
-                >= age
-        })
+        && query
+            .older_than
+            .is_none_or(|age| crate::present::at_least(record.created_at, age, now))
 }
 
 /// Counts by state, tool and tenant.

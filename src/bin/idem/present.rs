@@ -136,6 +136,12 @@ pub fn span(from: Timestamp, to: Timestamp) -> String {
     }
 }
 
+/// Whether `at` is at least `age` before `now`.
+pub fn at_least(at: Timestamp, age: Duration, now: Timestamp) -> bool {
+    let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+    now.as_millis().saturating_sub(at.as_millis()) >= age
+}
+
 /// A duration as written on the command line: a number and `s`, `m`, `h` or `d`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();

@@ -1,6 +1,7 @@
 //! `idem approvals`: list, show, approve (as called or edited), deny.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use idem::Approver;
@@ -32,6 +33,9 @@ pub enum ApprovalsCommand {
         /// Decided and expired requests too.
         #[arg(long)]
         all: bool,
+        /// Only requests made at least this long ago (e.g. `30m`, `2h`).
+        #[arg(long, value_name = "AGE", value_parser = present::parse_duration)]
+        older_than: Option<Duration>,
     },
     /// Show one request: the exact arguments (secrets sealed), who asked, until when.
     Show {
@@ -84,15 +88,23 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
     let op = args.store.open().await?;
     let json = args.store.json;
     match args.command {
-        ApprovalsCommand::List { tenant, tool, all } => {
+        ApprovalsCommand::List {
+            tenant,
+            tool,
+            all,
+            older_than,
+        } => {
             let filter = ApprovalFilter {
                 tenant,
                 tool,
                 pending_only: !all,
                 limit: usize::MAX,
             };
-            let listed = op.approvals(&filter).await?;
+            let mut listed = op.approvals(&filter).await?;
             let now = op.now().await?;
+            if let Some(age) = older_than {
+                listed.retain(|e| present::at_least(e.requested_at, age, now));
+            }
             if json {
                 print_json(&Value::Array(
                     listed
