@@ -13,8 +13,8 @@ use idem::{Fence, Outcome, RecordState, ToolError};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::Inbox;
 use super::page::{encode, page_error};
+use super::{Caller, Inbox};
 use crate::exit::{Exit, Failure};
 use crate::present;
 
@@ -30,7 +30,7 @@ pub(super) fn admit<T: Posted>(
     inbox: &Inbox,
     headers: &HeaderMap,
     form: Result<Form<T>, FormRejection>,
-) -> Result<T, Box<Response>> {
+) -> Result<(T, Caller), Box<Response>> {
     if !inbox.authorised(headers) {
         return Err(Box::new(super::page::refused_login()));
     }
@@ -40,10 +40,8 @@ pub(super) fn admit<T: Posted>(
             &format!("the form is incomplete: {e}"),
         ))
     })?;
-    match inbox.check_post(headers, form.csrf()) {
-        Some(refused) => Err(Box::new(refused)),
-        None => Ok(form),
-    }
+    let caller = inbox.check_post(headers, form.csrf())?;
+    Ok((form, caller))
 }
 
 pub(super) fn failed(f: Failure) -> Response {
@@ -88,12 +86,13 @@ pub(super) async fn approve(
     headers: HeaderMap,
     form: Result<Form<ApproveForm>, FormRejection>,
 ) -> Response {
-    let form = match admit(&inbox, &headers, form) {
-        Ok(form) => form,
+    let (form, caller) = match admit(&inbox, &headers, form) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
+    let who = caller.who();
     let decided = async {
-        let Some(approver) = &inbox.approver else {
+        let Some(approver) = inbox.approver(&caller) else {
             return Err(Failure::new(
                 Exit::Usage,
                 "this inbox has no signing key (IDEM_APPROVAL_KEY): it cannot approve",
@@ -109,16 +108,16 @@ pub(super) async fn approve(
             Some(text) => Some(present::edited_arguments(text, "the edited arguments")?)
                 .filter(|edited| *edited != entry.arguments),
         };
-        let decided = op.approve(&entry, approver, edited.as_ref()).await?;
-        tracing::info!(key = %decided.key, by = %inbox.who, edited = edited.is_some(), "approved in the inbox");
+        let decided = op.approve(&entry, &approver, edited.as_ref()).await?;
+        tracing::info!(key = %decided.key, by = %who, edited = edited.is_some(), "approved in the inbox");
         Ok(match edited {
             None => format!(
                 "Approved {} for {} by {}: the agent's next call runs it once.",
-                decided.tool, decided.tenant, inbox.who
+                decided.tool, decided.tenant, who
             ),
             Some(_) => format!(
                 "Approved {} for {} with edited arguments by {}: the agent's call is refused with them, and runs once called with them.",
-                decided.tool, decided.tenant, inbox.who
+                decided.tool, decided.tenant, who
             ),
         })
     }
@@ -145,10 +144,11 @@ pub(super) async fn deny(
     headers: HeaderMap,
     form: Result<Form<DenyForm>, FormRejection>,
 ) -> Response {
-    let form = match admit(&inbox, &headers, form) {
-        Ok(form) => form,
+    let (form, caller) = match admit(&inbox, &headers, form) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
+    let who = caller.who();
     let decided = async {
         let op = &inbox.op;
         let entry = op.approval(&form.key).await?;
@@ -156,11 +156,11 @@ pub(super) async fn deny(
         let now = op.now().await?;
         op.refuse_decided(&entry, now)?;
         let reason = form.reason.trim();
-        let decided = op.deny(&entry, &inbox.who, reason).await?;
-        tracing::info!(key = %decided.key, by = %inbox.who, "denied in the inbox");
+        let decided = op.deny(&entry, who, reason).await?;
+        tracing::info!(key = %decided.key, by = %who, "denied in the inbox");
         Ok(format!(
             "Denied {} for {} by {}: {reason}",
-            decided.tool, decided.tenant, inbox.who
+            decided.tool, decided.tenant, who
         ))
     }
     .await;
@@ -206,10 +206,11 @@ pub(super) async fn resolve(
     headers: HeaderMap,
     form: Result<Form<SettleForm>, FormRejection>,
 ) -> Response {
-    let form = match admit(&inbox, &headers, form) {
-        Ok(form) => form,
+    let (form, caller) = match admit(&inbox, &headers, form) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
+    let who = caller.who();
     let given = |field: &Option<String>| {
         field
             .as_deref()
@@ -238,10 +239,10 @@ pub(super) async fn resolve(
         };
         let record = shown_unknown(&inbox, &form).await?;
         inbox.op.settle(&record, Some(&outcome), None, false).await?;
-        tracing::info!(key = %record.key, by = %inbox.who, "resolved in the inbox");
+        tracing::info!(key = %record.key, by = %who, "resolved in the inbox");
         Ok(format!(
             "Resolved {} for {} by {}: every call with its key replays that outcome.",
-            record.tool, record.tenant, inbox.who
+            record.tool, record.tenant, who
         ))
     }
     .await;
@@ -253,17 +254,18 @@ pub(super) async fn release(
     headers: HeaderMap,
     form: Result<Form<SettleForm>, FormRejection>,
 ) -> Response {
-    let form = match admit(&inbox, &headers, form) {
-        Ok(form) => form,
+    let (form, caller) = match admit(&inbox, &headers, form) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
+    let who = caller.who();
     let released = async {
         let record = shown_unknown(&inbox, &form).await?;
         inbox.op.settle(&record, None, None, false).await?;
-        tracing::info!(key = %record.key, by = %inbox.who, "released in the inbox");
+        tracing::info!(key = %record.key, by = %who, "released in the inbox");
         Ok(format!(
             "Released {} for {} by {}: the call runs again when called.",
-            record.tool, record.tenant, inbox.who
+            record.tool, record.tenant, who
         ))
     }
     .await;

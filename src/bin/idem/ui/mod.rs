@@ -2,11 +2,13 @@
 //! with their exact arguments (secrets sealed) and approve / deny / approve-edited forms;
 //! unknown records with resolve and release; a stats header.
 //!
-//! Access: a token from `IDEM_UI_TOKEN`, given once on the login page (the browser then
-//! holds an HttpOnly, SameSite=Strict session cookie) or as `Authorization: Bearer` by a
-//! script. Every form carries an anti-forgery token derived from the session, and a request
-//! whose `Origin` is another site is refused. Decisions are recorded with the identity the
-//! inbox was started with (`--as` or `IDEM_APPROVER`), as on the command line.
+//! Access: a token, given once on the login page (the browser then holds an HttpOnly,
+//! SameSite=Strict session cookie) or as `Authorization: Bearer` by a script. Either one
+//! token (`IDEM_UI_TOKEN`) for the identity the inbox is started with (`--as` or
+//! `IDEM_APPROVER`, as on the command line), or one token per person (`IDEM_UI_TOKENS`,
+//! `who=token,...`): each decision is recorded with the identity of the token that signed
+//! in. Every form carries an anti-forgery token derived from the session, and a request
+//! whose `Origin` is another site is refused.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -23,7 +25,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use clap::Args;
 use hmac::{KeyInit, Mac};
-use idem::Approver;
+use idem::{ApprovalKey, Approver};
 use serde::Deserialize;
 
 use crate::cli::{Identity, StoreArgs};
@@ -41,6 +43,9 @@ type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 /// The environment variable holding the inbox's access token.
 pub const TOKEN_ENV: &str = "IDEM_UI_TOKEN";
 
+/// The environment variable holding one token per person, `who=token,...`.
+pub const TOKENS_ENV: &str = "IDEM_UI_TOKENS";
+
 /// The shortest token accepted.
 const MIN_TOKEN_CHARS: usize = 16;
 
@@ -56,8 +61,11 @@ Example:
     --approval-key-file /run/secrets/idem-approval-key
 
 Environment:
-  IDEM_UI_TOKEN      the token the login page asks for (at least 16 characters); required
-  IDEM_APPROVER      who decides, recorded with every decision (or --as)
+  IDEM_UI_TOKEN      the token the login page asks for (at least 16 characters), for the
+                     identity given with --as or IDEM_APPROVER; or:
+  IDEM_UI_TOKENS     one token per person, who=token,... (e.g. dana@desk=...,lee@desk=...):
+                     each decision is recorded with the identity of the token signed in
+  IDEM_APPROVER      who decides with IDEM_UI_TOKEN, recorded with every decision (or --as)
   IDEM_APPROVAL_KEY  id:hex-secret, the key approvals are signed with (or --approval-key-file);
                      without it the inbox denies, resolves and releases, but cannot approve";
 
@@ -80,25 +88,35 @@ pub struct UiArgs {
 
 struct Inbox {
     op: Operator,
-    who: String,
-    approver: Option<Approver>,
+    /// The key decisions are signed with, by whoever signed in.
+    signing: Option<ApprovalKey>,
     /// Keys the token check, sessions, anti-forgery tokens and notices (random per process).
     secret: [u8; 32],
-    /// The token's MAC under `secret` (compared in constant time).
-    token_mac: Vec<u8>,
-    /// The signed-in sessions: each login's random id, until when it is valid.
-    sessions: Mutex<HashMap<String, Instant>>,
+    /// Each person's identity and the MAC of their token under `secret` (compared in
+    /// constant time).
+    tokens: Vec<(String, Vec<u8>)>,
+    /// The signed-in sessions: each sign-in's random id, whose it is, until when.
+    sessions: Mutex<HashMap<String, (String, Instant)>>,
     /// Whether the session cookie is sent only over HTTPS (behind a TLS proxy).
     secure_cookie: bool,
 }
 
 /// Who a request comes from.
 enum Caller {
-    /// A script with the token in `Authorization: Bearer` (a browser never adds it, so no
-    /// forgery token is needed).
-    Bearer,
-    /// A browser with this session's cookie.
-    Session(String),
+    /// A script with a token in `Authorization: Bearer` (a browser never adds it, so no
+    /// forgery token is needed), and whose token it is.
+    Bearer(String),
+    /// A browser with a session's cookie: the session, and whose it is.
+    Session(String, String),
+}
+
+impl Caller {
+    /// Who decides.
+    fn who(&self) -> &str {
+        match self {
+            Caller::Bearer(who) | Caller::Session(_, who) => who,
+        }
+    }
 }
 
 fn mac(secret: &[u8], data: &[u8]) -> HmacSha256 {
@@ -122,10 +140,25 @@ impl Inbox {
             .into_bytes())
     }
 
-    fn token_ok(&self, given: &str) -> bool {
-        mac(&self.secret, given.as_bytes())
-            .verify_slice(&self.token_mac)
-            .is_ok()
+    /// Whose token `given` is, if it is one (every token is compared, in constant time).
+    fn token_of(&self, given: &str) -> Option<String> {
+        let mut found = None;
+        for (who, token_mac) in &self.tokens {
+            if mac(&self.secret, given.as_bytes())
+                .verify_slice(token_mac)
+                .is_ok()
+            {
+                found = Some(who.clone());
+            }
+        }
+        found
+    }
+
+    /// Who signs an approval made by `caller`.
+    fn approver(&self, caller: &Caller) -> Option<Approver> {
+        self.signing
+            .as_ref()
+            .map(|key| Approver::new(caller.who(), key.clone()))
     }
 
     fn same(&self, a: &str, b: &str) -> bool {
@@ -140,8 +173,8 @@ impl Inbox {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if bearer.is_some_and(|t| self.token_ok(t.trim())) {
-            return Some(Caller::Bearer);
+        if let Some(who) = bearer.and_then(|t| self.token_of(t.trim())) {
+            return Some(Caller::Bearer(who));
         }
         let now = Instant::now();
         let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
@@ -152,8 +185,12 @@ impl Inbox {
             .flat_map(|v| v.split(';'))
             .filter_map(|c| c.trim().split_once('='))
             .filter(|(name, _)| *name == SESSION_COOKIE)
-            .find(|(_, id)| sessions.get(*id).is_some_and(|until| now < *until))
-            .map(|(_, id)| Caller::Session(id.to_owned()))
+            .find_map(|(_, id)| match sessions.get(id) {
+                Some((who, until)) if now < *until => {
+                    Some(Caller::Session(id.to_owned(), who.clone()))
+                }
+                _ => None,
+            })
     }
 
     fn authorised(&self, headers: &HeaderMap) -> bool {
@@ -167,15 +204,15 @@ impl Inbox {
             .into_bytes())
     }
 
-    /// A new session: a random id, valid for [`SESSION_TTL`].
-    fn sign_in(&self) -> Result<String, getrandom::Error> {
+    /// A new session of `who`: a random id, valid for [`SESSION_TTL`].
+    fn sign_in(&self, who: String) -> Result<String, getrandom::Error> {
         let mut id = [0u8; 32];
         getrandom::fill(&mut id)?;
         let id = hex(&id);
         let now = Instant::now();
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        sessions.retain(|_, until| now < *until);
-        sessions.insert(id.clone(), now + SESSION_TTL);
+        sessions.retain(|_, (_, until)| now < *until);
+        sessions.insert(id.clone(), (who, now + SESSION_TTL));
         Ok(id)
     }
 
@@ -193,11 +230,11 @@ impl Inbox {
     }
 
     /// A POST must come from a page of this inbox: the anti-forgery token matches, and an
-    /// `Origin` header, if sent, is this host. The refusal to answer, if not.
-    fn check_post(&self, headers: &HeaderMap, csrf: &str) -> Option<Response> {
-        let caller = match self.caller(headers) {
-            None => return Some(refused_login()),
-            Some(caller) => caller,
+    /// `Origin` header, if sent, is this host. Who posted it, or the refusal to answer.
+    fn check_post(&self, headers: &HeaderMap, csrf: &str) -> Result<Caller, Box<Response>> {
+        let refused = |status, message| Err(Box::new(page_error(status, message)));
+        let Some(caller) = self.caller(headers) else {
+            return Err(Box::new(refused_login()));
         };
         let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
         if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
@@ -205,41 +242,26 @@ impl Inbox {
                 origin == format!("http://{h}") || origin == format!("https://{h}")
             });
             if !same {
-                return Some(page_error(
+                return refused(
                     StatusCode::FORBIDDEN,
                     "refused: the form was sent from another site",
-                ));
+                );
             }
         }
-        match caller {
-            Caller::Bearer => None,
-            Caller::Session(session) if self.same(csrf, &self.csrf_of(&session)) => None,
-            Caller::Session(_) => Some(page_error(
+        match &caller {
+            Caller::Session(session, _) if !self.same(csrf, &self.csrf_of(session)) => refused(
                 StatusCode::FORBIDDEN,
                 "refused: the form's anti-forgery token is missing or wrong; reload the inbox and try again",
-            )),
+            ),
+            _ => Ok(caller),
         }
     }
 }
 
 pub async fn serve(args: UiArgs) -> Result<(), Failure> {
-    let token = std::env::var(TOKEN_ENV).map_err(|_| {
-        Failure::new(
-            Exit::Usage,
-            format!("set {TOKEN_ENV} to the token the inbox asks for (e.g. `openssl rand -hex 16`): without one the inbox would be open to anyone who reaches the port"),
-        )
-    })?;
-    if token.trim().chars().count() < MIN_TOKEN_CHARS {
-        return Err(Failure::new(
-            Exit::Usage,
-            format!(
-                "{TOKEN_ENV} is shorter than {MIN_TOKEN_CHARS} characters: use a random one, e.g. `openssl rand -hex 16`"
-            ),
-        ));
-    }
-    let who = args.identity.required()?;
-    let approver = match crate::keys::signing_key(args.approval_key_file.as_deref()) {
-        Ok(key) => Some(Approver::new(who.clone(), key)),
+    let tokens = tokens(&args.identity)?;
+    let signing = match crate::keys::signing_key(args.approval_key_file.as_deref()) {
+        Ok(key) => Some(key),
         Err(e)
             if args.approval_key_file.is_some()
                 || std::env::var_os(crate::keys::SIGNING_KEY_ENV).is_some() =>
@@ -258,16 +280,18 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
     let mut secret = [0u8; 32];
     getrandom::fill(&mut secret)
         .map_err(|e| Failure::new(Exit::Failed, format!("no randomness for the session: {e}")))?;
-    let token_mac = mac(&secret, token.trim().as_bytes())
-        .finalize()
-        .into_bytes()
-        .to_vec();
+    let tokens = tokens
+        .into_iter()
+        .map(|(who, token)| {
+            let tag = mac(&secret, token.as_bytes()).finalize().into_bytes();
+            (who, tag.to_vec())
+        })
+        .collect();
     let inbox = Arc::new(Inbox {
         op,
-        who,
-        approver,
+        signing,
         secret,
-        token_mac,
+        tokens,
         sessions: Mutex::new(HashMap::new()),
         secure_cookie: args.secure_cookie,
     });
@@ -307,21 +331,78 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::new(Exit::Failed, format!("the inbox stopped: {e}")))
 }
 
+/// The tokens and whose each is: `IDEM_UI_TOKENS` (`who=token,...`), or `IDEM_UI_TOKEN`
+/// for the identity given with `--as` or `IDEM_APPROVER`.
+fn tokens(identity: &Identity) -> Result<Vec<(String, String)>, Failure> {
+    let usage = |message: String| Failure::new(Exit::Usage, message);
+    let short = |source: &str| {
+        usage(format!(
+            "{source}: a token is shorter than {MIN_TOKEN_CHARS} characters: use random ones, e.g. `openssl rand -hex 16`"
+        ))
+    };
+    let one = std::env::var(TOKEN_ENV).ok();
+    let many = std::env::var(TOKENS_ENV).ok();
+    match (one, many) {
+        (Some(_), Some(_)) => Err(usage(format!(
+            "set {TOKEN_ENV} or {TOKENS_ENV}, not both: one token for the --as identity, or one per person"
+        ))),
+        (None, None) => Err(usage(format!(
+            "set {TOKEN_ENV} to the token the inbox asks for (e.g. `openssl rand -hex 16`), or {TOKENS_ENV} to one per person (who=token,...): without one the inbox would be open to anyone who reaches the port"
+        ))),
+        (Some(token), None) => {
+            let token = token.trim().to_owned();
+            if token.chars().count() < MIN_TOKEN_CHARS {
+                return Err(short(TOKEN_ENV));
+            }
+            Ok(vec![(identity.required()?, token)])
+        }
+        (None, Some(list)) => {
+            let mut tokens: Vec<(String, String)> = Vec::new();
+            for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                let Some((who, token)) = entry.split_once('=') else {
+                    return Err(usage(format!(
+                        "{TOKENS_ENV}: an entry is not `who=token` (e.g. `dana@desk=` and 32 hex digits)"
+                    )));
+                };
+                let (who, token) = (who.trim(), token.trim());
+                if who.is_empty() {
+                    return Err(usage(format!(
+                        "{TOKENS_ENV}: an entry names nobody before `=`"
+                    )));
+                }
+                if token.chars().count() < MIN_TOKEN_CHARS {
+                    return Err(short(TOKENS_ENV));
+                }
+                if tokens.iter().any(|(_, t)| t == token) {
+                    return Err(usage(format!(
+                        "{TOKENS_ENV}: two people share a token: give each their own"
+                    )));
+                }
+                tokens.push((who.to_owned(), token.to_owned()));
+            }
+            if tokens.is_empty() {
+                return Err(usage(format!("{TOKENS_ENV} lists no token")));
+            }
+            Ok(tokens)
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct LoginForm {
     token: String,
 }
 
 async fn login(State(inbox): State<Arc<Inbox>>, Form(form): Form<LoginForm>) -> Response {
-    if !inbox.token_ok(form.token.trim()) {
+    let Some(who) = inbox.token_of(form.token.trim()) else {
         tracing::warn!("a wrong inbox token was given");
         return (
             StatusCode::UNAUTHORIZED,
             Html(login_body(Some("That is not the inbox's token."))),
         )
             .into_response();
-    }
-    let session = match inbox.sign_in() {
+    };
+    let session = match inbox.sign_in(who) {
         Ok(session) => session,
         Err(e) => {
             return page_error(
@@ -354,7 +435,7 @@ async fn logout(
     if let Err(refused) = decide::admit(&inbox, &headers, form) {
         return *refused;
     }
-    if let Some(Caller::Session(session)) = inbox.caller(&headers) {
+    if let Some(Caller::Session(session, _)) = inbox.caller(&headers) {
         inbox.sign_out(&session);
     }
     let cookie = inbox.cookie("", Duration::ZERO);
@@ -393,18 +474,20 @@ async fn index(
     headers: HeaderMap,
     Query(query): Query<IndexQuery>,
 ) -> Response {
-    let csrf = match inbox.caller(&headers) {
-        None => return refused_login(),
-        Some(Caller::Session(session)) => inbox.csrf_of(&session),
+    let Some(caller) = inbox.caller(&headers) else {
+        return refused_login();
+    };
+    let csrf = match &caller {
+        Caller::Session(session, _) => inbox.csrf_of(session),
         // A script's forms need no anti-forgery token.
-        Some(Caller::Bearer) => String::new(),
+        Caller::Bearer(_) => String::new(),
     };
     // Only a notice this inbox wrote is shown.
     let notice = match (&query.done, &query.tag) {
         (Some(done), Some(tag)) if inbox.same(tag, &inbox.notice_tag(done)) => Some(done.as_str()),
         _ => None,
     };
-    match render(&inbox, &csrf, notice).await {
+    match render(&inbox, caller.who(), &csrf, notice).await {
         Ok(html) => Html(html).into_response(),
         Err(e) => page_error(StatusCode::SERVICE_UNAVAILABLE, &e.message),
     }

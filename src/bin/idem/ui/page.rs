@@ -122,6 +122,7 @@ pub(super) async fn login_page() -> Html<String> {
 
 pub(super) async fn render(
     inbox: &Inbox,
+    who: &str,
     csrf: &str,
     done: Option<&str>,
 ) -> Result<String, Failure> {
@@ -167,7 +168,7 @@ pub(super) async fn render(
         unknown.len(),
         open.len() - unknown.len(),
         esc(&op.name),
-        esc(&inbox.who)
+        esc(who)
     );
     if let Some(done) = done {
         let _ = write!(
@@ -191,7 +192,7 @@ pub(super) async fn render(
         );
     }
     body.push_str("<h2>Waiting for approval</h2>");
-    if inbox.approver.is_none() {
+    if inbox.signing.is_none() {
         body.push_str("<p class=error>No signing key: this inbox can deny but not approve (start it with IDEM_APPROVAL_KEY).</p>");
     }
     if pending.is_empty() {
@@ -199,7 +200,7 @@ pub(super) async fn render(
     } else {
         body.push_str("<table id=pending><tr><th>Tool</th><th>Tenant</th><th>Requested</th><th>Expires in</th><th>Arguments</th><th>Decide</th></tr>");
         for e in pending.iter().take(SHOWN_ROWS) {
-            pending_row(&mut body, e, now, &csrf, inbox.approver.is_some());
+            pending_row(&mut body, e, now, &csrf, inbox.signing.is_some());
         }
         body.push_str("</table>");
         more(&mut body, pending.len(), "idem approvals list");
