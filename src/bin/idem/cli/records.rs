@@ -150,18 +150,29 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                 tenant: list.tenant,
                 tool: list.tool,
                 older_than: list.older_than,
-                limit: list.limit as usize,
+                // One more than shown tells whether the limit cut the listing.
+                limit: usize::try_from(list.limit)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(1),
             };
             let bar = progress("records read");
             let found = op
                 .records(&query, &|n| bar.set_message(format!("records read: {n}")))
                 .await;
             bar.finish_and_clear();
-            let found = found?;
+            let mut found = found?;
+            let cut = found.len() > query.limit - 1;
+            found.truncate(query.limit - 1);
+            let say_cut = || {
+                if cut {
+                    eprintln!("(the first {}: --limit N shows more)", list.limit);
+                }
+            };
             if json {
                 print_json(&Value::Array(
                     found.iter().map(present::record_json).collect(),
                 ));
+                say_cut();
                 return Ok(());
             }
             let now = op.now().await?;
@@ -180,9 +191,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                 .collect();
             table(&["KEY", "TOOL", "TENANT", "STATE", "AGE", "DETAIL"], &rows);
             eprintln!("{} record(s) in {}", found.len(), op.name);
-            if found.len() as u64 == list.limit {
-                eprintln!("(the first {}: --limit N shows more)", list.limit);
-            }
+            say_cut();
             Ok(())
         }
         RecordsCommand::Show { key } => {
