@@ -11,6 +11,28 @@ use deadpool_postgres::tokio_postgres::{self, Row};
 use super::statements::{APPROVALS_TABLE, LATER_COLUMNS, LATER_INDEXES, approvals_ddl, ddl};
 use crate::store::StoreError;
 
+/// Whether a relation (table or index) of that qualified name exists.
+const HAS_RELATION: &str = "SELECT to_regclass($1::text) IS NOT NULL";
+
+/// Whether the table `$1` has the column `$2`.
+const HAS_COLUMN: &str = "SELECT EXISTS (SELECT 1 FROM pg_attribute \
+                          WHERE attrelid = to_regclass($1::text) AND attname = $2::text \
+                          AND NOT attisdropped)";
+
+/// The yes-or-no answer of a catalog query.
+async fn yes(
+    client: &impl deadpool_postgres::GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<bool, StoreError> {
+    client
+        .query_one(sql, params)
+        .await
+        .map_err(db_error)?
+        .try_get(0)
+        .map_err(catalog_error)
+}
+
 /// The pool, and how long one operation may take.
 pub(super) struct Connections {
     pub(super) pool: Pool,
@@ -35,14 +57,7 @@ impl Connections {
     pub(super) async fn check_existing(&self, schema: &str) -> Result<(), StoreError> {
         let mut checkout = self.checkout().await?;
         let client: &deadpool_postgres::Object = checkout.client();
-        let exists = |name: String| async move {
-            client
-                .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&name])
-                .await
-                .map_err(db_error)?
-                .try_get::<_, bool>(0)
-                .map_err(catalog_error)
-        };
+        let exists = |name: String| async move { yes(client, HAS_RELATION, &[&name]).await };
         let table = format!("\"{schema}\".records");
         let refuse = |why: String| Err(StoreError::Unavailable(why));
         let result = if !exists(table.clone()).await? {
@@ -52,17 +67,7 @@ impl Connections {
         } else {
             let mut missing = Vec::new();
             for (column, _) in LATER_COLUMNS {
-                let has: bool = client
-                    .query_one(
-                        "SELECT EXISTS (SELECT 1 FROM pg_attribute \
-                         WHERE attrelid = to_regclass($1::text) AND attname = $2::text \
-                         AND NOT attisdropped)",
-                        &[&table, &column],
-                    )
-                    .await
-                    .map_err(db_error)?
-                    .try_get(0)
-                    .map_err(catalog_error)?;
+                let has = yes(client, HAS_COLUMN, &[&table, &column]).await?;
                 if !has {
                     missing.push(format!("column {column}"));
                 }
@@ -96,12 +101,7 @@ impl Connections {
         .await
         .map_err(db_error)?;
         let table = format!("\"{schema}\".records");
-        let exists: bool = tx
-            .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&table])
-            .await
-            .map_err(db_error)?
-            .try_get(0)
-            .map_err(catalog_error)?;
+        let exists = yes(&tx, HAS_RELATION, &[&table]).await?;
         if !exists {
             tx.batch_execute(&ddl(schema)).await.map_err(db_error)?;
         } else {
@@ -109,17 +109,7 @@ impl Connections {
             // EXISTS` and `CREATE INDEX IF NOT EXISTS` lock the table even when there is
             // nothing to do, which would hold every worker's writes back whenever one starts.
             for (column, add) in LATER_COLUMNS {
-                let has: bool = tx
-                    .query_one(
-                        "SELECT EXISTS (SELECT 1 FROM pg_attribute \
-                         WHERE attrelid = to_regclass($1::text) AND attname = $2::text \
-                         AND NOT attisdropped)",
-                        &[&table, &column],
-                    )
-                    .await
-                    .map_err(db_error)?
-                    .try_get(0)
-                    .map_err(catalog_error)?;
+                let has = yes(&tx, HAS_COLUMN, &[&table, &column]).await?;
                 if !has {
                     tx.batch_execute(&format!(
                         "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {add}"
@@ -129,29 +119,14 @@ impl Connections {
                 }
             }
             for (name, index) in LATER_INDEXES {
-                let exists: bool = tx
-                    .query_one(
-                        "SELECT to_regclass($1::text) IS NOT NULL",
-                        &[&format!("\"{schema}\".{name}")],
-                    )
-                    .await
-                    .map_err(db_error)?
-                    .try_get(0)
-                    .map_err(catalog_error)?;
+                let exists = yes(&tx, HAS_RELATION, &[&format!("\"{schema}\".{name}")]).await?;
                 if !exists {
                     tx.batch_execute(&index(schema)).await.map_err(db_error)?;
                 }
             }
             // A schema from before pending approvals. Checked first, as above.
-            let has_approvals: bool = tx
-                .query_one(
-                    "SELECT to_regclass($1::text) IS NOT NULL",
-                    &[&format!("\"{schema}\".{APPROVALS_TABLE}")],
-                )
-                .await
-                .map_err(db_error)?
-                .try_get(0)
-                .map_err(catalog_error)?;
+            let approvals = format!("\"{schema}\".{APPROVALS_TABLE}");
+            let has_approvals = yes(&tx, HAS_RELATION, &[&approvals]).await?;
             if !has_approvals {
                 tx.batch_execute(&approvals_ddl(schema))
                     .await
