@@ -187,9 +187,15 @@ async fn a_denial_made_without_the_tools_is_replayed_with_its_reason() {
     let call = close("c4", json!({"customer": "cus_deny"}));
     let entry = pending(&store, &call, &run).await;
 
-    deny_stored(&*store, &entry.key, "lee@desk", "customer asked to keep it")
-        .await
-        .unwrap();
+    deny_stored(
+        &*store,
+        &entry.key,
+        "lee@desk",
+        "customer asked to keep it",
+        None,
+    )
+    .await
+    .unwrap();
     let agent = agent(&store);
     for _ in 0..2 {
         let err = agent.dispatch(&call, &run).await.unwrap_err();
@@ -215,14 +221,60 @@ async fn a_denial_made_without_the_tools_is_replayed_with_its_reason() {
 }
 
 #[tokio::test]
-async fn edits_to_a_tool_with_secrets_are_never_handed_to_the_model() {
+async fn a_tool_with_secrets_is_approved_as_called_even_when_its_secret_was_left_out() {
     let store = Arc::new(MemoryStore::new());
     let run = RunContext::new("op-wire");
-    // The optional secret was left out, so nothing in the arguments is sealed.
+    // The optional secret was left out, so nothing in the arguments is sealed; the entry
+    // still says the tool has secrets.
     let call = ToolCall::new("wire", json!({"cents": 100})).with_call_id("w1");
     let entry = pending(&store, &call, &run).await;
+    assert!(entry.secret_parameters);
 
-    // An approver without the tools types the code into the edit.
+    // An approver without the tools types the code into an edit: refused, nothing stored.
+    let edited = json!({"cents": 100, "otp": "991234"});
+    let err = approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DecisionError::SecretsNotEditable(ref tool) if tool == "wire"),
+        "{err:?}"
+    );
+    let stored = serde_json::to_string(
+        &agent(&store)
+            .pending_approvals(&ApprovalFilter::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(!stored.contains("991234"), "{stored}");
+    // As called, it is approved and runs.
+    approve_stored(&*store, &entry.key, &approver(), None, None)
+        .await
+        .unwrap();
+    let wired = agent(&store).dispatch(&call, &run).await.unwrap();
+    assert_eq!(wired.output, json!({"wired": 100, "with_otp": false}));
+}
+
+#[tokio::test]
+async fn edits_to_a_tool_with_secrets_are_never_handed_to_the_model() {
+    let store = Arc::new(MemoryStore::new());
+    let run = RunContext::new("op-wire-old");
+    let call = ToolCall::new("wire", json!({"cents": 100})).with_call_id("w2");
+    let entry = pending(&store, &call, &run).await;
+    // An entry written before entries said whether the tool has secrets, approved with an
+    // edit holding one: the dispatcher, which knows the tool, still never hands it back.
+    let old = idem::store::approvals::PendingApproval {
+        secret_parameters: false,
+        ..entry.clone()
+    };
+    let text = serde_json::to_string(&entry).unwrap();
+    let old_text = serde_json::to_string(&old).unwrap();
+    assert!(!old_text.contains("secret_parameters"), "{old_text}");
+    assert!(
+        idem::Store::swap_approval(&*store, &entry.key, Some(&text), &old, &old_text)
+            .await
+            .unwrap()
+    );
     let edited = json!({"cents": 100, "otp": "991234"});
     approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
         .await
@@ -233,4 +285,35 @@ async fn edits_to_a_tool_with_secrets_are_never_handed_to_the_model() {
         "{err:?}"
     );
     assert!(!format!("{err:?} {err}").contains("991234"), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_decision_lands_only_on_the_request_that_was_shown() {
+    let store = Arc::new(MemoryStore::new());
+    let run = RunContext::new("op-shown");
+    let call = close("c5", json!({"customer": "cus_shown"}));
+    let entry = pending(&store, &call, &run).await;
+    let other = idem::Fingerprint::of_canonical("{\"customer\":\"cus_other\"}");
+
+    let denied = deny_stored(&*store, &entry.key, "lee@desk", "not this one", Some(other)).await;
+    assert!(
+        matches!(denied, Err(DecisionError::Refused(DecisionRefused::NotShown(ref key))) if *key == entry.key),
+        "{denied:?}"
+    );
+    let approved = approve_stored(&*store, &entry.key, &approver(), None, Some(other)).await;
+    assert!(
+        matches!(approved, Err(DecisionError::NotShown(_))),
+        "{approved:?}"
+    );
+    // Still pending: the request shown can be decided.
+    assert!(pending(&store, &call, &run).await.decision.is_none());
+    deny_stored(
+        &*store,
+        &entry.key,
+        "lee@desk",
+        "this one",
+        Some(entry.fingerprint),
+    )
+    .await
+    .unwrap();
 }

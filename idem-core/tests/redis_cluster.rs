@@ -106,6 +106,7 @@ fn pending(key: &RecordKey, now: idem_core::Timestamp) -> PendingApproval {
         downstream_key: format!("idem-{key}"),
         fingerprint: Fingerprint::of(&json!({ "key": key.as_str() })),
         arguments: json!({ "key": key.as_str() }),
+        secret_parameters: false,
         requested_at: now,
         expires_at: now.plus(Duration::from_secs(3600)),
         decision: None,

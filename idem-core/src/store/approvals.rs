@@ -38,6 +38,11 @@ pub struct PendingApproval {
     pub fingerprint: Fingerprint,
     /// The arguments as called, normalised, secrets sealed: what the approver is shown.
     pub arguments: serde_json::Value,
+    /// Whether the tool has secret parameters: its arguments are approved as called, never
+    /// edited (an approver would see only seals, and could type into the edit a secret the
+    /// call left out). Absent from the JSON when false, as in entries from before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secret_parameters: bool,
     /// When the dispatcher recorded the request (the store's clock).
     pub requested_at: Timestamp,
     /// Until when it may be decided, and a decision stands (the store's clock).
@@ -140,6 +145,12 @@ pub enum DecisionRefused {
         /// When.
         at: Timestamp,
     },
+    /// The request under the key has other arguments than the ones the person deciding
+    /// was shown (a new request was made under it since).
+    #[error(
+        "the request under key {0} has other arguments than the ones shown: nothing was decided; look at it again"
+    )]
+    NotShown(RecordKey),
     /// The request expired before the decision.
     #[error("the approval request for key {key} expired at {}; the agent must call again", expired_at.to_rfc3339())]
     Expired {
@@ -266,7 +277,25 @@ pub async fn decide<S: Store + ?Sized>(
     by: &str,
     verdict: &Verdict,
 ) -> Result<Result<PendingApproval, DecisionRefused>, StoreError> {
+    decide_as_shown(store, key, by, verdict, None).await
+}
+
+/// [`decide`], only if the request's arguments have the fingerprint `shown` (the ones the
+/// person deciding saw), checked in the same swap as the decision:
+/// [`DecisionRefused::NotShown`] otherwise.
+pub async fn decide_as_shown<S: Store + ?Sized>(
+    store: &S,
+    key: &RecordKey,
+    by: &str,
+    verdict: &Verdict,
+    shown: Option<Fingerprint>,
+) -> Result<Result<PendingApproval, DecisionRefused>, StoreError> {
     change(store, key, |existing, now| {
+        if let (Some(entry), Some(shown)) = (&existing, shown)
+            && entry.fingerprint != shown
+        {
+            return Err(DecisionRefused::NotShown(key.clone()));
+        }
         decided(existing, key, by, verdict, now).map(Some)
     })
     .await
@@ -346,6 +375,7 @@ mod tests {
             downstream_key: "idem-k".into(),
             fingerprint: Fingerprint::from_bytes([1; 32]),
             arguments: serde_json::json!({"cents": 1}),
+            secret_parameters: false,
             requested_at: Timestamp(0),
             expires_at: Timestamp(expires),
             decision: None,

@@ -180,6 +180,7 @@ impl Dispatcher {
                     downstream_key: key.to_owned(),
                     fingerprint: keyed.fingerprint,
                     arguments: request.arguments.clone(),
+                    secret_parameters: !tool.secrets.is_empty(),
                     requested_at: now,
                     expires_at: now.plus(ttl),
                     decision: None,
@@ -316,7 +317,7 @@ impl Dispatcher {
         by: &str,
         reason: &str,
     ) -> Result<PendingApproval, DecisionError> {
-        deny_stored(&*self.store, key, by, reason).await
+        deny_stored(&*self.store, key, by, reason, None).await
     }
 }
 
@@ -347,8 +348,9 @@ pub async fn pending_stored(
 /// Edited arguments are taken as given, canonicalised: their schema is checked when the
 /// agent calls with them (a call that does not fit is refused, and nothing runs), and a
 /// dispatcher accepts them if they are the call's arguments in their normal form (a default
-/// the approver left out is filled in the same way for both). Arguments holding a secret's
-/// seal cannot be edited ([`DecisionError::SecretsNotEditable`]). With `shown`, only the
+/// the approver left out is filled in the same way for both). The arguments of a tool with
+/// secret parameters, or holding a secret's seal, cannot be edited
+/// ([`DecisionError::SecretsNotEditable`]). With `shown`, only the
 /// call whose arguments have that fingerprint is approved (the one the approver was shown),
 /// as [`DecisionError::NotShown`] tells otherwise.
 pub async fn approve_stored(
@@ -359,7 +361,10 @@ pub async fn approve_stored(
     shown: Option<Fingerprint>,
 ) -> Result<PendingApproval, DecisionError> {
     let edit = |entry: &PendingApproval, edited: &Value| {
-        if crate::redact::holds_seal(&entry.arguments) || crate::redact::holds_seal(edited) {
+        if entry.secret_parameters
+            || crate::redact::holds_seal(&entry.arguments)
+            || crate::redact::holds_seal(edited)
+        {
             return Err(DecisionError::SecretsNotEditable(entry.tool.clone()));
         }
         Ok(edited.clone())
@@ -369,16 +374,19 @@ pub async fn approve_stored(
 
 /// Operator, without the tools: deny the call pending under `key` in `store`, as
 /// [`Dispatcher::deny_pending`] does.
+/// With `shown`, only the call whose arguments have that fingerprint is denied, checked in
+/// the same swap as the decision (`DecisionRefused::NotShown` otherwise).
 pub async fn deny_stored(
     store: &dyn Store,
     key: &RecordKey,
     by: &str,
     reason: &str,
+    shown: Option<Fingerprint>,
 ) -> Result<PendingApproval, DecisionError> {
     let verdict = Verdict::Denied {
         reason: reason.to_owned(),
     };
-    Ok(approvals::decide(store, key, by, &verdict).await??)
+    Ok(approvals::decide_as_shown(store, key, by, &verdict, shown).await??)
 }
 
 /// Approve the entry under `key`: `known` checks the entry's tool may be decided here,
@@ -426,7 +434,7 @@ async fn decide_approval(
         arguments,
         fingerprint,
     };
-    Ok(approvals::decide(store, key, approver.identity(), &verdict).await??)
+    Ok(approvals::decide_as_shown(store, key, approver.identity(), &verdict, shown).await??)
 }
 
 /// Whether arguments an operator approved without the tool ([`approve_stored`]) are, in

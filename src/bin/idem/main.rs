@@ -169,7 +169,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("error: {failure}");
+            eprintln!("error: {}", present::visible_line(&failure.message));
             ExitCode::from(failure.code as u8)
         }
     }

@@ -21,6 +21,9 @@ use crate::present::{approval_status, state_name};
 /// default TTL).
 const DEFAULT_RESOLVED_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// The longest reason a denial gives.
+const MAX_REASON_CHARS: usize = 2000;
+
 /// Records are read this many at a time.
 const PAGE: usize = 500;
 
@@ -162,16 +165,17 @@ impl Operator {
                 .settle_unknown(key, record.fence, outcome, ttl)
                 .await
                 .map_err(|e| self.failed(e))?,
+            // Fenced as a holder's own completion or release: a record claimed again since it
+            // was shown (another fence) is left alone.
             RecordState::InProgress { .. } => match outcome {
-                Some(outcome) => self
-                    .store
-                    .resolve(key, outcome, ttl)
-                    .await
-                    .map(|_| true)
-                    .map_err(|e| self.failed(e))?,
+                Some(outcome) => match self.store.complete(key, record.fence, outcome, ttl).await {
+                    Ok(()) => true,
+                    Err(idem::StoreError::Fenced { .. }) => false,
+                    Err(e) => return Err(self.failed(e)),
+                },
                 None => self
                     .store
-                    .force_release(key)
+                    .release(key, record.fence)
                     .await
                     .map_err(|e| self.failed(e))?,
             },
@@ -321,12 +325,24 @@ impl Operator {
                 "a denial needs a reason: the agent's model is told it",
             ));
         }
+        if reason.chars().count() > MAX_REASON_CHARS {
+            return Err(Failure::new(
+                Exit::Usage,
+                format!(
+                    "a denial's reason is told to the model: keep it under {MAX_REASON_CHARS} characters"
+                ),
+            ));
+        }
         // Deny the request that was shown, not another made under the key since.
-        let now = self.approval(entry.key.as_str()).await?;
-        self.check_shown(&now, Some(entry.fingerprint))?;
-        deny_stored(&*self.store, &entry.key, by, reason)
-            .await
-            .map_err(|e| Failure::decision(&self.name, e))
+        deny_stored(
+            &*self.store,
+            &entry.key,
+            by,
+            reason,
+            Some(entry.fingerprint),
+        )
+        .await
+        .map_err(|e| Failure::decision(&self.name, e))
     }
 
     /// Counts over every record (of `tenant`), and the pending approvals.

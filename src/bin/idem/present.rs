@@ -200,18 +200,33 @@ fn deceptive(c: char) -> bool {
     (c.is_control() && c != '\n')
         || matches!(
             c,
+            // Format characters, invisible fillers and joiners, variation selectors, line
+            // and paragraph separators, bidirectional controls, tags.
             '\u{ad}'
+                | '\u{34f}'
                 | '\u{600}'..='\u{605}'
                 | '\u{61c}'
                 | '\u{6dd}'
                 | '\u{70f}'
-                | '\u{180e}'
+                | '\u{890}'..='\u{891}'
+                | '\u{8e2}'
+                | '\u{115f}'..='\u{1160}'
+                | '\u{17b4}'..='\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
                 | '\u{200b}'..='\u{200f}'
                 | '\u{2028}'..='\u{202e}'
                 | '\u{2060}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
                 | '\u{feff}'
+                | '\u{ffa0}'
                 | '\u{fff9}'..='\u{fffb}'
-                | '\u{e0000}'..='\u{e007f}'
+                | '\u{110bd}'
+                | '\u{110cd}'
+                | '\u{13430}'..='\u{1343f}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
         )
 }
 
@@ -234,6 +249,12 @@ pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// [`visible`], on one line: a line break too is written as its escape, so that a value
+/// cannot add lines to a prompt, a table or a message.
+pub fn visible_line(text: &str) -> String {
+    visible(text).replace('\n', "\\n")
 }
 
 /// A fingerprint given back by a form, as shown.
@@ -281,6 +302,8 @@ mod tests {
         assert_eq!(visible("a\u{200b}b\u{1b}[31m"), "a\\u200bb\\u001b[31m");
         assert_eq!(visible("tag\u{e0041}"), "tag\\udb40\\udc41");
         assert_eq!(visible("two\nlines"), "two\nlines");
+        assert_eq!(visible_line("two\nlines\u{200b}"), "two\\nlines\\u200b");
+        assert_eq!(visible("\u{3164}\u{fe0f}"), "\\u3164\\ufe0f");
         // Inside JSON text the escape is the same character again.
         let shown = visible("{\"to\":\"\u{202e}moc.live@x\"}");
         let back: Value = serde_json::from_str(&shown).unwrap();

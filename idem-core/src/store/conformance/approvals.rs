@@ -19,6 +19,7 @@ fn pending(tenant: &str, tool: &str, key: &str, now: Timestamp, ttl: Duration) -
         downstream_key: format!("idem-{key}"),
         fingerprint: Fingerprint::of(&serde_json::json!({ "key": key })),
         arguments: serde_json::json!({ "key": key, "card": "[secret hmac-sha256:00]" }),
+        secret_parameters: true,
         requested_at: now,
         expires_at: now.plus(ttl),
         decision: None,

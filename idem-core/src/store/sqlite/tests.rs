@@ -519,6 +519,7 @@ fn approval(key: &RecordKey, tenant: &str, now: Timestamp) -> PendingApproval {
         downstream_key: "idem-wire".into(),
         fingerprint: Fingerprint::of(&json!({"cents": 1})),
         arguments: json!({"cents": 1}),
+        secret_parameters: false,
         requested_at: now,
         expires_at: now.plus(TTL),
         decision: None,

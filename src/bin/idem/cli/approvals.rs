@@ -8,7 +8,7 @@ use idem::Approver;
 use idem::store::approvals::ApprovalFilter;
 use serde_json::Value;
 
-use super::{Identity, StoreArgs, clip, confirm, print_json, table};
+use super::{Identity, StoreArgs, clip, confirm, print_json, say, table};
 use crate::exit::{Exit, Failure};
 use crate::present;
 
@@ -207,10 +207,10 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
                         "the agent's call is refused with the edited arguments, and runs once called with them"
                     }
                 };
-                println!(
+                say(&format!(
                     "approved {} ({} for {}) by {who}: {next}",
                     decided.key, decided.tool, decided.tenant
-                );
+                ));
             }
             Ok(())
         }
@@ -236,10 +236,10 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             if json {
                 print_json(&present::approval_json(&decided, now));
             } else {
-                println!(
+                say(&format!(
                     "denied {} ({} for {}) by {who}: {}",
                     decided.key, decided.tool, decided.tenant, deny.reason
-                );
+                ));
             }
             Ok(())
         }

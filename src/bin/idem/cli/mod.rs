@@ -104,7 +104,7 @@ pub(crate) fn progress(what: &'static str) -> ProgressBar {
 
 /// Ask before a change, showing it, unless `yes`.
 pub(crate) fn confirm(yes: bool, change: &str) -> Result<(), Failure> {
-    eprintln!("{}", present::visible(change));
+    eprintln!("{}", present::visible_line(change));
     if yes {
         return Ok(());
     }
@@ -124,6 +124,11 @@ pub(crate) fn confirm(yes: bool, change: &str) -> Result<(), Failure> {
             "not confirmed: nothing changed",
         )),
     }
+}
+
+/// A line for a person, on standard output, with nothing in it that reads as other text.
+pub(crate) fn say(line: &str) {
+    println!("{}", present::visible_line(line));
 }
 
 pub(crate) fn print_json(value: &Value) {
@@ -191,7 +196,7 @@ pub async fn stats(args: StatsArgs) -> Result<(), Failure> {
         print_json(&stats.to_json());
         return Ok(());
     }
-    println!("{}", op.name);
+    say(&op.name);
     let count = |m: &std::collections::BTreeMap<&'static str, usize>, s: &str| {
         m.get(s).copied().unwrap_or(0).to_string()
     };
@@ -204,13 +209,13 @@ pub async fn stats(args: StatsArgs) -> Result<(), Failure> {
         stats.pending_approvals
     );
     match &stats.oldest_unknown {
-        Some((r, since)) => println!(
+        Some((r, since)) => say(&format!(
             "oldest unknown: {} ({} for {}) since {}",
             r.key,
             r.tool,
             r.tenant,
             since.to_rfc3339()
-        ),
+        )),
         None => println!("oldest unknown: none"),
     }
     for (title, map) in [("TOOL", &stats.by_tool), ("TENANT", &stats.by_tenant)] {

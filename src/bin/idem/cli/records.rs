@@ -6,7 +6,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use idem::{Outcome, PurgeFilter, RecordState, StateKind, ToolError};
 use serde_json::Value;
 
-use super::{Identity, StoreArgs, clip, confirm, print_json, progress, table};
+use super::{Identity, StoreArgs, clip, confirm, print_json, progress, say, table};
 use crate::exit::{Exit, Failure};
 use crate::operate::RecordQuery;
 use crate::present;
@@ -241,7 +241,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                 let resolved = op.record(record.key.as_str()).await?;
                 print_json(&present::record_json(&resolved));
             } else {
-                println!("resolved {} by {who}: {settled}", record.key);
+                say(&format!("resolved {} by {who}: {settled}", record.key));
             }
             Ok(())
         }
@@ -264,7 +264,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
             if json {
                 print_json(&serde_json::json!({"released": record.key.as_str()}));
             } else {
-                println!("released {} by {who}", record.key);
+                say(&format!("released {} by {who}", record.key));
             }
             Ok(())
         }
@@ -291,7 +291,10 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
             if json {
                 print_json(&serde_json::json!({"purged": deleted, "approvals_purged": requests}));
             } else {
-                println!("purged {deleted} expired record(s) from {}", op.name);
+                say(&format!(
+                    "purged {deleted} expired record(s) from {}",
+                    op.name
+                ));
                 if let Some(requests) = requests {
                     println!("purged {requests} approval request(s) past --approval-retention");
                 }

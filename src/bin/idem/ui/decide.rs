@@ -55,20 +55,22 @@ pub(super) fn failed(f: Failure) -> Response {
     page_error(status, &f.message)
 }
 
-pub(super) fn done(inbox: &Inbox, message: String) -> Response {
-    let tag = inbox.notice_tag(&message);
+pub(super) fn done(inbox: &Inbox, caller: &Caller, message: String) -> Response {
+    let tag = inbox.notice_tag(caller, &message);
     Redirect::to(&format!("/?done={}&tag={tag}", encode(&message))).into_response()
 }
 
-fn answer(inbox: &Inbox, outcome: Result<String, Failure>) -> Response {
+fn answer(inbox: &Inbox, caller: &Caller, outcome: Result<String, Failure>) -> Response {
     match outcome {
-        Ok(message) => done(inbox, message),
+        Ok(message) => done(inbox, caller, message),
         Err(f) => failed(f),
     }
 }
 
 #[derive(Deserialize)]
 pub(super) struct ApproveForm {
+    /// Absent from a script's form (a bearer caller needs none).
+    #[serde(default)]
     csrf: String,
     key: String,
     shown: String,
@@ -122,11 +124,13 @@ pub(super) async fn approve(
         })
     }
     .await;
-    answer(&inbox, decided)
+    answer(&inbox, &caller, decided)
 }
 
 #[derive(Deserialize)]
 pub(super) struct DenyForm {
+    /// Absent from a script's form (a bearer caller needs none).
+    #[serde(default)]
     csrf: String,
     key: String,
     shown: String,
@@ -164,11 +168,13 @@ pub(super) async fn deny(
         ))
     }
     .await;
-    answer(&inbox, decided)
+    answer(&inbox, &caller, decided)
 }
 
 #[derive(Deserialize)]
 pub(super) struct SettleForm {
+    /// Absent from a script's form (a bearer caller needs none).
+    #[serde(default)]
     csrf: String,
     key: String,
     /// The fence of the record as the page showed it.
@@ -246,7 +252,7 @@ pub(super) async fn resolve(
         ))
     }
     .await;
-    answer(&inbox, resolved)
+    answer(&inbox, &caller, resolved)
 }
 
 pub(super) async fn release(
@@ -269,5 +275,5 @@ pub(super) async fn release(
         ))
     }
     .await;
-    answer(&inbox, released)
+    answer(&inbox, &caller, released)
 }

@@ -54,6 +54,9 @@ const SESSION_COOKIE: &str = "idem_session";
 /// How long a sign-in lasts.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
+/// How many sessions one person keeps at once (a sign-in beyond ends their oldest).
+const SESSIONS_PER_PERSON: usize = 16;
+
 pub const HELP: &str = "\
 Example:
   export IDEM_UI_TOKEN=$(openssl rand -hex 16)
@@ -133,11 +136,18 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl Inbox {
-    /// The MAC a notice in a redirect carries, so that a link cannot show a forged one.
-    fn notice_tag(&self, notice: &str) -> String {
-        hex(&mac(&self.secret, format!("notice:{notice}").as_bytes())
-            .finalize()
-            .into_bytes())
+    /// The MAC a notice in a redirect carries, for `caller` only: a link cannot show a
+    /// forged notice, nor one made for someone else.
+    fn notice_tag(&self, caller: &Caller, notice: &str) -> String {
+        let whose = match caller {
+            Caller::Session(session, _) => format!("session:{session}"),
+            Caller::Bearer(who) => format!("bearer:{who}"),
+        };
+        hex(
+            &mac(&self.secret, format!("notice:{whose}:{notice}").as_bytes())
+                .finalize()
+                .into_bytes(),
+        )
     }
 
     /// Whose token `given` is, if it is one (every token is compared, in constant time).
@@ -212,6 +222,18 @@ impl Inbox {
         let now = Instant::now();
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|_, (_, until)| now < *until);
+        // A person's oldest sessions end beyond the few a person uses at once.
+        let mut theirs: Vec<(String, Instant)> = sessions
+            .iter()
+            .filter(|(_, (owner, _))| *owner == who)
+            .map(|(id, (_, until))| (id.clone(), *until))
+            .collect();
+        if theirs.len() >= SESSIONS_PER_PERSON {
+            theirs.sort_by_key(|(_, until)| *until);
+            for (old, _) in &theirs[..=theirs.len() - SESSIONS_PER_PERSON] {
+                sessions.remove(old);
+            }
+        }
         sessions.insert(id.clone(), (who, now + SESSION_TTL));
         Ok(id)
     }
@@ -236,17 +258,8 @@ impl Inbox {
         let Some(caller) = self.caller(headers) else {
             return Err(Box::new(refused_login()));
         };
-        let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-        if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-            let same = host.is_some_and(|h| {
-                origin == format!("http://{h}") || origin == format!("https://{h}")
-            });
-            if !same {
-                return refused(
-                    StatusCode::FORBIDDEN,
-                    "refused: the form was sent from another site",
-                );
-            }
+        if let Some(refusal) = other_site(headers) {
+            return Err(Box::new(refusal));
         }
         match &caller {
             Caller::Session(session, _) if !self.same(csrf, &self.csrf_of(session)) => refused(
@@ -331,6 +344,21 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::new(Exit::Failed, format!("the inbox stopped: {e}")))
 }
 
+/// The refusal of a form sent from a page of another site: its `Origin`, if the browser
+/// sends one, must be this host.
+fn other_site(headers: &HeaderMap) -> Option<Response> {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok())?;
+    let same =
+        host.is_some_and(|h| origin == format!("http://{h}") || origin == format!("https://{h}"));
+    (!same).then(|| {
+        page_error(
+            StatusCode::FORBIDDEN,
+            "refused: the form was sent from another site (behind a proxy, pass the original Host header on)",
+        )
+    })
+}
+
 /// The tokens and whose each is: `IDEM_UI_TOKENS` (`who=token,...`), or `IDEM_UI_TOKEN`
 /// for the identity given with `--as` or `IDEM_APPROVER`.
 fn tokens(identity: &Identity) -> Result<Vec<(String, String)>, Failure> {
@@ -357,6 +385,11 @@ fn tokens(identity: &Identity) -> Result<Vec<(String, String)>, Failure> {
             Ok(vec![(identity.required()?, token)])
         }
         (None, Some(list)) => {
+            if identity.who.is_some() {
+                tracing::warn!(
+                    "{TOKENS_ENV} names who holds each token: --as and IDEM_APPROVER are not used"
+                );
+            }
             let mut tokens: Vec<(String, String)> = Vec::new();
             for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
                 let Some((who, token)) = entry.split_once('=') else {
@@ -393,7 +426,16 @@ struct LoginForm {
     token: String,
 }
 
-async fn login(State(inbox): State<Arc<Inbox>>, Form(form): Form<LoginForm>) -> Response {
+/// Sign in. A sign-in from another site's page is refused too: it would sign a visitor in
+/// under someone else's token, and record their decisions under that name.
+async fn login(
+    State(inbox): State<Arc<Inbox>>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    if let Some(refusal) = other_site(&headers) {
+        return refusal;
+    }
     let Some(who) = inbox.token_of(form.token.trim()) else {
         tracing::warn!("a wrong inbox token was given");
         return (
@@ -417,6 +459,7 @@ async fn login(State(inbox): State<Arc<Inbox>>, Form(form): Form<LoginForm>) -> 
 
 #[derive(Deserialize)]
 struct LogoutForm {
+    #[serde(default)]
     csrf: String,
 }
 
@@ -484,7 +527,9 @@ async fn index(
     };
     // Only a notice this inbox wrote is shown.
     let notice = match (&query.done, &query.tag) {
-        (Some(done), Some(tag)) if inbox.same(tag, &inbox.notice_tag(done)) => Some(done.as_str()),
+        (Some(done), Some(tag)) if inbox.same(tag, &inbox.notice_tag(&caller, done)) => {
+            Some(done.as_str())
+        }
         _ => None,
     };
     match render(&inbox, caller.who(), &csrf, notice).await {
