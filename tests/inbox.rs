@@ -172,6 +172,18 @@ async fn each_person_decides_under_their_own_name() {
     );
     answering(&base).await;
 
+    // A sign-in posted from another site's page is refused: it would sign a visitor in
+    // under the token's owner.
+    let forged = client()
+        .post(format!("{base}/login"))
+        .header(reqwest::header::ORIGIN, "https://evil.example")
+        .form(&[("token", LEE)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+    assert!(forged.headers().get(reqwest::header::SET_COOKIE).is_none());
+
     // Lee approves the first, Dana denies the second: each under their own name.
     let (lee, lee_csrf) = sign_in(&base, LEE).await;
     let page = client()

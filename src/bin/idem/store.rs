@@ -117,27 +117,52 @@ async fn opened(
     }
 }
 
-/// The password `spec` holds, if any: a URL's `user:password@`, or a `password=`
-/// parameter (in a URL's query, or a libpq `key=value` string).
-fn password_of(spec: &str) -> Option<&str> {
-    let params = spec.split(['?', '&', ' ']).find_map(|part| {
-        let (name, value) = part.split_once('=')?;
-        name.eq_ignore_ascii_case("password").then_some(value)
-    });
-    let user = spec.split_once("://").and_then(|(_, rest)| {
-        let authority = rest.split_once('?').map_or(rest, |(a, _)| a);
-        let (user, _) = authority.rsplit_once('@')?;
-        user.split_once(':').map(|(_, password)| password)
-    });
-    user.or(params).filter(|p| !p.is_empty())
+/// The passwords `spec` holds: a URL's `user:password@` (up to the last `@`, so that an
+/// unencoded `@`, `/` or `?` in it still counts), and every `password=` or `pass=`
+/// parameter (in a URL's query, or a libpq `key = value` string, quoted or not).
+fn passwords_of(spec: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    if let Some((_, rest)) = spec.split_once("://")
+        && let Some((user, _)) = rest.rsplit_once('@')
+        && let Some((_, password)) = user.split_once(':')
+    {
+        found.push(password);
+    }
+    let lower = spec.to_ascii_lowercase();
+    for name in ["password", "pass"] {
+        let mut from = 0;
+        while let Some(at) = lower[from..].find(name).map(|i| i + from) {
+            from = at + name.len();
+            let after = spec[from..].trim_start();
+            let Some(value) = after.strip_prefix('=') else {
+                continue;
+            };
+            let value = value.trim_start();
+            let value = match value.strip_prefix('\'') {
+                Some(quoted) => quoted.split('\'').next().unwrap_or(quoted),
+                None => value.split(['&', ' ', ';']).next().unwrap_or(value),
+            };
+            found.push(value);
+        }
+    }
+    found.retain(|p| !p.is_empty());
+    found
 }
 
-/// `text` with `spec`'s password, if any, replaced by `***`: how messages name a store.
+/// `text` with `spec`'s passwords replaced by `***`: how messages name a store. The whole
+/// spec is masked first, then each password wherever else it appears (if it is long enough
+/// to be told from the rest of a message).
 pub fn scrubbed(text: &str, spec: &str) -> String {
-    match password_of(spec) {
-        Some(password) => text.replace(password, "***"),
-        None => text.to_owned(),
+    let passwords = passwords_of(spec);
+    let mut shown = spec.to_owned();
+    for password in &passwords {
+        shown = shown.replace(password, "***");
     }
+    let mut out = text.replace(spec, &shown);
+    for password in passwords.iter().filter(|p| p.len() >= 4) {
+        out = out.replace(password, "***");
+    }
+    out
 }
 
 #[cfg(feature = "redis")]
@@ -220,6 +245,11 @@ mod tests {
             ),
             ("redis://:hunter22@cache:6379/", "hunter22"),
             ("host=db user=ops password=s3cret dbname=app", "s3cret"),
+            ("host=db password = 's3 cret' dbname=app", "s3 cret"),
+            ("postgres://ops:s3?cr/et@db/app", "s3?cr/et"),
+            ("postgres://ops:first1@db/app?password=second2", "second2"),
+            ("postgres://ops:first1@db/app?password=second2", "first1"),
+            ("redis://127.0.0.1:6379/?pass=hunter22", "hunter22"),
         ] {
             let message = scrubbed(&format!("cannot use {spec}: refused"), spec);
             assert!(!message.contains(password), "{message}");

@@ -110,6 +110,10 @@ pub(super) fn check_existing(path: &Path) -> Result<(), StoreError> {
             path.display()
         )),
         SCHEMA_VERSION if approvals => Ok(()),
+        SCHEMA_VERSION => refuse(format!(
+            "SQLite database {} lacks the pending approvals' table, which a dispatcher of this version adds when it opens the file; upgrade the agents first, or use the idem of their version",
+            path.display()
+        )),
         v if v > SCHEMA_VERSION => refuse(format!(
             "SQLite database {} has idem schema version {v}; this version of idem understands version {SCHEMA_VERSION} (use the idem of the agents that wrote it)",
             path.display()
@@ -244,7 +248,21 @@ impl Database {
     /// settings: WAL mode, `synchronous = FULL`, no automatic checkpoint, the WAL hook that
     /// counts pages for this store's own checkpoints.
     pub(super) fn open(path: PathBuf) -> Result<Self, StoreError> {
-        let conn = Connection::open(&path).map_err(|e| {
+        Self::open_with(path, rusqlite::OpenFlags::SQLITE_OPEN_CREATE)
+    }
+
+    /// Open a file that must exist already: never created, not even if it went away
+    /// since it was checked.
+    pub(super) fn open_existing(path: PathBuf) -> Result<Self, StoreError> {
+        Self::open_with(path, rusqlite::OpenFlags::empty())
+    }
+
+    fn open_with(path: PathBuf, create: rusqlite::OpenFlags) -> Result<Self, StoreError> {
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+            | rusqlite::OpenFlags::SQLITE_OPEN_URI
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | create;
+        let conn = Connection::open_with_flags(&path, flags).map_err(|e| {
             StoreError::Unavailable(format!(
                 "cannot open SQLite database {}: {e}",
                 path.display()

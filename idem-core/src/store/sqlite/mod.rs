@@ -257,12 +257,16 @@ impl SqliteStore {
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let db = Database::open(path.as_ref().to_path_buf())?;
+        Ok(Self::over(db))
+    }
+
+    fn over(db: Database) -> Self {
         let backend = SqliteBackend {
             db: Arc::new(db),
             synchronous: Synchronous::Full,
             pool_only: false,
         };
-        Ok(Limits::default().layer(backend))
+        Limits::default().layer(backend)
     }
 
     /// Open a file a dispatcher made, for an operator: never create it, never upgrade it.
@@ -287,7 +291,8 @@ impl SqliteStore {
     /// ```
     pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         connection::check_existing(path.as_ref())?;
-        Self::open(path)
+        let db = Database::open_existing(path.as_ref().to_path_buf())?;
+        Ok(Self::over(db))
     }
 
     /// Choose when a commit is durable (default [`Synchronous::Full`]: at once, on disk).
