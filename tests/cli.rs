@@ -1153,6 +1153,26 @@ fn an_unreachable_redis_is_a_store_failure_naming_it() {
         .says(&["Redis", &url]);
 }
 
+#[cfg(feature = "redis")]
+#[test]
+fn an_empty_redis_prefix_says_it_may_be_mistyped() {
+    use support::redis_keys::redis_prefixes;
+    use support::services::{REDIS_URL, service_url};
+    let Some(url) = service_url(REDIS_URL, "an_empty_redis_prefix_says_it_may_be_mistyped") else {
+        return;
+    };
+    let prefixes = redis_prefixes(&url);
+    let prefix = prefixes.fresh("idem_cli_typo");
+    for command in [&["records", "list"][..], &["approvals", "list"], &["stats"]] {
+        let mut args = command.to_vec();
+        args.extend(["--store", &url, "--prefix", &prefix]);
+        run(&mut idem(&args)).exited(0).says(&[
+            &format!("nothing under the key prefix `{prefix}`"),
+            "--prefix",
+        ]);
+    }
+}
+
 #[cfg(feature = "postgres")]
 #[test]
 fn an_unreachable_postgres_is_a_store_failure_naming_it() {

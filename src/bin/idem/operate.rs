@@ -32,6 +32,9 @@ const PAGE: usize = 500;
 pub struct Operator {
     pub store: Arc<dyn Store>,
     pub name: String,
+    /// What to say when a listing finds nothing: a Redis prefix is never checked (Redis
+    /// creates nothing under it), so a mistyped one lists an empty store.
+    empty: Option<String>,
 }
 
 /// Which records a listing shows.
@@ -49,7 +52,19 @@ pub struct RecordQuery {
 impl Operator {
     pub async fn open(spec: &str, prefix: &str) -> Result<Self, Failure> {
         let (store, name) = crate::store::open_existing(spec, prefix).await?;
-        Ok(Operator { store, name })
+        let empty = spec.starts_with("redis").then(|| {
+            format!(
+                "(nothing under the key prefix `{prefix}`: if your dispatchers' RedisStore was given another, name it with --prefix)"
+            )
+        });
+        Ok(Operator { store, name, empty })
+    }
+
+    /// Say, on standard error, why a listing may have found nothing.
+    pub fn found_nothing(&self) {
+        if let Some(note) = &self.empty {
+            eprintln!("{note}");
+        }
     }
 
     fn failed(&self, e: idem::StoreError) -> Failure {

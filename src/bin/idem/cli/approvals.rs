@@ -101,6 +101,9 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
                 limit: usize::MAX,
             };
             let mut listed = op.approvals(&filter).await?;
+            if listed.is_empty() {
+                op.found_nothing();
+            }
             let now = op.now().await?;
             if let Some(age) = older_than {
                 listed.retain(|e| present::at_least(e.requested_at, age, now));

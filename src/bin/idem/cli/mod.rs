@@ -192,6 +192,9 @@ pub async fn stats(args: StatsArgs) -> Result<(), Failure> {
         .await;
     bar.finish_and_clear();
     let stats = stats?;
+    if stats.by_state.is_empty() && stats.pending_approvals == 0 {
+        op.found_nothing();
+    }
     if args.store.json {
         print_json(&stats.to_json());
         return Ok(());

@@ -161,6 +161,9 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                 .await;
             bar.finish_and_clear();
             let mut found = found?;
+            if found.is_empty() {
+                op.found_nothing();
+            }
             let cut = found.len() > query.limit - 1;
             found.truncate(query.limit - 1);
             let say_cut = || {
