@@ -327,18 +327,33 @@ pub async fn pending_stored(
     store: &dyn Store,
     filter: &ApprovalFilter,
 ) -> Result<Vec<PendingApproval>, StoreError> {
-    let mut listed = approvals::list(store, filter).await?;
+    let listed = approvals::list(store, filter).await?;
     if filter.pending_only {
-        let mut awaiting = Vec::with_capacity(listed.len());
-        for entry in listed {
-            let ran = store.get(&entry.key).await?;
-            if ran.is_none_or(|r| r.fingerprint != entry.fingerprint) {
-                awaiting.push(entry);
-            }
-        }
-        listed = awaiting;
+        return not_yet_run(store, listed).await;
     }
     Ok(listed)
+}
+
+/// Of `entries`, those whose call has not run meanwhile with an approval its run carried
+/// (a record with their arguments): the ones still awaiting a decision.
+pub async fn not_yet_run(
+    store: &dyn Store,
+    entries: Vec<PendingApproval>,
+) -> Result<Vec<PendingApproval>, StoreError> {
+    let mut awaiting = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let ran = store.get(&entry.key).await?;
+        if ran.is_none_or(|r| r.fingerprint != entry.fingerprint) {
+            awaiting.push(entry);
+        }
+    }
+    Ok(awaiting)
+}
+
+/// Whether an approver may edit the arguments of `entry`: not those of a tool with secret
+/// parameters, nor any holding a secret's seal (an entry from before entries said so).
+pub fn editable(entry: &PendingApproval) -> bool {
+    !entry.secret_parameters && !crate::redact::holds_seal(&entry.arguments)
 }
 
 /// Operator, without the tools: approve the call pending under `key` in `store`, as
@@ -361,10 +376,7 @@ pub async fn approve_stored(
     shown: Option<Fingerprint>,
 ) -> Result<PendingApproval, DecisionError> {
     let edit = |entry: &PendingApproval, edited: &Value| {
-        if entry.secret_parameters
-            || crate::redact::holds_seal(&entry.arguments)
-            || crate::redact::holds_seal(edited)
-        {
+        if !editable(entry) || crate::redact::holds_seal(edited) {
             return Err(DecisionError::SecretsNotEditable(entry.tool.clone()));
         }
         Ok(edited.clone())

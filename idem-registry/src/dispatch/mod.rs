@@ -49,7 +49,10 @@ use tracing::Instrument;
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::MetricsObserver;
-pub use approve::{APPROVAL_STEP, DecisionError, approve_stored, deny_stored, pending_stored};
+pub use approve::{
+    APPROVAL_STEP, DecisionError, approve_stored, deny_stored, editable, not_yet_run,
+    pending_stored,
+};
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, RunContext, ToolCall};
 pub use error::DispatchError;

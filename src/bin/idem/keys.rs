@@ -41,16 +41,20 @@ pub fn signing_key(file: Option<&Path>) -> Result<ApprovalKey, Failure> {
             }
         },
     };
-    let bad = |why: String| Failure::new(Exit::Usage, format!("{source}: {why}"));
-    let text = text.trim();
-    let Some((id, hex)) = text.split_once(':') else {
-        return Err(bad(
+    approval_key(&text).map_err(|why| Failure::new(Exit::Usage, format!("{source}: {why}")))
+}
+
+/// An approval key written `id:hex-secret`; a refusal never shows the text, part of which
+/// is a secret.
+fn approval_key(text: &str) -> Result<ApprovalKey, String> {
+    let Some((id, hex)) = text.trim().split_once(':') else {
+        return Err(
             "not `id:hex-secret` (e.g. `desk-1:` and 64 hex digits from `openssl rand -hex 32`)"
                 .into(),
-        ));
+        );
     };
-    let secret = decode(hex.trim()).map_err(bad)?;
-    ApprovalKey::new(id.trim(), secret).map_err(|e| bad(e.to_string()))
+    let secret = decode(hex.trim()).map_err(|e| format!("key `{}`: {e}", id.trim()))?;
+    ApprovalKey::new(id.trim(), secret).map_err(|e| e.to_string())
 }
 
 /// The keys set in the environment (none is required until a tool needs it).
@@ -66,16 +70,7 @@ pub fn from_env() -> Result<ProxyKeys, String> {
     let mut approvals = Vec::new();
     if let Ok(list) = std::env::var(APPROVAL_KEY_ENV) {
         for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let Some((id, hex)) = entry.split_once(':') else {
-                return Err(format!(
-                    "{APPROVAL_KEY_ENV}: `{}...` is not `id:hex-secret` (e.g. `ops-1:` and 64 hex digits)",
-                    entry.chars().take(8).collect::<String>()
-                ));
-            };
-            let secret = decode(hex).map_err(|e| format!("{APPROVAL_KEY_ENV}, key `{id}`: {e}"))?;
-            let key =
-                ApprovalKey::new(id, secret).map_err(|e| format!("{APPROVAL_KEY_ENV}: {e}"))?;
-            approvals.push(key);
+            approvals.push(approval_key(entry).map_err(|e| format!("{APPROVAL_KEY_ENV}: {e}"))?);
         }
     }
     Ok(ProxyKeys::new(secret, ApprovalKeys::new(approvals)))

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::dispatch::{approve_stored, deny_stored, pending_stored};
+use idem::dispatch::{approve_stored, deny_stored, not_yet_run, pending_stored};
 use idem::store::ListCursor;
 use idem::store::approvals::{self, ApprovalFilter, PendingApproval};
 use idem::{
@@ -255,6 +255,16 @@ impl Operator {
             .map_err(|e| self.failed(e))
     }
 
+    /// Of `entries`, those still awaiting a decision (their call has not run meanwhile).
+    pub async fn not_yet_run(
+        &self,
+        entries: Vec<PendingApproval>,
+    ) -> Result<Vec<PendingApproval>, Failure> {
+        not_yet_run(&*self.store, entries)
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
     /// The approval entry under `key`.
     pub async fn approval(&self, key: &str) -> Result<PendingApproval, Failure> {
         let key = RecordKey::from_stored(key);
@@ -272,27 +282,18 @@ impl Operator {
             })
     }
 
-    /// The request under the key has the arguments the person deciding was shown.
-    pub fn check_shown(
-        &self,
-        entry: &PendingApproval,
-        shown: Option<Fingerprint>,
-    ) -> Result<(), Failure> {
-        if shown == Some(entry.fingerprint) {
-            return Ok(());
-        }
-        Err(Failure::new(
-            Exit::Refused,
-            format!(
-                "{}: the call pending under key {} has other arguments than the ones shown: nothing was decided; look at it again",
-                self.name, entry.key
-            ),
-        ))
+    /// The request under `key`, if it still awaits a decision, and the store's time: a
+    /// decided or expired one is refused before anyone is asked to confirm.
+    pub async fn undecided(&self, key: &str) -> Result<(PendingApproval, Timestamp), Failure> {
+        let entry = self.approval(key).await?;
+        let now = self.now().await?;
+        self.refuse_decided(&entry, now)?;
+        Ok((entry, now))
     }
 
     /// A decided or expired request is refused before anyone is asked to confirm (the
     /// store refuses it too, if it changes in between).
-    pub fn refuse_decided(&self, entry: &PendingApproval, now: Timestamp) -> Result<(), Failure> {
+    fn refuse_decided(&self, entry: &PendingApproval, now: Timestamp) -> Result<(), Failure> {
         let status = approval_status(entry, now);
         let refused = |why: String| Failure::new(Exit::Refused, format!("{}: {why}", self.name));
         match (status, &entry.decision) {
@@ -311,26 +312,26 @@ impl Operator {
         }
     }
 
+    /// Approve the request under `entry`'s key, if its arguments are still the ones whose
+    /// fingerprint was `shown`.
     pub async fn approve(
         &self,
         entry: &PendingApproval,
+        shown: Fingerprint,
         approver: &Approver,
         edited: Option<&Value>,
     ) -> Result<PendingApproval, Failure> {
-        approve_stored(
-            &*self.store,
-            &entry.key,
-            approver,
-            edited,
-            Some(entry.fingerprint),
-        )
-        .await
-        .map_err(|e| Failure::decision(&self.name, e))
+        approve_stored(&*self.store, &entry.key, approver, edited, Some(shown))
+            .await
+            .map_err(|e| Failure::decision(&self.name, e))
     }
 
+    /// Deny the request under `entry`'s key, if its arguments are still the ones whose
+    /// fingerprint was `shown`.
     pub async fn deny(
         &self,
         entry: &PendingApproval,
+        shown: Fingerprint,
         by: &str,
         reason: &str,
     ) -> Result<PendingApproval, Failure> {
@@ -348,16 +349,9 @@ impl Operator {
                 ),
             ));
         }
-        // Deny the request that was shown, not another made under the key since.
-        deny_stored(
-            &*self.store,
-            &entry.key,
-            by,
-            reason,
-            Some(entry.fingerprint),
-        )
-        .await
-        .map_err(|e| Failure::decision(&self.name, e))
+        deny_stored(&*self.store, &entry.key, by, reason, Some(shown))
+            .await
+            .map_err(|e| Failure::decision(&self.name, e))
     }
 
     /// Counts over every record (of `tenant`), and the pending approvals.

@@ -181,19 +181,6 @@ pub fn edited_arguments(text: &str, source: &str) -> Result<Value, Failure> {
     Ok(value)
 }
 
-/// How every seal of a secret argument begins.
-const SEAL_PREFIX: &str = "[secret hmac-sha256:";
-
-/// Whether arguments hold a secret's seal: they are approved as called, never edited.
-pub fn sealed(arguments: &Value) -> bool {
-    match arguments {
-        Value::String(s) => s.starts_with(SEAL_PREFIX),
-        Value::Array(items) => items.iter().any(sealed),
-        Value::Object(fields) => fields.values().any(sealed),
-        _ => false,
-    }
-}
-
 /// Whether a character is invisible or changes how the text around it reads: control
 /// characters, bidirectional overrides and isolates, zero-width and other format characters.
 fn deceptive(c: char) -> bool {
@@ -255,6 +242,33 @@ pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
 /// cannot add lines to a prompt, a table or a message.
 pub fn visible_line(text: &str) -> String {
     visible(text).replace('\n', "\\n")
+}
+
+/// The outcome a person settles a record with: the call's result as JSON (`value`, named
+/// `source` in a refusal, with a string written as `quoted`), or a failure's message; one
+/// of the two.
+pub fn outcome_of(
+    value: Option<&str>,
+    failure: Option<&str>,
+    source: &str,
+    quoted: &str,
+) -> Result<Outcome, Failure> {
+    match (value, failure) {
+        (Some(value), None) => {
+            let value: Value = serde_json::from_str(value).map_err(|e| {
+                Failure::new(
+                    Exit::Usage,
+                    format!("{source} is not JSON ({e}): quote a string as {quoted}"),
+                )
+            })?;
+            Ok(Outcome::success(&value))
+        }
+        (None, Some(message)) => Ok(Outcome::Failure(idem::ToolError::terminal(message))),
+        _ => Err(Failure::new(
+            Exit::Usage,
+            "give either the call's result as JSON or a failure message, not both or neither",
+        )),
+    }
 }
 
 /// A fingerprint given back by a form, as shown.

@@ -177,9 +177,7 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
                 }
                 (None, None) => None,
             };
-            let entry = op.approval(&approve.key).await?;
-            let now = op.now().await?;
-            op.refuse_decided(&entry, now)?;
+            let (entry, now) = op.undecided(&approve.key).await?;
             let what = match &edited {
                 None => format!("with the arguments as called: {}", entry.arguments),
                 Some(edited) => format!(
@@ -199,7 +197,9 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
                 ),
             )?;
             let approver = Approver::new(who.clone(), key);
-            let decided = op.approve(&entry, &approver, edited.as_ref()).await?;
+            let decided = op
+                .approve(&entry, entry.fingerprint, &approver, edited.as_ref())
+                .await?;
             tracing::info!(key = %decided.key, by = %who, "approved in {}", op.name);
             if json {
                 print_json(&present::approval_json(&decided, now));
@@ -219,9 +219,7 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
         }
         ApprovalsCommand::Deny(deny) => {
             let who = deny.identity.required()?;
-            let entry = op.approval(&deny.key).await?;
-            let now = op.now().await?;
-            op.refuse_decided(&entry, now)?;
+            let (entry, now) = op.undecided(&deny.key).await?;
             confirm(
                 deny.yes,
                 &format!(
@@ -234,7 +232,9 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
                     entry.expires_at.to_rfc3339()
                 ),
             )?;
-            let decided = op.deny(&entry, &who, &deny.reason).await?;
+            let decided = op
+                .deny(&entry, entry.fingerprint, &who, &deny.reason)
+                .await?;
             tracing::info!(key = %decided.key, by = %who, "denied in {}", op.name);
             if json {
                 print_json(&present::approval_json(&decided, now));

@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
-use idem::{Outcome, PurgeFilter, RecordState, StateKind, ToolError};
+use idem::{Outcome, PurgeFilter, RecordState, StateKind};
 use serde_json::Value;
 
 use super::{Identity, StoreArgs, clip, confirm, print_json, progress, say, table};
-use crate::exit::{Exit, Failure};
+use crate::exit::Failure;
 use crate::operate::RecordQuery;
 use crate::present;
 
@@ -207,19 +207,12 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
             Ok(())
         }
         RecordsCommand::Resolve(resolve) => {
-            let outcome = match (&resolve.outcome.value, &resolve.outcome.failure) {
-                (Some(value), _) => {
-                    let value: Value = serde_json::from_str(value).map_err(|e| {
-                        Failure::new(
-                            Exit::Usage,
-                            format!("--value is not JSON ({e}): quote a string as '\"text\"'"),
-                        )
-                    })?;
-                    Outcome::success(&value)
-                }
-                (None, Some(message)) => Outcome::Failure(ToolError::terminal(message)),
-                (None, None) => unreachable!("clap requires one of --value and --failure"),
-            };
+            let outcome = present::outcome_of(
+                resolve.outcome.value.as_deref(),
+                resolve.outcome.failure.as_deref(),
+                "--value",
+                "'\"text\"'",
+            )?;
             let who = resolve.identity.required()?;
             let record = op.record(&resolve.key).await?;
             op.settleable(&record, resolve.force)?;

@@ -9,9 +9,8 @@ use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use idem::{Fence, Outcome, RecordState, ToolError};
+use idem::{Fence, Fingerprint, RecordState};
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::page::{encode, page_error};
 use super::{Caller, Inbox};
@@ -31,16 +30,16 @@ pub(super) fn admit<T: Posted>(
     headers: &HeaderMap,
     form: Result<Form<T>, FormRejection>,
 ) -> Result<(T, Caller), Box<Response>> {
-    if !inbox.authorised(headers) {
+    let Some(caller) = inbox.caller(headers) else {
         return Err(Box::new(super::page::refused_login()));
-    }
+    };
     let Form(form) = form.map_err(|e| {
         Box::new(page_error(
             StatusCode::BAD_REQUEST,
             &format!("the form is incomplete: {e}"),
         ))
     })?;
-    let caller = inbox.check_post(headers, form.csrf())?;
+    inbox.check_post(headers, &caller, form.csrf())?;
     Ok((form, caller))
 }
 
@@ -65,6 +64,19 @@ fn answer(inbox: &Inbox, caller: &Caller, outcome: Result<String, Failure>) -> R
         Ok(message) => done(inbox, caller, message),
         Err(f) => failed(f),
     }
+}
+
+/// The fingerprint of the arguments the page showed, as its form gives it back.
+fn shown_of(op: &crate::operate::Operator, key: &str, shown: &str) -> Result<Fingerprint, Failure> {
+    present::fingerprint_of_form(shown).ok_or_else(|| {
+        Failure::new(
+            Exit::Refused,
+            format!(
+                "{}: the form for key {key} does not say which arguments it showed: nothing was decided; reload the inbox",
+                op.name
+            ),
+        )
+    })
 }
 
 #[derive(Deserialize)]
@@ -101,16 +113,14 @@ pub(super) async fn approve(
             ));
         };
         let op = &inbox.op;
-        let entry = op.approval(&form.key).await?;
-        op.check_shown(&entry, present::fingerprint_of_form(&form.shown))?;
-        let now = op.now().await?;
-        op.refuse_decided(&entry, now)?;
+        let shown = shown_of(op, &form.key, &form.shown)?;
+        let (entry, _) = op.undecided(&form.key).await?;
         let edited = match form.edited.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(text) => Some(present::edited_arguments(text, "the edited arguments")?)
                 .filter(|edited| *edited != entry.arguments),
         };
-        let decided = op.approve(&entry, &approver, edited.as_ref()).await?;
+        let decided = op.approve(&entry, shown, &approver, edited.as_ref()).await?;
         tracing::info!(key = %decided.key, by = %who, edited = edited.is_some(), "approved in the inbox");
         Ok(match edited {
             None => format!(
@@ -155,12 +165,10 @@ pub(super) async fn deny(
     let who = caller.who();
     let decided = async {
         let op = &inbox.op;
-        let entry = op.approval(&form.key).await?;
-        op.check_shown(&entry, present::fingerprint_of_form(&form.shown))?;
-        let now = op.now().await?;
-        op.refuse_decided(&entry, now)?;
+        let shown = shown_of(op, &form.key, &form.shown)?;
+        let (entry, _) = op.undecided(&form.key).await?;
         let reason = form.reason.trim();
-        let decided = op.deny(&entry, who, reason).await?;
+        let decided = op.deny(&entry, shown, who, reason).await?;
         tracing::info!(key = %decided.key, by = %who, "denied in the inbox");
         Ok(format!(
             "Denied {} for {} by {}: {reason}",
@@ -217,34 +225,21 @@ pub(super) async fn resolve(
         Err(refused) => return *refused,
     };
     let who = caller.who();
-    let given = |field: &Option<String>| {
-        field
-            .as_deref()
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-    };
+    fn given(field: &Option<String>) -> Option<&str> {
+        field.as_deref().map(str::trim).filter(|v| !v.is_empty())
+    }
     let resolved = async {
-        let outcome = match (given(&form.value), given(&form.failure)) {
-            (Some(value), None) => {
-                let value: Value = serde_json::from_str(&value).map_err(|e| {
-                    Failure::new(
-                        Exit::Usage,
-                        format!("the result is not JSON ({e}): quote a string as \"text\""),
-                    )
-                })?;
-                Outcome::success(&value)
-            }
-            (None, Some(message)) => Outcome::Failure(ToolError::terminal(message)),
-            _ => {
-                return Err(Failure::new(
-                    Exit::Usage,
-                    "give either the call's result as JSON or a failure message, not both or neither",
-                ));
-            }
-        };
+        let outcome = present::outcome_of(
+            given(&form.value),
+            given(&form.failure),
+            "the result",
+            "\"text\"",
+        )?;
         let record = shown_unknown(&inbox, &form).await?;
-        inbox.op.settle(&record, Some(&outcome), None, false).await?;
+        inbox
+            .op
+            .settle(&record, Some(&outcome), None, false)
+            .await?;
         tracing::info!(key = %record.key, by = %who, "resolved in the inbox");
         Ok(format!(
             "Resolved {} for {} by {}: every call with its key replays that outcome.",

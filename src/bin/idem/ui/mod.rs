@@ -203,10 +203,6 @@ impl Inbox {
             })
     }
 
-    fn authorised(&self, headers: &HeaderMap) -> bool {
-        self.caller(headers).is_some()
-    }
-
     /// The anti-forgery token of a session's forms.
     fn csrf_of(&self, session: &str) -> String {
         hex(&mac(&self.secret, format!("csrf:{session}").as_bytes())
@@ -251,22 +247,25 @@ impl Inbox {
         )
     }
 
-    /// A POST must come from a page of this inbox: the anti-forgery token matches, and an
-    /// `Origin` header, if sent, is this host. Who posted it, or the refusal to answer.
-    fn check_post(&self, headers: &HeaderMap, csrf: &str) -> Result<Caller, Box<Response>> {
-        let refused = |status, message| Err(Box::new(page_error(status, message)));
-        let Some(caller) = self.caller(headers) else {
-            return Err(Box::new(refused_login()));
-        };
+    /// A POST by `caller` must come from a page of this inbox: the anti-forgery token
+    /// matches, and an `Origin` header, if sent, is this host. The refusal to answer, if not.
+    fn check_post(
+        &self,
+        headers: &HeaderMap,
+        caller: &Caller,
+        csrf: &str,
+    ) -> Result<(), Box<Response>> {
         if let Some(refusal) = other_site(headers) {
             return Err(Box::new(refusal));
         }
-        match &caller {
-            Caller::Session(session, _) if !self.same(csrf, &self.csrf_of(session)) => refused(
-                StatusCode::FORBIDDEN,
-                "refused: the form's anti-forgery token is missing or wrong; reload the inbox and try again",
-            ),
-            _ => Ok(caller),
+        match caller {
+            Caller::Session(session, _) if !self.same(csrf, &self.csrf_of(session)) => {
+                Err(Box::new(page_error(
+                    StatusCode::FORBIDDEN,
+                    "refused: the form's anti-forgery token is missing or wrong; reload the inbox and try again",
+                )))
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -475,11 +474,12 @@ async fn logout(
     headers: HeaderMap,
     form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Response {
-    if let Err(refused) = decide::admit(&inbox, &headers, form) {
-        return *refused;
-    }
-    if let Some(Caller::Session(session, _)) = inbox.caller(&headers) {
-        inbox.sign_out(&session);
+    let caller = match decide::admit(&inbox, &headers, form) {
+        Ok((_, caller)) => caller,
+        Err(refused) => return *refused,
+    };
+    if let Caller::Session(session, _) = &caller {
+        inbox.sign_out(session);
     }
     let cookie = inbox.cookie("", Duration::ZERO);
     ([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response()

@@ -138,10 +138,7 @@ pub(super) async fn render(
         })
         .await?;
     let pending = op
-        .approvals(&ApprovalFilter {
-            limit: usize::MAX,
-            ..ApprovalFilter::default()
-        })
+        .not_yet_run(all.iter().filter(|e| e.is_pending(now)).cloned().collect())
         .await?;
     let open = op
         .records(
@@ -288,7 +285,7 @@ pub(super) fn pending_row(
             "<form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><button type=submit class=approve>Approve</button></form>"
         );
         // Sealed arguments are approved as called: an approver sees only their seals.
-        if !e.secret_parameters && !present::sealed(&e.arguments) {
+        if idem::dispatch::editable(e) {
             let _ = write!(
                 approve,
                 "<details><summary>Approve edited arguments</summary><form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><textarea name=edited rows=5 aria-label=\"edited arguments\">{args}</textarea><button type=submit>Approve these arguments</button></form></details>"
