@@ -69,7 +69,8 @@ pub(crate) struct Attr {
     pub verify: Option<syn::Path>,
     pub verify_after_secs: Option<u64>,
     pub version: Option<LitStr>,
-    pub replay_on_key_reuse: bool,
+    /// `on_key_reuse = "reject"` (the default is `"replay"`: find-or-create).
+    pub reject_on_key_reuse: bool,
     /// `on_key_reuse` was given (and valid), whichever policy.
     pub key_reuse_given: bool,
     pub krate: Option<syn::Path>,
@@ -255,14 +256,14 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                 };
                 match lit.value().as_str() {
                     "reject" => {
-                        attr.replay_on_key_reuse = false;
+                        attr.reject_on_key_reuse = true;
                         attr.key_reuse_given = true;
                     }
                     "replay" => {
-                        attr.replay_on_key_reuse = true;
+                        attr.reject_on_key_reuse = false;
                         attr.key_reuse_given = true;
                     }
-                    other => errors.spanned(&lit, format!("unknown `on_key_reuse` policy `{other}`: expected `\"reject\"` (the default) or `\"replay\"`")),
+                    other => errors.spanned(&lit, format!("unknown `on_key_reuse` policy `{other}`: expected `\"replay\"` (the default: find-or-create) or `\"reject\"`")),
                 }
             }
             "crate" => {
@@ -313,11 +314,18 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                 );
             }
         }
-    } else if attr.replay_on_key_reuse && attr.natural_key.is_none() {
+    } else if attr.key_reuse_given && attr.natural_key.is_none() {
+        let policy = if attr.reject_on_key_reuse {
+            "reject"
+        } else {
+            "replay"
+        };
         errors.at(
             span_of("on_key_reuse"),
-            "`on_key_reuse = \"replay\"` applies only to calls keyed by a natural key: add \
-             `natural_key = ticket_key`, or remove `on_key_reuse`",
+            format!(
+                "`on_key_reuse = \"{policy}\"` applies only to calls keyed by a natural key: add \
+                 `natural_key = ticket_key`, or remove `on_key_reuse`"
+            ),
         );
     }
     if !class_given {

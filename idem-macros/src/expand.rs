@@ -384,8 +384,8 @@ fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream>
     if attr.open_world {
         settings.push(quote!(#s::OpenWorld));
     }
-    if attr.replay_on_key_reuse {
-        settings.push(quote!(#s::ReplayOnKeyReuse));
+    if attr.reject_on_key_reuse {
+        settings.push(quote!(#s::RejectOnKeyReuse));
     }
     if !attr.scopes.is_empty() {
         let scopes = &attr.scopes;

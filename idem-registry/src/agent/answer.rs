@@ -74,20 +74,44 @@ impl Answer {
 
     /// What the model reads where a provider takes text: the output as the JSON text
     /// recorded (the same bytes on every replay), or the error as
-    /// `{"error": {"code", "message", "retry_after"?}}`.
+    /// `{"error": {"code", "message", "retry_after"?}}`. A find-or-create replay whose
+    /// arguments differ from the recorded call's is
+    /// `{"output": .., "deduplicated": true, "differing_arguments": [..], "note": ..}`, so
+    /// that the model knows its wording did not make a second effect.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::agent::Answer;
+    /// use idem::{Dispatched, ToolClass};
+    /// use serde_json::json;
+    ///
+    /// let found = Answer::Output(Dispatched {
+    ///     output: json!({"ticket": 7}),
+    ///     output_json: r#"{"ticket":7}"#.into(),
+    ///     deduplicated: true,
+    ///     differing_arguments: vec!["/subject".into()],
+    ///     key: None,
+    ///     attempts: 0,
+    ///     class: ToolClass::IdempotentWrite,
+    /// });
+    /// let text: serde_json::Value = serde_json::from_str(&found.text()).unwrap();
+    /// assert_eq!(text["output"], json!({"ticket": 7}));
+    /// assert_eq!(text["differing_arguments"], json!(["/subject"]));
+    /// ```
     pub fn text(&self) -> String {
         match self {
-            Answer::Output(done) => done.output_json.clone(),
+            Answer::Output(done) if done.differing_arguments.is_empty() => done.output_json.clone(),
+            Answer::Output(done) => found(done, "output").to_string(),
             _ => json!({ "error": self.error_object() }).to_string(),
         }
     }
 
     /// What the model reads where a provider takes an object (Gemini's `response`):
     /// `{"output": ..}`, or `{"error": {"code", "message", "retry_after"?}}`, the two keys
-    /// Gemini documents.
+    /// Gemini documents; a find-or-create replay adds what [`Answer::text`] says.
     pub fn object(&self) -> Value {
         match self {
-            Answer::Output(done) => json!({ "output": done.output }),
+            Answer::Output(done) => found(done, "output"),
             _ => json!({ "error": self.error_object() }),
         }
     }
@@ -120,4 +144,20 @@ impl Answer {
         }
         Value::Object(error)
     }
+}
+
+/// An output under `key`, with, for a find-or-create replay of other arguments, which
+/// arguments differ and what that means.
+fn found(done: &Dispatched, key: &str) -> Value {
+    let mut object = Map::new();
+    object.insert(key.into(), done.output.clone());
+    if !done.differing_arguments.is_empty() {
+        object.insert("deduplicated".into(), Value::Bool(true));
+        object.insert(
+            "differing_arguments".into(),
+            Value::from(done.differing_arguments.clone()),
+        );
+        object.insert("note".into(), Value::from(done.replay_note()));
+    }
+    Value::Object(object)
 }

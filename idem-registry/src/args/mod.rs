@@ -1,10 +1,11 @@
 //! Turning a model's JSON arguments into a tool's typed arguments, or a precise error.
 //!
-//! Four rooms: this module normalises (the typed round trip whose result the fingerprint
+//! Five rooms: this module normalises (the typed round trip whose result the fingerprint
 //! covers) and holds the one refusal of arguments that are not an object; `located` reads
 //! typed arguments in one pass that knows its JSON pointer; `same` tells, without building
 //! anything, that arguments already are what the round trip would give; `fields` gives the
-//! same round trip for a list of named fields, as most `#[tool]`s read them. Pointers are built
+//! same round trip for a list of named fields, as most `#[tool]`s read them; `differ` names
+//! where two calls' arguments differ. Pointers are built
 //! by the crate's one JSON-pointer module, and the error type lives with the crate's other
 //! shared errors (it is re-exported here, where it always was).
 
@@ -16,7 +17,9 @@ use serde_json::Value;
 
 pub use crate::error::ArgumentError;
 use crate::pointer;
+pub use differ::differing;
 
+mod differ;
 pub(crate) mod fields;
 pub(crate) mod located;
 mod same;

@@ -135,10 +135,46 @@ pub struct Dispatched {
     pub output_json: String,
     /// Whether this is a replay of a recorded outcome rather than a new execution.
     pub deduplicated: bool,
+    /// For a replay under the tool's natural key (find-or-create): the JSON Pointers of this
+    /// call's arguments that differ from those of the call that made the record, sorted
+    /// (secrets compared by their seals, never shown). Empty when they are the same, and for
+    /// anything but such a replay. The effect was not made again: the record's outcome is
+    /// the one returned.
+    pub differing_arguments: Vec<String>,
     /// The key handed downstream (`None` for a read without key material).
     pub key: Option<IdempotencyKey>,
     /// Executions of the body in this dispatch (0 for a replay).
     pub attempts: u32,
     /// The tool's class.
     pub class: ToolClass,
+}
+
+impl Dispatched {
+    /// What a front end tells the model of a find-or-create replay whose arguments differ
+    /// from the recorded call's ([`Dispatched::differing_arguments`]); `None` otherwise.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{Dispatched, ToolClass};
+    ///
+    /// let replayed = Dispatched {
+    ///     output: serde_json::json!("ticket 7"),
+    ///     output_json: "\"ticket 7\"".into(),
+    ///     deduplicated: true,
+    ///     differing_arguments: vec!["/subject".into()],
+    ///     key: None,
+    ///     attempts: 0,
+    ///     class: ToolClass::IdempotentWrite,
+    /// };
+    /// assert!(replayed.replay_note().unwrap().contains("/subject"));
+    /// ```
+    pub fn replay_note(&self) -> Option<String> {
+        if self.differing_arguments.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "an earlier call already made this (the tool's natural key matched): nothing was made again, and this is the earlier call's result; the arguments at {} differ from that call's and were not applied",
+            self.differing_arguments.join(", ")
+        ))
+    }
 }

@@ -12,6 +12,7 @@ use super::call::Dispatched;
 use super::decide::{self, GiveBack, Reuse};
 use super::error::DispatchError;
 use super::hold::{Held, Hold, give_back};
+use super::key::KeySource;
 use super::observe::EventKind;
 use super::verify::{Settled, UnknownRecord};
 use super::{Dispatcher, RecordedCall, Watch};
@@ -48,6 +49,8 @@ impl Dispatcher {
         let deadline = tokio::time::Instant::now() + tool.policy.wait;
         let mut poll = decide::FIRST_POLL;
         let mut verifications = 0;
+        // Where this call's arguments differ from the record's it stands for (find-or-create).
+        let mut differ = Vec::new();
         loop {
             let claim;
             (claim, request) = self
@@ -89,23 +92,27 @@ impl Dispatcher {
                 call.fingerprint,
                 request.fingerprint,
                 tool.policy.replay_on_key_reuse,
-                call.natural,
+                call.source,
             ) {
                 Reuse::Same | Reuse::Adopted => {}
                 Reuse::Refuse => {
                     return Err(DispatchError::KeyReused {
                         tool: tool.name.to_string(),
                         key: call.downstream.clone(),
+                        // Recovery claims under the recorded arguments and never gets here.
+                        key_source: call.source.unwrap_or(KeySource::Explicit),
+                        differing: differing(&record, &request),
                     });
                 }
                 Reuse::ClaimAs(recorded) => {
+                    differ = differing(&record, &request);
                     request.fingerprint = recorded;
                     continue;
                 }
             }
             match record.state {
                 RecordState::Completed { outcome, .. } => {
-                    return call.replay(outcome).map(Claimed::Settled);
+                    return call.replay(outcome, differ).map(Claimed::Settled);
                 }
                 RecordState::Unknown { since, last_error } => {
                     // A record the handler of another version made is not settled by this
@@ -155,7 +162,7 @@ impl Dispatcher {
                             .await?
                         {
                             Settled::Applied(outcome) => {
-                                return call.replay(outcome).map(Claimed::Settled);
+                                return call.replay(outcome, differ).map(Claimed::Settled);
                             }
                             // Released, or settled by another worker: claim again.
                             Settled::Released | Settled::Raced => continue,
@@ -224,6 +231,21 @@ impl Dispatcher {
             std::task::Poll::Ready(answer)
         })
         .await
+    }
+}
+
+/// Where the claim's arguments differ from those recorded, as JSON Pointers; empty when
+/// either is missing or not JSON (nothing to compare).
+fn differing(record: &idem_core::Record, request: &ClaimRequest) -> Vec<String> {
+    let parse = |text: Option<&String>| {
+        text.and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+    };
+    match (
+        parse(record.arguments.as_ref()),
+        parse(request.arguments.as_ref()),
+    ) {
+        (Some(recorded), Some(call)) => crate::args::differing(&recorded, &call),
+        _ => Vec::new(),
     }
 }
 

@@ -7,6 +7,8 @@ use std::time::Duration;
 use idem_core::{ErrorKind, Fingerprint, Outcome, StoreError, Timestamp, ToolClass};
 use serde_json::Value;
 
+use super::key::KeySource;
+
 /// Whether a failed attempt runs again under the same key: never after a terminal error or
 /// the last allowed attempt; `read` and `idempotent_write` on any other error;
 /// `non_idempotent_write` only when the tool says nothing was applied; `irreversible` never.
@@ -100,17 +102,17 @@ pub(crate) enum Reuse {
 
 /// Compare a found record's fingerprint with the call's (`call`) and with the one the claim
 /// was made under (`claimed`). Only a natural key may stand for calls whose other arguments
-/// differ, and only if the tool opted in.
+/// differ (find-or-create), unless the tool opted out (`on_key_reuse = "reject"`).
 pub(crate) fn reuse(
     recorded: Fingerprint,
     call: Fingerprint,
     claimed: Fingerprint,
     replay_on_key_reuse: bool,
-    natural: bool,
+    source: Option<KeySource>,
 ) -> Reuse {
     if recorded == call {
         Reuse::Same
-    } else if !(replay_on_key_reuse && natural) {
+    } else if !(replay_on_key_reuse && source == Some(KeySource::Natural)) {
         Reuse::Refuse
     } else if claimed != recorded {
         Reuse::ClaimAs(recorded)
@@ -363,17 +365,22 @@ mod tests {
     fn the_key_reuse_table() {
         let a = Fingerprint::from_bytes([1; 32]);
         let b = Fingerprint::from_bytes([2; 32]);
-        // (recorded, call, claimed, opted in, natural) -> decision
+        let natural = Some(KeySource::Natural);
+        // (recorded, call, claimed, replays, source) -> decision
         let table = [
-            (a, a, a, false, false, Reuse::Same),
-            (a, a, b, true, true, Reuse::Same),
-            (a, b, b, false, true, Reuse::Refuse),
-            (a, b, b, true, false, Reuse::Refuse),
-            (a, b, b, true, true, Reuse::ClaimAs(a)),
-            (a, b, a, true, true, Reuse::Adopted),
+            (a, a, a, false, Some(KeySource::CallId), Reuse::Same),
+            (a, a, b, true, natural, Reuse::Same),
+            (a, a, a, true, None, Reuse::Same),
+            (a, b, b, false, natural, Reuse::Refuse),
+            (a, b, b, true, Some(KeySource::Explicit), Reuse::Refuse),
+            (a, b, b, true, Some(KeySource::CallId), Reuse::Refuse),
+            (a, b, b, true, Some(KeySource::RunStep), Reuse::Refuse),
+            (a, b, b, true, None, Reuse::Refuse),
+            (a, b, b, true, natural, Reuse::ClaimAs(a)),
+            (a, b, a, true, natural, Reuse::Adopted),
         ];
-        for (recorded, call, claimed, opted, natural, expected) in table {
-            assert_eq!(reuse(recorded, call, claimed, opted, natural), expected);
+        for (recorded, call, claimed, replays, source, expected) in table {
+            assert_eq!(reuse(recorded, call, claimed, replays, source), expected);
         }
     }
 

@@ -2,6 +2,7 @@
 
 use idem_core::{IdempotencyKey, StoreError, Timestamp, ToolClass, ToolError};
 
+use super::key::KeySource;
 use crate::approval::{ApprovalRefusal, ApprovalRequest};
 use crate::tool::ToolDef;
 
@@ -98,15 +99,21 @@ pub enum DispatchError {
         /// serde_json's features make a `Value`.
         arguments: Box<serde_json::Value>,
     },
-    /// The key was used before with other arguments.
-    #[error(
-        "key {key} of `{tool}` was already used with other arguments; use a new key for a new call"
-    )]
+    /// The key was used before with other arguments; nothing ran. What to do depends on
+    /// where the key came from (`key_source`): an explicit key is the caller's to change; a call
+    /// id or a run and step reused for another call is the host's mistake; a natural key
+    /// (with `on_key_reuse = "reject"`) means the entity exists already.
+    #[error("{}", key_reused(tool, key, *key_source, differing))]
     KeyReused {
         /// The tool.
         tool: String,
         /// The key.
         key: IdempotencyKey,
+        /// Where the key came from.
+        key_source: KeySource,
+        /// The JSON Pointers of the arguments that differ from the recorded call's, sorted
+        /// (empty when the record kept no arguments to compare).
+        differing: Vec<String>,
     },
     /// Another worker holds the key and did not finish within the wait bound.
     #[error("`{tool}` with key {key} is still running elsewhere; try again later")]
@@ -181,6 +188,32 @@ pub enum DispatchError {
         /// Whether this is a replay of a recorded terminal error.
         deduplicated: bool,
     },
+}
+
+/// A `KeyReused` message: what happened, and what its reader can do about it.
+fn key_reused(tool: &str, key: &IdempotencyKey, source: KeySource, differing: &[String]) -> String {
+    let differ = match differing {
+        [] => String::new(),
+        some => format!(" (they differ at {})", some.join(", ")),
+    };
+    let what = format!(
+        "the {source} of this `{tool}` call (key {key}) was already used for a call with other arguments{differ}; nothing ran"
+    );
+    let next = match source {
+        KeySource::Explicit => {
+            "choose a new key for a new call, or send the recorded call's arguments to get its result"
+        }
+        KeySource::Natural => {
+            "the entity these arguments identify already exists (the tool refuses to stand in for it with other arguments): use the existing one, or change the arguments that identify it"
+        }
+        KeySource::CallId => {
+            "the host gave two different calls one call id: each tool call needs its own id (when the provider numbers calls `call_0`, `call_1` in every response, give each response's calls a run id)"
+        }
+        KeySource::RunStep => {
+            "the host gave two different calls one run, step and index: number the steps of a run so that each call has its own"
+        }
+    };
+    format!("{what}: {next}")
 }
 
 /// What a person reading an `OutcomeUnknown` should do next.

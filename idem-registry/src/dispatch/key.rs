@@ -18,8 +18,8 @@ pub(crate) struct Keyed {
     pub sealed: Option<Value>,
     /// The record key and the downstream key; `None` without key material (a read).
     pub keys: Option<(RecordKey, IdempotencyKey)>,
-    /// Whether the key is the tool's natural key.
-    pub natural: bool,
+    /// Where the key came from (`None` without key material).
+    pub source: Option<KeySource>,
     /// Canonical JSON of the (sealed) arguments; empty for a read, which stores nothing.
     pub canonical: String,
     /// Their fingerprint (zero for a read, which nothing compares).
@@ -68,7 +68,7 @@ impl Dispatcher {
             (String::new(), Fingerprint::from_bytes([0; 32]))
         };
         Ok(Keyed {
-            natural: matches!(material, Some(KeyMaterial::Natural { .. })),
+            source: material.as_ref().map(KeySource::of),
             keys: material.as_ref().map(|m| self.keys(tool, run, m)),
             sealed,
             canonical,
@@ -135,6 +135,53 @@ impl Dispatcher {
         material: &KeyMaterial,
     ) -> (RecordKey, IdempotencyKey) {
         LogicalKey::derive(&self.namespace, &run.tenant, &tool.name, material)
+    }
+}
+
+/// Where a call's key came from, in the order the dispatcher tries them. A `KeyReused`
+/// refusal says what its reader can do by it: a key that names one call (explicit, call id,
+/// run and step) reused for another is the mistake of whoever chose it; a natural key names
+/// an entity, which exists already.
+///
+/// ```
+/// # use idem_registry as idem;
+/// use idem::dispatch::KeySource;
+///
+/// assert_eq!(KeySource::CallId.to_string(), "call id");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KeySource {
+    /// A key the caller passed ([`ToolCall::with_key`]; MCP's `_meta` key).
+    Explicit,
+    /// The tool's natural key, computed from the arguments (find-or-create).
+    Natural,
+    /// The provider's tool call id, scoped by the run when there is one.
+    CallId,
+    /// The run id, the step and the call's index in the step.
+    RunStep,
+}
+
+impl KeySource {
+    /// The source of `material`.
+    pub fn of(material: &KeyMaterial) -> Self {
+        match material {
+            KeyMaterial::Explicit { .. } => KeySource::Explicit,
+            KeyMaterial::Natural { .. } => KeySource::Natural,
+            KeyMaterial::CallId { .. } => KeySource::CallId,
+            KeyMaterial::RunStep { .. } => KeySource::RunStep,
+        }
+    }
+}
+
+impl std::fmt::Display for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KeySource::Explicit => "explicit key",
+            KeySource::Natural => "natural key",
+            KeySource::CallId => "call id",
+            KeySource::RunStep => "run and step",
+        })
     }
 }
 

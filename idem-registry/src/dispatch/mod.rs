@@ -56,6 +56,7 @@ pub use approve::{
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, RunContext, ToolCall};
 pub use error::DispatchError;
+pub use key::KeySource;
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
 pub use recover::{Recovered, RecoveryAction, RecoveryOptions, RecoveryReport, Unrecoverable};
 
@@ -325,7 +326,7 @@ impl Dispatcher {
             record_key,
             downstream,
             fingerprint: keyed.fingerprint,
-            natural: keyed.natural,
+            source: keyed.source,
             ttl: self.record_ttl(tool),
             approval,
         };
@@ -388,8 +389,9 @@ struct RecordedCall<'a> {
     record_key: RecordKey,
     downstream: IdempotencyKey,
     fingerprint: Fingerprint,
-    /// Whether the key is the tool's natural key.
-    natural: bool,
+    /// Where the key came from (`None` for a call settled from its record by recovery,
+    /// which claims under the recorded arguments and so never meets a reused key).
+    source: Option<KeySource>,
     /// How long its outcome is kept once recorded (see [`Dispatcher::record_ttl`]).
     ttl: Duration,
     /// The approval that authorises it, kept in its record's journal.
@@ -405,8 +407,16 @@ impl RecordedCall<'_> {
         error::store_error(self.tool, e)
     }
 
-    fn replay(&self, outcome: Outcome) -> Result<Dispatched, DispatchError> {
-        replay(self.tool, &self.record_key, &self.downstream, outcome)
+    /// Replay a recorded outcome to this call, whose arguments differ from the recorded
+    /// call's at `differing` (a natural key standing for both).
+    fn replay(
+        &self,
+        outcome: Outcome,
+        differing: Vec<String>,
+    ) -> Result<Dispatched, DispatchError> {
+        let mut replayed = replay(self.tool, &self.record_key, &self.downstream, outcome)?;
+        replayed.differing_arguments = differing;
+        Ok(replayed)
     }
 
     /// When a verify hook may first settle a record Unknown since `since` (`decide`); the
@@ -478,6 +488,7 @@ fn replay(
                 output,
                 output_json,
                 deduplicated: true,
+                differing_arguments: Vec::new(),
                 key: Some(downstream.clone()),
                 attempts: 0,
                 class: tool.class,

@@ -559,7 +559,7 @@ impl Prepared {
             record_key: record.key.clone(),
             downstream: self.downstream.clone(),
             fingerprint: record.fingerprint,
-            natural: record.contract.as_ref().is_some_and(|c| c.natural_key),
+            source: None,
             ttl: rule.ttl,
             approval: None,
         }

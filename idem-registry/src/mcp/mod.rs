@@ -58,6 +58,9 @@ pub const META_STEP: &str = "io.idem/step";
 /// Result `_meta` key: whether the result is a replay of a recorded one (on the results of
 /// recorded classes: a `read` is never a replay).
 pub const META_DEDUPLICATED: &str = "io.idem/deduplicated";
+/// `_meta` of a find-or-create replay: the JSON Pointers of the call's arguments that differ
+/// from those of the call that made the record (see `Dispatched::differing_arguments`).
+pub const META_DIFFERING_ARGUMENTS: &str = "io.idem/differing-arguments";
 /// Result `_meta` key: the downstream key the tool was given.
 pub const META_DOWNSTREAM_KEY: &str = "io.idem/key";
 /// Result `_meta` key of an unknown outcome that a verify hook can settle: when to call
@@ -337,6 +340,7 @@ fn meta_str<'m>(meta: &'m MetaObject, key: &str) -> Result<Option<&'m str>, Erro
 fn result_of(dispatched: Result<Dispatched, DispatchError>) -> Result<CallToolResult, ErrorData> {
     match dispatched {
         Ok(done) => {
+            let note = done.replay_note();
             let structured = match done.output {
                 Value::Object(_) => done.output.clone(),
                 other => json!({ "result": other }),
@@ -350,8 +354,17 @@ fn result_of(dispatched: Result<Dispatched, DispatchError>) -> Result<CallToolRe
             if let Some(key) = &done.key {
                 meta.insert(META_DOWNSTREAM_KEY.into(), Value::from(key.as_str()));
             }
+            if note.is_some() {
+                meta.insert(
+                    META_DIFFERING_ARGUMENTS.into(),
+                    Value::from(done.differing_arguments.clone()),
+                );
+            }
             let mut result = CallToolResult::structured(structured);
             result.content = vec![ContentBlock::text(done.output_json)];
+            // A find-or-create replay of other arguments: the model reads that its wording
+            // made nothing new.
+            result.content.extend(note.map(ContentBlock::text));
             Ok(result.with_meta((!meta.is_empty()).then_some(meta)))
         }
         Err(e) if e.is_for_host() => Err(ErrorData::internal_error(e.to_string(), None)),

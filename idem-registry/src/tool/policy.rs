@@ -34,10 +34,15 @@ pub struct ToolPolicy {
     pub open_world: bool,
     /// Scopes the principal must have been granted. Default none (`scopes`).
     pub scopes: Vec<String>,
-    /// When a key arrives with arguments other than those recorded under it: `false`
-    /// refuses the call with `KeyReused` (the default, `on_key_reuse = "reject"`); `true`
-    /// replays the recorded outcome (`on_key_reuse = "replay"`), for find-or-create tools
-    /// whose natural key is the identity of the effect and whose other arguments may vary.
+    /// When the tool's natural key arrives with arguments other than those recorded under
+    /// it: `true` (the default, `on_key_reuse = "replay"`) is find-or-create: the natural key
+    /// is the identity of the effect, so the call replays the recorded outcome
+    /// (`deduplicated: true`) and [`Dispatched::differing_arguments`] names the arguments
+    /// that differ; `false` (`on_key_reuse = "reject"`) refuses it with `KeyReused`. A key
+    /// of any other source (an explicit key, a call id, a run and step) reused with other
+    /// arguments is always refused: it names one call, not an entity.
+    ///
+    /// [`Dispatched::differing_arguments`]: crate::Dispatched::differing_arguments
     pub replay_on_key_reuse: bool,
     /// The settle delay: how long after a record became Unknown its verify hook may first be
     /// asked (`verify_after_secs`). Default 5 minutes; at least one lease is waited whatever
@@ -68,7 +73,7 @@ impl Default for ToolPolicy {
             backoff: Duration::from_millis(100),
             open_world: false,
             scopes: Vec::new(),
-            replay_on_key_reuse: false,
+            replay_on_key_reuse: true,
             verify_after: DEFAULT_VERIFY_AFTER,
         }
     }
@@ -116,9 +121,6 @@ impl ToolPolicy {
         if written.max_attempts && self.max_attempts == 0 {
             return Err(PolicyError::ZeroAttempts);
         }
-        if written.on_key_reuse && self.replay_on_key_reuse && !written.natural_key {
-            return Err(PolicyError::ReplayWithoutNaturalKey);
-        }
         if !class.records() {
             // A read records nothing: these settings would silently do nothing.
             let unused = [
@@ -132,6 +134,14 @@ impl ToolPolicy {
             if let Some((setting, _)) = unused.iter().find(|(_, set)| *set) {
                 return Err(PolicyError::NoEffectOnRead { setting });
             }
+        }
+        if written.on_key_reuse && !written.natural_key {
+            return Err(PolicyError::KeyReuseWithoutNaturalKey {
+                policy: match self.replay_on_key_reuse {
+                    true => "replay",
+                    false => "reject",
+                },
+            });
         }
         if self.lease.is_zero() {
             return Err(PolicyError::ZeroLease);
@@ -227,11 +237,15 @@ pub enum PolicyError {
     /// `max_attempts` written as 0.
     #[error("`max_attempts` counts the first attempt: it must be at least 1")]
     ZeroAttempts,
-    /// `on_key_reuse = "replay"` written without a natural key.
+    /// `on_key_reuse` written without a natural key: a key of any other source reused with
+    /// other arguments is always refused.
     #[error(
-        "`on_key_reuse = \"replay\"` applies only to calls keyed by a natural key: add `natural_key`, or remove `on_key_reuse`"
+        "`on_key_reuse = \"{policy}\"` applies only to calls keyed by a natural key: add `natural_key`, or remove `on_key_reuse`"
     )]
-    ReplayWithoutNaturalKey,
+    KeyReuseWithoutNaturalKey {
+        /// The policy written: `"replay"` or `"reject"`.
+        policy: &'static str,
+    },
     /// A record setting written on a `read` tool.
     #[error(
         "`{setting}` has no effect on a `read` tool, which records nothing: remove it, or give the tool the class of a write"

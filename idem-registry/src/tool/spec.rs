@@ -33,8 +33,7 @@ use crate::schema::check_argument_pointer;
 ///     "input_schema": {"type": "object", "properties": {
 ///         "customer": {"type": "string"}, "subject": {"type": "string"}}},
 ///     "ttl_secs": 604800,
-///     "natural_key": ["/customer", "/subject"],
-///     "on_key_reuse": "replay"
+///     "natural_key": ["/customer", "/subject"]
 /// }"#).unwrap();
 /// let def = spec.into_def(|_ctx, args| async move { Ok(args) }).unwrap();
 /// assert!(def.has_natural_key());
@@ -89,7 +88,9 @@ pub struct ToolSpec {
     /// same record. Empty (the default): no natural key.
     #[serde(default)]
     pub natural_key: Vec<String>,
-    /// `"reject"` (the default) or `"replay"`, as `#[tool(on_key_reuse)]`.
+    /// What a call under the natural key with other arguments gets: `"replay"` (the default:
+    /// find-or-create, the recorded outcome) or `"reject"` (`KeyReused`), as
+    /// `#[tool(on_key_reuse)]`; only with a `natural_key`.
     #[serde(default)]
     pub on_key_reuse: Option<String>,
     /// The settle delay before an Unknown record is verified, in seconds (default 300), as
@@ -153,12 +154,12 @@ impl ToolSpec {
         let invalid = |reason: String| RegistryError::invalid(&self.name, reason);
         let defaults = ToolPolicy::default();
         let replay_on_key_reuse = match self.on_key_reuse.as_deref() {
-            None | Some("reject") => false,
-            Some("replay") => true,
+            None | Some("replay") => true,
+            Some("reject") => false,
             Some(other) => {
                 return Err(invalid(format!(
-                    "unknown `on_key_reuse` policy `{other}`: expected \"reject\" (the default) \
-                     or \"replay\""
+                    "unknown `on_key_reuse` policy `{other}`: expected \"replay\" (the default: \
+                     find-or-create) or \"reject\""
                 )));
             }
         };

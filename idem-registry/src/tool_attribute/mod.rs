@@ -78,8 +78,8 @@ pub enum Setting {
     Version(&'static str),
     /// `open_world`.
     OpenWorld,
-    /// `on_key_reuse = "replay"`.
-    ReplayOnKeyReuse,
+    /// `on_key_reuse = "reject"` (`"replay"` is the default).
+    RejectOnKeyReuse,
     /// `scopes`.
     Scopes(&'static [&'static str]),
     /// `natural_key`.
@@ -145,7 +145,7 @@ impl Declaration {
                 Setting::MaxAttempts(n) => policy.max_attempts = n,
                 Setting::Version(v) => builder = builder.version(v),
                 Setting::OpenWorld => policy.open_world = true,
-                Setting::ReplayOnKeyReuse => policy.replay_on_key_reuse = true,
+                Setting::RejectOnKeyReuse => policy.replay_on_key_reuse = false,
                 Setting::Scopes(scopes) => {
                     policy.scopes = scopes.iter().map(|s| (*s).to_owned()).collect()
                 }

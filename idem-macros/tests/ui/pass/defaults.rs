@@ -1,7 +1,7 @@
 use idem::prelude::*;
 
 /// Irreversibly delete an account.
-#[tool(class = "irreversible", open_world = false, on_key_reuse = "reject")]
+#[tool(class = "irreversible", open_world = false)]
 pub fn delete_account(account: u64) -> Result<(), ToolError> {
     let _ = account;
     Ok(())
