@@ -371,3 +371,68 @@ fn a_spec_records_its_handler_version() {
         "{e}"
     );
 }
+
+/// A tool read from data attaches what data cannot say, as a builder tool does: a verify hook
+/// that settles an Unknown outcome, and a natural key computed by a function.
+#[tokio::test]
+async fn a_spec_tool_carries_a_verify_hook_and_a_natural_key_function() {
+    use idem::{ManualClock, MemoryStore, Verified};
+    let sent = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let spec: ToolSpec = serde_json::from_value(json!({
+        "name": "send_invoice",
+        "class": "non_idempotent_write",
+        "description": "Send an invoice to a customer.",
+        "input_schema": {"type": "object", "properties": {
+            "customer": {"type": "string"}, "month": {"type": "string"}}},
+        "lease_secs": 1,
+        "verify_after_secs": 1
+    }))
+    .unwrap();
+    let log = Arc::clone(&sent);
+    let looked_up = Arc::clone(&sent);
+    let def = spec
+        .into_builder(move |ctx: ToolContext, _args: Value| {
+            let log = Arc::clone(&log);
+            async move {
+                // Sent, then the provider's answer is lost.
+                log.lock().unwrap().push(ctx.idempotency_key().to_owned());
+                Err::<Value, _>(ToolError::ambiguous("timed out after sending"))
+            }
+        })
+        .unwrap()
+        // One invoice per customer and month, however the model spells the month.
+        .natural_key(|args: &Value| {
+            Some(format!(
+                "{}|{}",
+                args["customer"].as_str()?,
+                args["month"].as_str()?.to_lowercase()
+            ))
+        })
+        .verify(move |ctx: ToolContext, _args: Value| {
+            let looked_up = Arc::clone(&looked_up);
+            async move {
+                let key = ctx.idempotency_key().to_owned();
+                Ok(match looked_up.lock().unwrap().contains(&key) {
+                    true => Verified::Applied(json!({"sent": key})),
+                    false => Verified::NotApplied,
+                })
+            }
+        })
+        .build()
+        .unwrap();
+    assert!(def.has_natural_key());
+    let clock = Arc::new(ManualClock::new());
+    let d = with_tool(def, Arc::new(MemoryStore::new().with_clock(clock.clone())));
+    let call = |month: &str, id: &str| {
+        ToolCall::new("send_invoice", json!({"customer": "c-9", "month": month})).with_call_id(id)
+    };
+    let err = d.dispatch(&call("March", "c1"), &run()).await.unwrap_err();
+    assert_eq!(err.code(), "outcome_unknown", "{err}");
+    clock.advance(Duration::from_secs(2));
+    // Another call id, another spelling: the natural key finds the record, and the hook
+    // settles it as sent.
+    let settled = d.dispatch(&call("march", "c2"), &run()).await.unwrap();
+    assert!(settled.deduplicated);
+    assert_eq!(settled.output["sent"], json!(sent.lock().unwrap()[0]));
+    assert_eq!(sent.lock().unwrap().len(), 1, "sent once");
+}

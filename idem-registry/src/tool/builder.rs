@@ -343,7 +343,11 @@ impl ToolBuilder {
         let Some(handler) = self.handler else {
             return Err(RegistryError::invalid(name, "a handler is required"));
         };
-        if let Err(e) = self.policy.check(self.class, &self.explicit) {
+        let mut written = self.explicit;
+        // A natural key attached as a function to a spec that wrote `on_key_reuse`: the
+        // setting applies to it.
+        written.natural_key |= written.on_key_reuse && self.natural_key.is_some();
+        if let Err(e) = self.policy.check(self.class, &written) {
             return Err(RegistryError::invalid(name, e.to_string()));
         }
         let prepare = self.prepare.unwrap_or_else(|| {

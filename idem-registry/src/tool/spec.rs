@@ -8,6 +8,7 @@ use idem_core::{ToolClass, ToolError};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::builder::ToolBuilder;
 use super::definition::ToolDef;
 use super::policy::{ExplicitSettings, ToolPolicy};
 use crate::context::ToolContext;
@@ -148,6 +149,46 @@ impl ToolSpec {
         F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
     {
+        self.into_builder(handler)?.build()
+    }
+
+    /// The spec as a [`ToolBuilder`] with the given handler, for what data cannot say: a
+    /// verify hook ([`ToolBuilder::verify`]) or a natural key computed by a function
+    /// ([`ToolBuilder::natural_key`], which replaces the spec's `natural_key` pointers).
+    /// What the spec says is checked here and by [`ToolBuilder::build`], as by
+    /// [`into_def`](Self::into_def).
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{ToolContext, ToolSpec, Verified};
+    /// use serde_json::{Value, json};
+    ///
+    /// let spec: ToolSpec = serde_json::from_value(json!({
+    ///     "name": "send_invoice",
+    ///     "class": "non_idempotent_write",
+    ///     "description": "Send an invoice.",
+    ///     "input_schema": {"type": "object", "properties": {
+    ///         "customer": {"type": "string"}, "month": {"type": "string"}}}
+    /// })).unwrap();
+    /// let def = spec
+    ///     .into_builder(|ctx: ToolContext, _args: Value| async move {
+    ///         Ok(json!({"sent": ctx.idempotency_key()}))
+    ///     })
+    ///     .unwrap()
+    ///     .natural_key(|args: &Value| {
+    ///         Some(format!("{}|{}", args["customer"].as_str()?, args["month"].as_str()?.to_lowercase()))
+    ///     })
+    ///     // Asked about an Unknown outcome: look the invoice up by its key.
+    ///     .verify(|_ctx: ToolContext, _args: Value| async move { Ok(Verified::NotApplied) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(def.has_natural_key());
+    /// ```
+    pub fn into_builder<F, Fut>(self, handler: F) -> Result<ToolBuilder, RegistryError>
+    where
+        F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
         let Some(class) = self.class else {
             return Err(RegistryError::MissingClass { tool: self.name });
         };
@@ -208,7 +249,7 @@ impl ToolSpec {
             let pointers = self.natural_key;
             builder = builder.natural_key(move |args| natural_key_at(args, &pointers));
         }
-        builder.build()
+        Ok(builder)
     }
 }
 
