@@ -53,7 +53,7 @@
 //! | `scopes` | scopes the principal must hold, e.g. `["mail:send"]` | none |
 //! | `natural_key` | a `fn(&serde_json::Value) -> Option<String>` computing the key from the normalised arguments; it takes precedence over call ids, so it must be a pure function of the arguments (no clock, no randomness) | none |
 //! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()` (and `ctx.arguments()`, the call's arguments), whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
-//! | `verify_after_secs` | the settle delay: how long after a record became Unknown (store clock) its `verify` hook is first asked, at least one lease; until then a duplicate gets `OutcomeUnknown` with `retry_after` | 300 |
+//! | `verify_after_secs` | the settle delay: how long after a record became Unknown (store clock) its `verify` hook is first asked (for an orphan, at least one lease); until then a duplicate gets `OutcomeUnknown` with `retry_after` | 300 |
 //! | `on_key_reuse` | with a `natural_key`, what a call under it with other arguments gets: `"replay"` (find-or-create: the recorded outcome, `deduplicated`, with `differing_arguments` naming what differs) or `"reject"` (`KeyReused`, saying the entity exists); a key of any other source reused with other arguments is always `KeyReused` | `"replay"` |
 //! | `crate` | the path of this crate, e.g. `"::my_idem"`: needed only where the macro cannot read the rename in the crate's `Cargo.toml` (`my_idem = { package = "idem", .. }` is found) | `"::idem"` |
 //!

@@ -125,6 +125,64 @@ async fn after_the_delay_a_not_applied_call_runs_once_more() {
 }
 
 #[tokio::test]
+async fn the_tools_own_ambiguous_error_waits_the_settle_delay_alone() {
+    // A tool with a fast, authoritative lookup and a long lease: the holder that got the
+    // ambiguous error has finished, so nothing but the downstream system's own settling is
+    // waited for (the lease bounds only orphans, whose holder may still be running).
+    let mailer = Arc::new(SlowMailer::default());
+    let clock = Arc::new(ManualClock::new());
+    let policy = ToolPolicy {
+        lease: Duration::from_secs(120),
+        verify_after: Duration::from_secs(2),
+        ..ToolPolicy::default()
+    };
+    let d = with_tool(
+        send_mail(mailer.clone(), policy),
+        Arc::new(MemoryStore::new().with_clock(clock.clone())),
+    );
+    let run = RunContext::new("t");
+    let (since, retry_after) =
+        unknown_times(&d.dispatch(&send_mail_call(), &run).await.unwrap_err());
+    assert_eq!(retry_after, Some(since.plus(Duration::from_secs(2))));
+    mailer.commit();
+    clock.advance(Duration::from_secs(2));
+    let settled = d.dispatch(&send_mail_call(), &run).await.unwrap();
+    assert!(settled.deduplicated, "the hook found it sent");
+    assert_eq!(mailer.delivered(), 1);
+}
+
+#[tokio::test]
+async fn recovery_reads_the_same_rule_for_the_tools_own_ambiguous_error() {
+    let mailer = Arc::new(SlowMailer::default());
+    let clock = Arc::new(ManualClock::new());
+    let policy = ToolPolicy {
+        lease: Duration::from_secs(120),
+        verify_after: Duration::from_secs(2),
+        ..ToolPolicy::default()
+    };
+    let d = with_tool(
+        send_mail(mailer.clone(), policy),
+        Arc::new(MemoryStore::new().with_clock(clock.clone())),
+    );
+    unknown_times(
+        &d.dispatch(&send_mail_call(), &RunContext::new("t"))
+            .await
+            .unwrap_err(),
+    );
+    mailer.commit();
+    clock.advance(Duration::from_secs(2));
+    let report = d
+        .recover(&idem::dispatch::RecoveryOptions::default())
+        .await
+        .unwrap();
+    let actions: Vec<_> = report.records.iter().map(|r| r.action.clone()).collect();
+    assert_eq!(
+        actions,
+        [idem::dispatch::RecoveryAction::Verified { applied: true }]
+    );
+}
+
+#[tokio::test]
 async fn an_orphan_waits_the_same_delay_counted_from_when_it_was_found() {
     // The holder died mid-send: its lease (1 s) expires, the next call finds the orphan and
     // turns it Unknown. Verification waits the settle delay from then, not a lease.

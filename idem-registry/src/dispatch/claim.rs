@@ -135,7 +135,8 @@ impl Dispatcher {
                     // and an orphan's holder may still be running: a hook asked before the
                     // settle delay could answer "not applied" about an effect on its way.
                     let made_lease = record.contract.as_ref().map(|c| c.lease);
-                    let retry_after = call.verifiable_from(since, &record.steps, made_lease);
+                    let retry_after =
+                        call.verifiable_from(since, &last_error, &record.steps, made_lease);
                     let now = match retry_after {
                         Some(_) => self.store.now().await.ok(),
                         None => None,

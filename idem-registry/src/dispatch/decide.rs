@@ -121,18 +121,36 @@ pub(crate) fn reuse(
     }
 }
 
-/// When a verify hook may first be asked about a record Unknown since `since`: the settle
-/// delay later, and at least a lease later (a holder whose lease lapsed notices within a
-/// third of a lease and stops). `None` when no hook can settle it: the tool has none, or
-/// journaled steps make the effect partial. ARCHITECTURE.md, "Unknown outcomes".
+/// When a record Unknown since `since` has settled: the settle delay (`verify_after`) later,
+/// for downstream to commit what it accepted. For an orphan (`orphaned`: its holder's lease
+/// lapsed), at least a lease later too, since that holder may still be running until it
+/// notices (within a third of a lease) and stops. An Unknown made by the tool's own
+/// ambiguous error was marked by its holder, which has finished: the settle delay alone.
+/// ARCHITECTURE.md, "Unknown outcomes".
+pub(crate) fn settled_from(
+    since: Timestamp,
+    orphaned: bool,
+    verify_after: Duration,
+    lease: Duration,
+) -> Timestamp {
+    match orphaned {
+        true => since.plus(verify_after.max(lease)),
+        false => since.plus(verify_after),
+    }
+}
+
+/// When a verify hook may first be asked about a record Unknown since `since`: once it has
+/// settled ([`settled_from`]). `None` when no hook can settle it: the tool has none, or
+/// journaled steps make the effect partial.
 pub(crate) fn verifiable_from(
     since: Timestamp,
+    orphaned: bool,
     has_hook: bool,
     has_steps: bool,
     verify_after: Duration,
     lease: Duration,
 ) -> Option<Timestamp> {
-    (has_hook && !has_steps).then(|| since.plus(verify_after.max(lease)))
+    (has_hook && !has_steps).then(|| settled_from(since, orphaned, verify_after, lease))
 }
 
 /// How many times one dispatch asks a verify hook before giving up on an Unknown record.
@@ -385,19 +403,28 @@ mod tests {
     }
 
     #[test]
-    fn the_settle_delay_is_at_least_a_lease() {
+    fn the_settle_delay_of_an_orphan_is_at_least_a_lease() {
         let since = Timestamp(1_000);
         let s = Duration::from_secs;
-        // (hook, steps, verify_after, lease) -> verifiable from
+        // (orphaned, hook, steps, verify_after, lease) -> verifiable from
         let table = [
-            (true, false, s(300), s(30), Some(since.plus(s(300)))),
-            (true, false, s(0), s(30), Some(since.plus(s(30)))),
-            (true, false, s(10), s(60), Some(since.plus(s(60)))),
-            (false, false, s(300), s(30), None),
-            (true, true, s(300), s(30), None),
+            (true, true, false, s(300), s(30), Some(since.plus(s(300)))),
+            (true, true, false, s(0), s(30), Some(since.plus(s(30)))),
+            (true, true, false, s(10), s(60), Some(since.plus(s(60)))),
+            (true, false, false, s(300), s(30), None),
+            (true, true, true, s(300), s(30), None),
+            // The tool's own ambiguous error: its holder has finished.
+            (false, true, false, s(300), s(30), Some(since.plus(s(300)))),
+            (false, true, false, s(0), s(30), Some(since)),
+            (false, true, false, s(10), s(60), Some(since.plus(s(10)))),
+            (false, false, false, s(10), s(60), None),
+            (false, true, true, s(10), s(60), None),
         ];
-        for (hook, steps, after, lease, expected) in table {
-            assert_eq!(verifiable_from(since, hook, steps, after, lease), expected);
+        for (orphaned, hook, steps, after, lease, expected) in table {
+            assert_eq!(
+                verifiable_from(since, orphaned, hook, steps, after, lease),
+                expected
+            );
         }
     }
 

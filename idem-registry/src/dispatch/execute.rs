@@ -212,8 +212,8 @@ impl Dispatcher {
                         tool: tool.name.to_string(),
                         key: call.downstream.clone(),
                         since,
+                        retry_after: call.verifiable_from(since, &reason, &steps, None),
                         reason,
-                        retry_after: call.verifiable_from(since, &steps, None),
                     })
                 }
                 GiveBack::Release | GiveBack::Expire => Err(failed(error)),

@@ -419,25 +419,25 @@ impl RecordedCall<'_> {
         Ok(replayed)
     }
 
-    /// When a verify hook may first settle a record Unknown since `since` (`decide`); the
-    /// lease counted is the longer of the tool's and `made_lease`, the one the record was made
-    /// under (a holder granted it may still be running).
+    /// When a verify hook may first settle a record Unknown since `since` for `last_error`
+    /// (`decide`); for an orphan, the lease counted is the longer of the tool's and
+    /// `made_lease`, the one the record was made under (a holder granted it may still be
+    /// running).
     fn verifiable_from(
         &self,
         since: idem_core::Timestamp,
+        last_error: &str,
         steps: &[idem_core::JournalEntry],
         made_lease: Option<Duration>,
     ) -> Option<idem_core::Timestamp> {
         let policy = &self.tool.policy;
-        let lease = made_lease.map_or(policy.lease, |l| l.max(policy.lease));
-        // The approval a record journals is the dispatcher's, not a step of the tool's.
-        let tool_steps = steps.iter().any(|s| s.step != APPROVAL_STEP);
         decide::verifiable_from(
             since,
+            idem_core::UnknownCause::of(last_error) == idem_core::UnknownCause::Orphaned,
             self.tool.verify.is_some(),
-            tool_steps,
+            tool_steps(steps),
             policy.verify_after,
-            lease,
+            made_lease.map_or(policy.lease, |l| l.max(policy.lease)),
         )
     }
 
@@ -466,6 +466,12 @@ fn context_parts<'a>(
         run_id: run.run_id.as_deref(),
         step: run.step,
     }
+}
+
+/// Whether a journal holds steps of the tool's own (the approval a record journals is the
+/// dispatcher's, not a step of the tool's).
+fn tool_steps(steps: &[idem_core::JournalEntry]) -> bool {
+    steps.iter().any(|s| s.step != APPROVAL_STEP)
 }
 
 /// Replay a recorded outcome.

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use idem_core::{
     Claim, ClaimRequest, Contract, Fingerprint, IdempotencyKey, ListCursor, ListFilter,
     OrphanPolicy, Reconciled, Record, RecordKey, RecordState, StateKind, StoreError, Timestamp,
+    UnknownCause,
 };
 use serde_json::Value;
 
@@ -327,17 +328,19 @@ impl Dispatcher {
                 })
             }
             RecordState::Unknown { since, last_error } => {
-                let tool_steps = record.steps.iter().any(|s| s.step != super::APPROVAL_STEP);
+                let tool_steps = super::tool_steps(&record.steps);
                 let policy = &tool.policy;
-                // The settle delay counts the longer of the two leases: a holder granted the
-                // old one may still be running.
+                // An orphan's settle delay counts the longer of the two leases: a holder
+                // granted the old one may still be running.
                 let lease = record
                     .contract
                     .as_ref()
                     .map_or(policy.lease, |made| made.lease.max(policy.lease));
-                let settled_at = since.plus(policy.verify_after.max(lease));
+                let orphaned = UnknownCause::of(last_error) == UnknownCause::Orphaned;
+                let settled_at = decide::settled_from(*since, orphaned, policy.verify_after, lease);
                 let hook_from = decide::verifiable_from(
                     *since,
+                    orphaned,
                     tool.verify.is_some(),
                     tool_steps,
                     policy.verify_after,

@@ -45,11 +45,11 @@ pub struct ToolPolicy {
     /// [`Dispatched::differing_arguments`]: crate::Dispatched::differing_arguments
     pub replay_on_key_reuse: bool,
     /// The settle delay: how long after a record became Unknown its verify hook may first be
-    /// asked (`verify_after_secs`). Default 5 minutes; at least one lease is waited whatever
-    /// this says. One rule for every Unknown record, whether the tool's own ambiguous error
-    /// or an orphan (a holder whose lease expired) made it so, counted from the moment it
-    /// became Unknown, on the store's clock. Until then a duplicate gets `OutcomeUnknown`
-    /// with the time verification becomes possible.
+    /// asked (`verify_after_secs`). Default 5 minutes, counted from the moment the record
+    /// became Unknown, on the store's clock. For an orphan (a holder whose lease expired) at
+    /// least one lease is waited whatever this says; an Unknown made by the tool's own
+    /// ambiguous error waits this alone, since the holder that marked it has finished. Until
+    /// then a duplicate gets `OutcomeUnknown` with the time verification becomes possible.
     ///
     /// Why wait at all: a provider that timed out may commit the request later (a queued
     /// send, a payment confirmed asynchronously), and its lookup API may lag behind its
