@@ -275,3 +275,68 @@ fn a_settle_delay_over_ten_years_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("verify_after_secs"), "{err}");
 }
+
+#[tokio::test]
+async fn a_caller_can_wait_for_an_unknown_to_settle_within_a_bound() {
+    // The send times out after the provider accepted it; the provider commits a moment
+    // later. One call waits for the settle delay (1 s here) and gets the send as recorded.
+    let mailer = Arc::new(SlowMailer::default());
+    let policy = ToolPolicy {
+        verify_after: Duration::from_secs(1),
+        ..ToolPolicy::default()
+    };
+    let d = with_tool(
+        send_mail(mailer.clone(), policy),
+        Arc::new(MemoryStore::new()),
+    );
+    let committing = mailer.clone();
+    tokio::spawn(async move {
+        while committing.requests.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        committing.commit();
+    });
+    let run = RunContext::new("t");
+    let sent = d
+        .dispatch_until_settled(&send_mail_call(), &run, Duration::from_secs(30))
+        .await
+        .expect("settled by the hook within the bound");
+    assert!(
+        sent.deduplicated,
+        "the send the provider committed, replayed"
+    );
+    assert_eq!(sent.output["verified"], json!(true));
+    assert_eq!(mailer.delivered(), 1);
+    assert_eq!(
+        mailer.requests.load(Ordering::SeqCst),
+        1,
+        "never sent again"
+    );
+}
+
+#[tokio::test]
+async fn a_bound_shorter_than_the_settle_delay_returns_the_unknown() {
+    let mailer = Arc::new(SlowMailer::default());
+    let d = with_tool(
+        send_mail(mailer.clone(), ToolPolicy::default()),
+        Arc::new(MemoryStore::new()),
+    );
+    let run = RunContext::new("t");
+    // The default settle delay is five minutes: a bound of one second does not wait for it.
+    let e = d
+        .dispatch_until_settled(&send_mail_call(), &run, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    let (since, retry_after) = unknown_times(&e);
+    assert_eq!(
+        retry_after,
+        Some(since.plus(ToolPolicy::default().verify_after))
+    );
+    // Without a hook there is nothing to wait for.
+    let d = with_tool(timing_out("send_mail"), Arc::new(MemoryStore::new()));
+    let e = d
+        .dispatch_until_settled(&send_mail_call(), &run, Duration::from_secs(3600))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown_times(&e).1, None);
+}

@@ -167,6 +167,22 @@ pub(crate) fn may_verify(
         && matches!((retry_after, now), (Some(at), Some(now)) if at <= now)
 }
 
+/// The least a caller waiting for an Unknown outcome pauses before calling again, so that a
+/// `retry_after` already past (a clock read late) never makes it spin.
+pub(crate) const MIN_UNKNOWN_WAIT: Duration = Duration::from_millis(50);
+
+/// How long a caller waiting for an Unknown outcome sleeps before calling again: until
+/// `retry_after` (on the store's clock, read as `now`), at least [`MIN_UNKNOWN_WAIT`];
+/// `None` when that is more than the `left` of its bound.
+pub(crate) fn unknown_wait(
+    retry_after: Timestamp,
+    now: Timestamp,
+    left: Duration,
+) -> Option<Duration> {
+    let wait = Duration::from_millis(retry_after.0.saturating_sub(now.0)).max(MIN_UNKNOWN_WAIT);
+    (wait <= left).then_some(wait)
+}
+
 /// How long after a verify hook failed `OutcomeUnknown::retry_after` points: the hook's
 /// lookup API was down or slow, and asking it again at once would only add load.
 pub(crate) const FAILED_VERIFY_PAUSE: Duration = Duration::from_secs(5);
@@ -425,6 +441,24 @@ mod tests {
                 verifiable_from(since, orphaned, hook, steps, after, lease),
                 expected
             );
+        }
+    }
+
+    #[test]
+    fn a_caller_waits_for_an_unknown_only_within_its_bound() {
+        let ms = Duration::from_millis;
+        let now = Timestamp(10_000);
+        // (retry_after, left) -> wait
+        let table = [
+            (Timestamp(12_000), ms(5_000), Some(ms(2_000))),
+            (Timestamp(12_000), ms(2_000), Some(ms(2_000))),
+            (Timestamp(12_000), ms(1_999), None),
+            // Already due: a short pause, never a spin.
+            (Timestamp(9_000), ms(5_000), Some(MIN_UNKNOWN_WAIT)),
+            (Timestamp(10_000), ms(10), None),
+        ];
+        for (at, left, expected) in table {
+            assert_eq!(unknown_wait(at, now, left), expected, "{at:?} {left:?}");
         }
     }
 

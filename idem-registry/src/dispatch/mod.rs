@@ -37,6 +37,7 @@ mod metrics;
 mod observe;
 mod recover;
 mod verify;
+mod wait;
 
 use std::borrow::Cow;
 use std::fmt;
