@@ -20,11 +20,12 @@
 //!   upstream with idem's downstream key in its `_meta` (`io.idem/key` and
 //!   `io.idem/idempotency-key`), so an upstream that reads it can dedupe too.
 //! - **What a failure means.** An `isError` result is the upstream's answer: recorded and
-//!   replayed. A call that certainly never reached the upstream (it could not be started,
-//!   the connection was closed before the request left, a JSON-RPC "invalid request/params"
-//!   refusal) is *not applied*: nothing recorded, the key free again. Anything else after
-//!   the request left (the upstream exited or crashed, no answer within the timeout) is
-//!   *ambiguous*: an `idempotent_write` is retried with the same key, a
+//!   replayed. A call that certainly never reached the upstream's tool (it could not be
+//!   started, the connection was closed before the request left, a JSON-RPC parse error,
+//!   invalid request or unknown method) is *not applied*: nothing recorded, the key free
+//!   again. Anything else after the request left (the upstream exited or crashed, no answer
+//!   within the timeout, any other JSON-RPC error, "invalid params" included, which servers
+//!   also answer from inside a tool after it acted) is *ambiguous*: an `idempotent_write` is retried with the same key, a
 //!   `non_idempotent_write` or `irreversible` call ends Unknown and is never run again by
 //!   itself (`io.idem/error` = `outcome_unknown`), and a `read` is retried.
 //! - **Timeouts.** Each call waits at most `timeout_secs` (the `[upstream]` table's, 60 s

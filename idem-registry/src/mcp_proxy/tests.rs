@@ -402,7 +402,8 @@ fn init_writes_a_configuration_that_serves_nothing_until_reviewed() {
 fn what_a_failed_call_means_for_its_effect() {
     use ErrorKind::{Ambiguous, NotApplied};
     use Failure::*;
-    // Failure -> (over stdio, over HTTP).
+    // Failure -> (over stdio, over HTTP). Only a failure that shows the request never reached
+    // the upstream's tool leaves the key free (not applied); after that, ambiguous.
     let table = [
         (NotStarted, (NotApplied, NotApplied)),
         (NotSent, (NotApplied, NotApplied)),
@@ -410,26 +411,30 @@ fn what_a_failed_call_means_for_its_effect() {
         (WriteFailed { refused: true }, (NotApplied, NotApplied)),
         (Lost, (Ambiguous, Ambiguous)),
         (TimedOut, (Ambiguous, Ambiguous)),
-        (Refused(-32602), (NotApplied, NotApplied)),
-        (Refused(-32601), (NotApplied, NotApplied)),
-        (Refused(-32600), (NotApplied, NotApplied)),
+        // The envelope or the method refused: no tool was reached.
         (Refused(-32700), (NotApplied, NotApplied)),
+        (Refused(-32600), (NotApplied, NotApplied)),
+        (Refused(-32601), (NotApplied, NotApplied)),
+        // Invalid params: servers answer it from inside a tool too, after acting.
+        (Refused(-32602), (Ambiguous, Ambiguous)),
         (Refused(-32603), (Ambiguous, Ambiguous)),
         (Refused(-32001), (Ambiguous, Ambiguous)),
+        (Refused(0), (Ambiguous, Ambiguous)),
         (Unexpected, (Ambiguous, Ambiguous)),
     ];
+    let mut reasons = std::collections::HashSet::new();
     for (failure, (stdio, http)) in table {
-        assert_eq!(
-            kind_of(failure, Transport::Stdio),
-            stdio,
-            "{failure:?} over stdio"
-        );
-        assert_eq!(
-            kind_of(failure, Transport::Http),
-            http,
-            "{failure:?} over HTTP"
-        );
+        for (transport, expected) in [(Transport::Stdio, stdio), (Transport::Http, http)] {
+            let effect = kind_of(failure, transport);
+            assert_eq!(effect.kind, expected, "{failure:?} over {transport:?}");
+            assert!(!effect.why.is_empty(), "{failure:?} says why");
+            reasons.insert(effect.why);
+        }
     }
+    assert!(
+        reasons.len() >= 6,
+        "each kind of case has its own reason: {reasons:?}"
+    );
 }
 
 #[test]

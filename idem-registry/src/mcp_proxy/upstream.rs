@@ -123,29 +123,73 @@ pub(super) enum Failure {
     Unexpected,
 }
 
+/// What a failure means for the call's effect, and why: what the proxy tells the model and
+/// the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Effect {
+    /// Not applied (the key is given back) or ambiguous (a non-idempotent or irreversible
+    /// call ends Unknown and is never run again by itself).
+    pub kind: ErrorKind,
+    /// Why the proxy judges so.
+    pub why: &'static str,
+}
+
 /// What a failure means for the call's effect, which decides the record: the decision,
-/// apart from the code that meets the failures.
-///
-/// - Nothing left the proxy (not started, not sent, a stdio write refused by a child that
-///   no longer reads, an HTTP connection refused): not applied.
-/// - The upstream refused the request as malformed (parse error, invalid request, unknown
-///   method, invalid params: JSON-RPC -32700, -32600, -32601, -32602, the codes MCP servers
-///   use before running a tool): not applied.
-/// - Anything else after the request left (the connection lost, no answer in time, another
-///   error code, an answer the proxy does not follow): ambiguous. A non-idempotent or
-///   irreversible call then ends Unknown and is never run again by itself.
-pub(super) fn kind_of(failure: Failure, transport: Transport) -> ErrorKind {
+/// apart from the code that meets the failures. Only a failure that shows the request never
+/// reached the upstream's tool is *not applied*: nothing left the proxy (not started, not
+/// sent, a stdio write refused by a child that no longer reads, an HTTP connection
+/// refused), or the upstream refused the message before any tool (parse error, invalid
+/// request, unknown method: JSON-RPC -32700, -32600, -32601). Anything after the request
+/// reached a tool is *ambiguous*: the connection lost, no answer in time, an answer the proxy
+/// does not follow, and every other error code, invalid params (-32602) included, which
+/// servers also answer from inside a tool after it acted.
+pub(super) fn kind_of(failure: Failure, transport: Transport) -> Effect {
+    let effect = |kind, why| Effect { kind, why };
     match failure {
-        Failure::NotStarted | Failure::NotSent => ErrorKind::NotApplied,
-        Failure::WriteFailed { refused } if refused || transport == Transport::Stdio => {
-            ErrorKind::NotApplied
-        }
-        Failure::Refused(-32700 | -32600 | -32601 | -32602) => ErrorKind::NotApplied,
-        Failure::WriteFailed { .. }
-        | Failure::Lost
-        | Failure::TimedOut
-        | Failure::Refused(_)
-        | Failure::Unexpected => ErrorKind::Ambiguous,
+        Failure::NotStarted => effect(
+            ErrorKind::NotApplied,
+            "the upstream was not running, so nothing was sent",
+        ),
+        Failure::NotSent => effect(
+            ErrorKind::NotApplied,
+            "the connection was closed before the request was handed to it",
+        ),
+        Failure::WriteFailed { refused: true } => effect(
+            ErrorKind::NotApplied,
+            "the upstream refused the connection, so no byte of the request left",
+        ),
+        Failure::WriteFailed { .. } if transport == Transport::Stdio => effect(
+            ErrorKind::NotApplied,
+            "the upstream no longer reads its input, so it never read the request",
+        ),
+        Failure::WriteFailed { .. } => effect(
+            ErrorKind::Ambiguous,
+            "the request failed part way over HTTP: the upstream may have received it",
+        ),
+        Failure::Refused(-32700 | -32600 | -32601) => effect(
+            ErrorKind::NotApplied,
+            "the upstream refused the message itself (JSON-RPC parse error, invalid request or unknown method) before any tool",
+        ),
+        Failure::Refused(-32602) => effect(
+            ErrorKind::Ambiguous,
+            "invalid params is also answered from inside a tool after it acted: it may have taken effect",
+        ),
+        Failure::Refused(_) => effect(
+            ErrorKind::Ambiguous,
+            "an error answered after the request reached the tool: it may have taken effect",
+        ),
+        Failure::Lost => effect(
+            ErrorKind::Ambiguous,
+            "the connection closed after the request was sent: it may have taken effect",
+        ),
+        Failure::TimedOut => effect(
+            ErrorKind::Ambiguous,
+            "no answer in time: the call may still be running, or have taken effect",
+        ),
+        Failure::Unexpected => effect(
+            ErrorKind::Ambiguous,
+            "an answer the proxy does not follow: the call may have taken effect",
+        ),
     }
 }
 
@@ -297,8 +341,13 @@ impl Upstream {
         timeout: Duration,
     ) -> Result<Value, ToolError> {
         let transport = self.inner.spec.transport();
-        let fail =
-            |failure: Failure, what: String| Err(ToolError::new(kind_of(failure, transport), what));
+        let fail = |failure: Failure, what: String| {
+            let effect = kind_of(failure, transport);
+            Err(ToolError::new(
+                effect.kind,
+                format!("{what}; {}", effect.why),
+            ))
+        };
         let peer = self.peer().await?;
         let mut meta = MetaObject::new();
         if !key.is_empty() {
@@ -318,9 +367,7 @@ impl Upstream {
             Err(e) => {
                 return fail(
                     Failure::NotSent,
-                    format!(
-                        "the call was not sent: the connection to the upstream is closed ({e})"
-                    ),
+                    format!("the call to `{tool}` was not sent ({e})"),
                 );
             }
         };
@@ -336,14 +383,14 @@ impl Upstream {
             Ok(other) => fail(
                 Failure::Unexpected,
                 format!(
-                    "the upstream answered `{tool}` with {}, which the proxy does not follow: the call may or may not have taken effect",
+                    "the upstream answered `{tool}` with {}, which the proxy does not follow",
                     describe(&other)
                 ),
             ),
             Err(ServiceError::Timeout { timeout }) => fail(
                 Failure::TimedOut,
                 format!(
-                    "the upstream did not answer `{tool}` within {} s (`timeout_secs`): the call may or may not have taken effect",
+                    "the upstream did not answer `{tool}` within {} s (`timeout_secs`)",
                     timeout.as_secs_f64()
                 ),
             ),
@@ -363,21 +410,17 @@ impl Upstream {
             }
             Err(ServiceError::UnexpectedResponse) => fail(
                 Failure::Unexpected,
-                format!(
-                    "the upstream answered `{tool}` with something that is no tool result: the call may or may not have taken effect"
-                ),
+                format!("the upstream answered `{tool}` with something that is no tool result"),
             ),
             Err(ServiceError::TransportClosed) => fail(
                 Failure::Lost,
                 format!(
-                    "the upstream's connection closed before it answered `{tool}` (it exited or crashed): the call may or may not have taken effect"
+                    "the upstream's connection closed before it answered `{tool}` (it exited or crashed)"
                 ),
             ),
             Err(e) => fail(
                 Failure::Lost,
-                format!(
-                    "the call to `{tool}` ended without an answer ({e}): it may or may not have taken effect"
-                ),
+                format!("the call to `{tool}` ended without an answer ({e})"),
             ),
         }
     }
@@ -417,7 +460,7 @@ impl Upstream {
                 Ok(peer)
             }
             Err(e) => Err(ToolError::new(
-                kind_of(Failure::NotStarted, self.inner.spec.transport()),
+                kind_of(Failure::NotStarted, self.inner.spec.transport()).kind,
                 format!(
                     "the upstream is not running and could not be started, so nothing was sent: {e}"
                 ),
