@@ -13,6 +13,7 @@ use idem::prelude::*;
 use idem::rig::RigTools;
 use rig_agent::agent::{DispatchAction, DispatchEvent};
 use rig_agent::{Agent, AgentBuilder, AgentHook, HookContext};
+use rig_core::effect::EffectKind;
 use rig_core::error::{ErrorKind, ErrorReport};
 use rig_core::test_utils::{MockCompletionModel, MockTurn};
 use serde_json::json;
@@ -371,4 +372,49 @@ async fn prompts_answered_again_in_order_replay_their_own_outcomes() {
         assert!(made[0].contains(&own), "{}", made[0]);
         assert!(made[1].contains(&own), "replayed: {}", made[1]);
     }
+}
+
+/// A hook added after idem's that edits every comment's text before the tool runs.
+struct Edit;
+
+impl AgentHook for Edit {
+    async fn on_dispatch(&self, _ctx: &HookContext, event: DispatchEvent<'_>) -> DispatchAction {
+        match event.kind {
+            EffectKind::ToolCall { name, args } if name == "add_comment" => {
+                let mut args: serde_json::Value = serde_json::from_str(args).unwrap();
+                args["text"] = json!("Edited by policy.");
+                DispatchAction::Patch(EffectKind::ToolCall {
+                    name: name.clone(),
+                    args: args.to_string(),
+                })
+            }
+            _ => DispatchAction::Proceed,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hook_after_idems_may_patch_the_arguments() {
+    let _serial = SERIAL.lock().await;
+    let commented = COMMENTED.load(Ordering::SeqCst);
+    let dispatcher = Arc::new(linked(Arc::new(MemoryStore::new())));
+    let run = RunContext::new("t").with_run("run-rig-8", 0);
+    // The run, then the same run again: the edited call is keyed as the tool received it.
+    for _ in 0..2 {
+        let tools = RigTools::new(Arc::clone(&dispatcher), run.clone());
+        let model = MockCompletionModel::from_turns([
+            MockTurn::tool_call("", "add_comment", json!({"ticket": "T-1", "text": "raw"})),
+            MockTurn::text("Commented."),
+        ]);
+        let agent = AgentBuilder::new(model.clone())
+            .dynamic_tools(tools.tools())
+            .add_hook(tools.hook())
+            .add_hook(Edit)
+            .build();
+        answer(&agent, "comment").await;
+        let made = format!("comment {} on T-1: Edited by policy.", commented + 1);
+        let sent = sent(&model);
+        assert!(sent[1].contains(&made), "{}", sent[1]);
+    }
+    assert_eq!(COMMENTED.load(Ordering::SeqCst) - commented, 1);
 }
