@@ -418,3 +418,33 @@ async fn a_hook_after_idems_may_patch_the_arguments() {
     }
     assert_eq!(COMMENTED.load(Ordering::SeqCst) - commented, 1);
 }
+
+#[tokio::test]
+async fn a_prompt_answered_again_alone_is_found_by_its_number() {
+    let _serial = SERIAL.lock().await;
+    let commented = COMMENTED.load(Ordering::SeqCst);
+    let dispatcher = Arc::new(linked(Arc::new(MemoryStore::new())));
+    let run = RunContext::new("t").with_run("run-rig-9", 0);
+    let second = json!({"ticket": "TICKET-7", "text": "Second."});
+    let tools = RigTools::new(Arc::clone(&dispatcher), run.clone());
+    let model = two_prompts(
+        "call_0",
+        json!({"ticket": "TICKET-7", "text": "First."}),
+        second.clone(),
+    );
+    let agent = plain_agent(&tools, &model);
+    answer(&agent, "comment").await;
+    answer(&agent, "comment again").await;
+
+    // A new process answers the second prompt again, alone.
+    let tools = RigTools::new(dispatcher, run).at_prompt(2);
+    let model = MockCompletionModel::from_turns([
+        MockTurn::tool_call("call_0", "add_comment", second),
+        MockTurn::text("Second done."),
+    ]);
+    answer(&plain_agent(&tools, &model), "comment again").await;
+    assert_eq!(COMMENTED.load(Ordering::SeqCst) - commented, 2);
+    let own = format!("comment {} on TICKET-7: Second.", commented + 2);
+    let replayed = &sent(&model)[1];
+    assert!(replayed.contains(&own), "{replayed}");
+}

@@ -25,10 +25,16 @@
 //!
 //! **Keys.** A call is keyed as [`crate::agent`] keys a provider's calls: by the model's call
 //! id, scoped by the run ([`RunContext::run_id`]); a call id a server numbers per response
-//! (`call_0`) is scoped by rig's turn too; a call rig gave an id of its own (the provider
-//! sent none: a fresh id on every attempt) is keyed by the turn, the tool and its
-//! arguments. A tool's natural key comes first, as always. So a run resumed from a
-//! checkpoint, or a model that repeats a call, finds the recorded outcome.
+//! (`call_0`) is scoped by the prompt and rig's turn too; a call rig gave an id of its own
+//! (the provider sent none: a fresh id on every attempt) is keyed by the prompt, the turn,
+//! the tool and its arguments. A tool's natural key comes first, as always. So a model that
+//! repeats a call, or a prompt answered again as the same prompt, finds the recorded outcome.
+//!
+//! **Prompts.** Each prompt is its own run: prompts are numbered from 1 in the order they
+//! start with these tools, so a second prompt's `call_0` is not the first's. A prompt is
+//! answered again on purpose: by a new `RigTools` in the same run that runs the same prompts
+//! again, in order, or by [`RigTools::at_prompt`] for one prompt alone (a run rig resumes
+//! from its saved state, `Agent::resume`, included). A new conversation takes a new run id.
 //!
 //! **What the agent sees.** A tool's output as JSON. A refusal the model can act on (invalid
 //! arguments, approval pending, an outcome unknown, a key reused, ...) is a tool error whose
@@ -42,7 +48,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rig_agent::agent::{DispatchAction, DispatchEvent, OutcomeAction, OutcomeEvent};
+use rig_agent::agent::{
+    DispatchAction, DispatchEvent, OutcomeAction, OutcomeEvent, RunId, RunSettled, RunStart,
+    RunStartAction,
+};
 use rig_agent::bus::Dispatcher as RigBus;
 use rig_agent::{AgentHook, HookContext};
 use rig_core::effect::{EffectId, EffectKind};
@@ -61,12 +70,52 @@ pub struct RigTools {
     dispatcher: Arc<Dispatcher>,
     run: RunContext,
     calls: Arc<Calls>,
+    prompts: Arc<Mutex<Prompts>>,
+}
+
+/// The prompts run with one [`RigTools`] (and its clones), numbered from 1 in the order they
+/// start: what makes each prompt its own run.
+#[derive(Debug)]
+struct Prompts {
+    /// The number the next prompt gets.
+    next: u64,
+    /// The number of each prompt under way, by rig's id of its run (in this process only).
+    of: HashMap<RunId, u64>,
+}
+
+impl Default for Prompts {
+    fn default() -> Prompts {
+        Prompts {
+            next: 1,
+            of: HashMap::new(),
+        }
+    }
+}
+
+impl Prompts {
+    /// The number of the prompt rig runs as `run`: the one it got, or the next.
+    fn number(&mut self, run: RunId) -> u64 {
+        if let Some(number) = self.of.get(&run) {
+            return *number;
+        }
+        let number = self.next;
+        self.next = number.saturating_add(1);
+        self.of.insert(run, number);
+        number
+    }
+
+    /// `run` ended: its number is not needed any more (and never given again).
+    fn settled(&mut self, run: RunId) {
+        self.of.remove(&run);
+    }
 }
 
 /// What the hook notes of a call for the tool that runs it: what its key is made of, except
 /// the arguments (the tool keys those it receives).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Noted {
+    /// The prompt whose run made the call (see [`Prompts`]).
+    prompt: u64,
     /// rig's turn: the one-based model call of the run that made the call.
     turn: usize,
     /// The model's call id, or the one rig gave a call that came without.
@@ -146,8 +195,12 @@ impl Calls {
 /// Why a tool could not tell which call it runs: it runs nothing.
 #[derive(Debug, thiserror::Error)]
 enum Unkeyed {
-    #[error("idem has no call id for this call: add `RigTools::hook()` to the agent")]
+    /// No call noted under the tool's dispatch: no hook, or no rig dispatch.
+    #[error(
+        "idem has no call id for this call: run it in a rig agent with `RigTools::hook()` added"
+    )]
     NotNoted,
+    /// Calls that differ noted under the tool's dispatch id and name.
     #[error(
         "idem cannot tell this call from another dispatched under the same rig dispatch id: \
          give each agent's bus its own `RigTools`"
@@ -157,13 +210,58 @@ enum Unkeyed {
 
 impl RigTools {
     /// The tools of `dispatcher`'s registry, dispatched in `run` (give it a run id: calls
-    /// are keyed by their id within the run).
+    /// are keyed by their id within the run, and by their prompt: see
+    /// [`at_prompt`](RigTools::at_prompt)). Its first prompt is prompt 1.
     pub fn new(dispatcher: impl Into<Arc<Dispatcher>>, run: RunContext) -> RigTools {
         RigTools {
             dispatcher: dispatcher.into(),
             run,
             calls: Arc::default(),
+            prompts: Arc::default(),
         }
+    }
+
+    /// Number the next prompt run with these tools (and their clones) `prompt`, the one
+    /// after it `prompt + 1`, and so on: to answer a prompt of the run again on purpose,
+    /// after a crash or from the state rig saved, without answering the earlier ones again.
+    ///
+    /// Each prompt is its own run: the calls of prompt 2 never find the outcomes of prompt
+    /// 1, even where the provider numbers its call ids per response (`call_0`) or sends none
+    /// and rig's turns start again at 1. Prompts are numbered from 1 in the order they start
+    /// with these tools; so a new `RigTools` in the same [`RunContext`] that runs the same
+    /// prompts again, in the same order, finds each one's outcomes (a new conversation takes
+    /// a new run id). To answer prompt 3 again alone, number it 3:
+    ///
+    /// ```no_run
+    /// # use rig_agent::core::{DynModel, operation::Completion};
+    /// # async fn run(dispatcher: idem_registry::Dispatcher, model: DynModel<Completion>)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// use idem_registry::RunContext;
+    /// use idem_registry::rig::RigTools;
+    ///
+    /// // The conversation's third prompt was cut short: its calls are answered again.
+    /// let run = RunContext::new("tenant-a").with_run("conversation-42", 0);
+    /// let idem = RigTools::new(dispatcher, run).at_prompt(3);
+    /// let agent = rig_agent::AgentBuilder::new(model)
+    ///     .dynamic_tools(idem.tools())
+    ///     .add_hook(idem.hook())
+    ///     .build();
+    /// let answer = agent.prompt("Close the duplicate ticket.").max_turns(4).run().await?;
+    /// // The fourth prompt is prompt 4.
+    /// let next = agent.prompt("Thanks; anything else open?").max_turns(4).run().await?;
+    /// # let _ = (answer, next); Ok(()) }
+    /// ```
+    ///
+    /// A run rig resumes from its saved state (`Agent::resume`) is numbered as a prompt too:
+    /// give it its number the same way. Prompts run at the same time with the same tools are
+    /// numbered in the order they start, which a second process may not repeat: give each
+    /// its own run instead.
+    pub fn at_prompt(self, prompt: u64) -> RigTools {
+        self.prompts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .next = prompt;
+        self
     }
 
     /// Each registry tool as a rig tool, in the registry's order, with its description and
@@ -197,6 +295,7 @@ impl RigTools {
     pub fn hook(&self) -> CallIdHook {
         CallIdHook {
             calls: Arc::clone(&self.calls),
+            prompts: Arc::clone(&self.prompts),
         }
     }
 
@@ -227,6 +326,7 @@ fn unkeyed(why: &Unkeyed) -> ToolExecutionError {
     ToolExecutionError::new(ToolErrorKind::Other, why.to_string())
         .with_model_feedback("this tool could not run; nothing was done")
 }
+
 /// A refusal the model can act on, in the words [`crate::agent`] uses.
 fn refusal(answer: &Answer) -> ToolExecutionError {
     let kind = match answer {
@@ -256,6 +356,26 @@ fn for_host(error: &DispatchError) -> ToolExecutionError {
 /// forgets a call no tool ran (declined by a later hook or a bus layer).
 pub struct CallIdHook {
     calls: Arc<Calls>,
+    prompts: Arc<Mutex<Prompts>>,
+}
+
+impl CallIdHook {
+    /// The number of the prompt `ctx` runs: given as it starts, or at its first tool call
+    /// (a run rig resumed past its first model call does not start again).
+    fn prompt(&self, ctx: &HookContext) -> u64 {
+        self.prompts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .number(ctx.run_id())
+    }
+
+    fn noted(&self, ctx: &HookContext, turn: usize, call_id: Option<&CallId>) -> Noted {
+        Noted {
+            prompt: self.prompt(ctx),
+            turn,
+            call_id: call_id.cloned(),
+        }
+    }
 }
 
 impl AgentHook for CallIdHook {
@@ -263,41 +383,49 @@ impl AgentHook for CallIdHook {
         Some("idem.call-ids".to_owned())
     }
 
-    async fn on_dispatch(&self, _ctx: &HookContext, event: DispatchEvent<'_>) -> DispatchAction {
+    async fn on_run_start(&self, ctx: &HookContext, _event: RunStart<'_>) -> RunStartAction {
+        self.prompt(ctx);
+        RunStartAction::Continue
+    }
+
+    async fn on_dispatch(&self, ctx: &HookContext, event: DispatchEvent<'_>) -> DispatchAction {
         if let EffectKind::ToolCall { name, .. } = event.kind {
-            let call = Noted {
-                turn: event.turn,
-                call_id: event.call_id.cloned(),
-            };
+            let call = self.noted(ctx, event.turn, event.call_id);
             self.calls.note(event.id, name, call);
         }
         DispatchAction::Proceed
     }
 
-    async fn on_outcome(&self, _ctx: &HookContext, event: OutcomeEvent<'_>) -> OutcomeAction {
+    async fn on_outcome(&self, ctx: &HookContext, event: OutcomeEvent<'_>) -> OutcomeAction {
         if let EffectKind::ToolCall { name, .. } = event.kind {
-            let call = Noted {
-                turn: event.turn,
-                call_id: event.call_id.cloned(),
-            };
+            let call = self.noted(ctx, event.turn, event.call_id);
             self.calls.forget(event.id, name, &call);
         }
         OutcomeAction::Proceed
+    }
+
+    async fn on_run_settled(&self, ctx: &HookContext, _event: RunSettled<'_>) {
+        // A run dropped before it settles keeps its entry: a few bytes, for the life of the
+        // tools.
+        self.prompts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .settled(ctx.run_id());
     }
 }
 
 /// The id a call is keyed by within the run (the rule in the module docs), from what the hook
 /// noted and the arguments the tool received.
 fn key_of(call: &Noted, tool: &str, arguments: &Value) -> String {
-    let turn = call.turn;
+    let (prompt, turn) = (call.prompt, call.turn);
     match &call.call_id {
         Some(CallId::Provider(id)) if !crate::agent::numbered(id.as_str()) => {
             id.as_str().to_owned()
         }
-        Some(CallId::Provider(id)) => format!("turn-{turn}/{}", id.as_str()),
+        Some(CallId::Provider(id)) => format!("prompt-{prompt}/turn-{turn}/{}", id.as_str()),
         _ => {
             let fingerprint = idem_core::Fingerprint::of(arguments).to_hex();
-            format!("turn-{turn}/{tool}/{fingerprint}")
+            format!("prompt-{prompt}/turn-{turn}/{tool}/{fingerprint}")
         }
     }
 }
@@ -313,22 +441,58 @@ mod tests {
 
     fn noted(turn: usize, id: &str) -> Noted {
         Noted {
+            prompt: 1,
             turn,
             call_id: provider(id),
         }
     }
 
     #[test]
+    fn prompts_are_numbered_in_the_order_they_start_and_never_twice() {
+        let ids: Vec<RunId> = (0..4).map(|_| RunId::new()).collect();
+        let mut prompts = Prompts::default();
+        // (event, the prompt number it sees)
+        let table = [
+            (("start", 0), 1),
+            (("call", 0), 1),
+            (("start", 1), 2),
+            (("call", 0), 1),
+            (("settle", 0), 0),
+            (("call", 1), 2),
+            (("start", 2), 3),
+            (("settle", 1), 0),
+            (("settle", 2), 0),
+            (("call", 3), 4),
+        ];
+        for ((event, run), expected) in table {
+            let seen = match event {
+                "settle" => {
+                    prompts.settled(ids[run]);
+                    0
+                }
+                _ => prompts.number(ids[run]),
+            };
+            assert_eq!(seen, expected, "{event} of run {run}");
+        }
+        let mut resumed = Prompts {
+            next: 3,
+            ..Prompts::default()
+        };
+        assert_eq!(resumed.number(ids[0]), 3, "at_prompt(3)");
+        assert_eq!(resumed.number(ids[1]), 4);
+    }
+
+    #[test]
     fn a_tool_finds_its_call_only_when_nothing_else_shares_its_dispatch() {
         let (a, b) = (noted(1, "call_a"), noted(1, "call_b"));
-        let table: [(&[Noted], Found); 4] = [
-            (&[], Found::Nothing),
-            (&[a.clone()], Found::Call(a.clone())),
-            (&[a.clone(), a.clone()], Found::Call(a.clone())),
-            (&[a.clone(), b.clone()], Found::Ambiguous),
+        let table = [
+            (vec![], Found::Nothing),
+            (vec![a.clone()], Found::Call(a.clone())),
+            (vec![a.clone(), a.clone()], Found::Call(a.clone())),
+            (vec![a.clone(), b], Found::Ambiguous),
         ];
         for (noted, expected) in table {
-            assert_eq!(found(noted), expected, "{noted:?}");
+            assert_eq!(found(&noted), expected, "{noted:?}");
         }
     }
 
@@ -362,29 +526,33 @@ mod tests {
     }
 
     #[test]
-    fn keys_follow_the_agent_loops_rule() {
+    fn keys_follow_the_agent_loops_rule_within_each_prompt() {
         let args = serde_json::json!({"title": "t"});
         let fingerprint = idem_core::Fingerprint::of(&args).to_hex();
-        let local = CallId::from_wire("");
+        let call = |prompt, call_id| Noted {
+            prompt,
+            turn: 3,
+            call_id,
+        };
+        let minted = "call_DdmO9pD3xa9XTPNJ32zg2hcA";
         let table = [
+            (call(1, provider(minted)), minted.to_owned()),
+            (call(2, provider(minted)), minted.to_owned()),
             (
-                noted(3, "call_DdmO9pD3xa9XTPNJ32zg2hcA"),
-                "call_DdmO9pD3xa9XTPNJ32zg2hcA".to_owned(),
-            ),
-            (noted(3, "call_0"), "turn-3/call_0".to_owned()),
-            (
-                Noted {
-                    turn: 3,
-                    call_id: Some(local),
-                },
-                format!("turn-3/open_ticket/{fingerprint}"),
+                call(1, provider("call_0")),
+                "prompt-1/turn-3/call_0".to_owned(),
             ),
             (
-                Noted {
-                    turn: 3,
-                    call_id: None,
-                },
-                format!("turn-3/open_ticket/{fingerprint}"),
+                call(2, provider("call_0")),
+                "prompt-2/turn-3/call_0".to_owned(),
+            ),
+            (
+                call(2, Some(CallId::from_wire(""))),
+                format!("prompt-2/turn-3/open_ticket/{fingerprint}"),
+            ),
+            (
+                call(2, None),
+                format!("prompt-2/turn-3/open_ticket/{fingerprint}"),
             ),
         ];
         for (call, expected) in table {
