@@ -346,3 +346,58 @@ fn a_renamed_secret_parameter_is_sealed_under_its_json_name() {
     let def = registry.get("check_card").expect("registered");
     assert_eq!(def.secrets(), ["/cardNumber"]);
 }
+
+/// Log in to a provider and say with which token (a careless tool echoing its secret).
+#[tool(class = "idempotent_write")]
+async fn connect_account(
+    ctx: &ToolContext,
+    account: String,
+    /// The provider's API token.
+    #[secret]
+    token: String,
+) -> Result<Value, ToolError> {
+    // A journaled step whose value repeats the secret, as a login response might.
+    let session: String = ctx
+        .step("login", || async { Ok(format!("session for {token}")) })
+        .await?;
+    Ok(json!({"account": account, "used": token, "session": session, "digits": 4242}))
+}
+
+/// Look an account up, echoing the token it was asked with.
+#[tool(class = "read")]
+async fn peek_account(#[secret] token: String) -> Result<String, ToolError> {
+    Ok(format!("read with {token}"))
+}
+
+#[tokio::test]
+async fn an_output_or_a_step_value_repeating_a_secret_is_recorded_and_returned_without_it() {
+    let store = Arc::new(MemoryStore::new());
+    let d = linked(store.clone()).with_secret_key(key());
+    let run = RunContext::new("t");
+    let token = "tok_live_9f8e7d6c5b4a";
+    let call = ToolCall::new(
+        "connect_account",
+        json!({"account": "acme", "token": token}),
+    )
+    .with_key("connect-1");
+    let first = d.dispatch(&call, &run).await.unwrap();
+    assert!(!first.output_json.contains(token), "{}", first.output_json);
+    assert_eq!(first.output["used"], json!("[redacted]"));
+    assert_eq!(first.output["session"], json!("session for [redacted]"));
+    assert_eq!(first.output["account"], json!("acme"));
+    assert_eq!(
+        first.output["digits"],
+        json!(4242),
+        "only the secret's text is cut"
+    );
+    let text = stored(&store).await;
+    assert!(!text.contains(token), "the record holds the token: {text}");
+    // The replay and the first answer are alike.
+    let again = d.dispatch(&call, &run).await.unwrap();
+    assert!(again.deduplicated);
+    assert_eq!(again.output_json, first.output_json);
+
+    let read = ToolCall::new("peek_account", json!({"token": token}));
+    let peeked = d.dispatch(&read, &run).await.unwrap();
+    assert_eq!(peeked.output, json!("read with [redacted]"));
+}

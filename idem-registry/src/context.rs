@@ -33,6 +33,14 @@ struct Inner {
     steps: Mutex<Vec<JournalEntry>>,
     /// The call's arguments, for a verify hook.
     arguments: Option<serde_json::Value>,
+    /// A tool with secret arguments: what a journaled step's value is scrubbed of.
+    secrets: Option<Secrets>,
+}
+
+/// The secret arguments of a call, whose text a journaled step's value must not carry.
+struct Secrets {
+    pointers: Vec<String>,
+    arguments: serde_json::Value,
 }
 
 /// A record key held at a fence, in the store that holds it: what a holder writes with
@@ -88,8 +96,27 @@ impl ToolContext {
                 holder,
                 steps: Mutex::new(steps),
                 arguments: None,
+                secrets: None,
             }),
         }
+    }
+
+    /// This context for a tool whose arguments at `pointers` are secret: a step's value is
+    /// journaled with their text cut out (the body still gets the value its step made).
+    pub(crate) fn with_secrets(
+        mut self,
+        pointers: &[String],
+        arguments: &serde_json::Value,
+    ) -> Self {
+        if !pointers.is_empty()
+            && let Some(inner) = Arc::get_mut(&mut self.inner)
+        {
+            inner.secrets = Some(Secrets {
+                pointers: pointers.to_vec(),
+                arguments: arguments.clone(),
+            });
+        }
+        self
     }
 
     /// The context a verify hook gets: the call's, with its arguments.
@@ -193,7 +220,9 @@ impl ToolContext {
     /// If an earlier attempt or an earlier holder (before a crash) journaled this step, its
     /// recorded value is returned and `f` does not run. Otherwise `f` runs and its value is
     /// journaled under the key before this returns. If the journal write is refused (this
-    /// holder lost the key), the error is ambiguous: the step ran but is not recorded.
+    /// holder lost the key), the error is ambiguous: the step ran but is not recorded. For a
+    /// tool with secret arguments, the value is journaled with their text cut out
+    /// (`[redacted]`), so a later attempt that finds the step reads it so.
     ///
     /// ```
     /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
@@ -222,7 +251,7 @@ impl ToolContext {
             });
         }
         let value = f().await?;
-        let text = serde_json::to_string(&value).map_err(|e| {
+        let text = self.journaled(&value).map_err(|e| {
             ToolError::ambiguous(format!(
                 "step `{name}` ran but its value cannot be journaled: {e}"
             ))
@@ -246,6 +275,17 @@ impl ToolContext {
 }
 
 impl ToolContext {
+    /// A step's value as journaled: its JSON text, with every secret argument's text cut out
+    /// (a record holds no secret in clear; a later attempt reads the value so scrubbed).
+    fn journaled<T: Serialize>(&self, value: &T) -> Result<String, serde_json::Error> {
+        let Some(secrets) = &self.inner.secrets else {
+            return serde_json::to_string(value);
+        };
+        let mut value = serde_json::to_value(value)?;
+        crate::redact::scrub_value(&mut value, &secrets.arguments, &secrets.pointers);
+        Ok(value.to_string())
+    }
+
     /// The steps journaled so far (carried to the next attempt of the same holder).
     pub(crate) fn journal(&self) -> Vec<JournalEntry> {
         self.steps().clone()

@@ -13,7 +13,9 @@
 //! another key computes other fingerprints and finds its records `KeyReused`.
 //!
 //! Validation and parse errors of such a tool have every secret's text cut out of their
-//! messages, and so have a terminal error's message and details before they are recorded.
+//! messages, and so have a terminal error's message and details before they are recorded;
+//! so have its outputs (returned and recorded alike), its verify hook's answers and its
+//! journaled steps' values.
 //!
 //! [`ToolBuilder::secret`]: crate::ToolBuilder::secret
 //! [`ToolSpec`]: crate::ToolSpec

@@ -145,3 +145,12 @@ pub(crate) fn scrub_tool_error(tool: &ToolDef, arguments: &Value, error: ToolErr
         None => scrubbed,
     }
 }
+
+/// A tool's output with its secrets' text cut out, before it is recorded or returned: a
+/// first answer and its replays read alike, and the record holds no secret in clear.
+pub(crate) fn scrub_output(tool: &ToolDef, arguments: &Value, mut output: Value) -> Value {
+    if !tool.secrets.is_empty() {
+        crate::redact::scrub_value(&mut output, arguments, &tool.secrets);
+    }
+    output
+}

@@ -7,7 +7,7 @@ use idem_core::{IdempotencyKey, Outcome, StoreError, Timestamp, ToolError};
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::body::{self, scrub_tool_error};
+use super::body::{self, scrub_output, scrub_tool_error};
 use super::call::{Dispatched, RunContext};
 use super::decide::{self, GiveBack, too_deep};
 use super::error::DispatchError;
@@ -47,6 +47,7 @@ impl Dispatcher {
             watch.finished_stage(tool.class, None, Stage::Execute, begun);
             let error = match result {
                 Ok(output) => {
+                    let output = scrub_output(tool, &args, output);
                     let output_json = output.to_string();
                     return Ok(Dispatched {
                         output,
@@ -117,7 +118,8 @@ impl Dispatcher {
                 Some(hold.held().clone()),
                 takeover,
                 steps,
-            );
+            )
+            .with_secrets(&tool.secrets, &call.args);
             hold.running(&ctx);
             let lease = hold.keep_alive(tool.policy.lease);
             let begun = watch.begin();
@@ -138,6 +140,7 @@ impl Dispatcher {
             steps = ctx.journal();
             let error = match result {
                 Ok(output) => {
+                    let output = scrub_output(tool, &call.args, output);
                     let outcome = Outcome::Success(output.to_string());
                     self.record(call, hold, ttl, &outcome, Some(&output), watch)
                         .await?;

@@ -6,7 +6,7 @@ use futures_util::FutureExt;
 use idem_core::{Fence, JournalEntry, Outcome, Timestamp, ToolError};
 use serde_json::Value;
 
-use super::body::scrub_tool_error;
+use super::body::{scrub_output, scrub_tool_error};
 use super::decide::{FAILED_VERIFY_PAUSE, too_deep};
 use super::error::DispatchError;
 use super::observe::EventKind;
@@ -63,6 +63,7 @@ impl Dispatcher {
             .unwrap_or_else(|_| Err(ToolError::ambiguous("the verify hook panicked")));
         let outcome = match answer {
             Ok(Verified::Applied(value)) => {
+                let value = scrub_output(tool, &call.args, value);
                 let outcome = Outcome::Success(value.to_string());
                 match too_deep(&outcome, Some(&value)) {
                     Some(e) => Err(format!("the hook's answer cannot be recorded: {e}")),
