@@ -46,6 +46,15 @@ pub enum KeyMaterial {
         /// The tool's natural key.
         key: String,
     },
+    /// A call that brought no key of its own, keyed by where it came from (an MCP session,
+    /// or the tenant) and the fingerprint of its arguments: a client that re-issues the same
+    /// request finds the first one's record for as long as it is kept (the re-send window).
+    Resend {
+        /// Where the call came from: a session id, or empty for the tenant as a whole.
+        scope: String,
+        /// The fingerprint of the call's canonical (sealed) arguments, in hex.
+        fingerprint: String,
+    },
 }
 
 impl KeyMaterial {
@@ -56,6 +65,7 @@ impl KeyMaterial {
             KeyMaterial::CallId { .. } => "call_id",
             KeyMaterial::RunStep { .. } => "run_step",
             KeyMaterial::Natural { .. } => "natural",
+            KeyMaterial::Resend { .. } => "resend",
         }
     }
 }
@@ -187,6 +197,10 @@ fn digest(namespace: &str, tenant: &str, tool: &str, material: &KeyMaterial) -> 
             field(run_id.as_bytes());
             field(decimal(*step, &mut [0; 20]));
             field(decimal(u64::from(*index), &mut [0; 20]));
+        }
+        KeyMaterial::Resend { scope, fingerprint } => {
+            field(scope.as_bytes());
+            field(fingerprint.as_bytes());
         }
     }
     h.finalize().into()
@@ -337,6 +351,24 @@ mod tests {
         assert_eq!(
             downstream.as_str(),
             "idem-58b62c8834c7597ad58886f738865f29ebcd6cbc"
+        );
+    }
+
+    /// The re-send window's key, pinned the same way.
+    #[test]
+    fn resend_keys_are_pinned() {
+        let material = KeyMaterial::Resend {
+            scope: "mcp-session-1".into(),
+            fingerprint: "9f86d081884c7d65".into(),
+        };
+        let (record, downstream) = LogicalKey::derive("app", "acme", "send_email", &material);
+        assert_eq!(
+            record.as_str(),
+            "b80d6cf224d93dc3faa573106380153638aaf13bc971ad06f640e0fe88ceb1ae"
+        );
+        assert_eq!(
+            downstream.as_str(),
+            "idem-5eed7f353795699d4c1f24788d054d0891c0718c"
         );
     }
 

@@ -31,6 +31,22 @@ pub struct ToolCall {
     /// The call's position among the calls the model made in one step (parallel tool
     /// calls). Part of the run/step key, so two calls of one step never share a record.
     pub index: u32,
+    /// For a call that may bring no key at all (an MCP host sends none): the re-send window
+    /// that keys it then (see [`ToolCall::with_resend_window`]).
+    pub resend: Option<ResendWindow>,
+}
+
+/// How a call without key material is keyed for re-sends: by `scope` (where it came from: an
+/// MCP session, or `""` for the whole tenant) and its arguments, its record kept for
+/// `window` once completed (at most the tool's TTL; a tool that needs approval keeps it at
+/// least as long as an approval can run it). A re-issue of the same request within the
+/// window replays the first (`deduplicated: true`); the same call after it runs again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResendWindow {
+    /// Where the call came from.
+    pub scope: String,
+    /// How long a completed call stands for its re-sends.
+    pub window: std::time::Duration,
 }
 
 impl ToolCall {
@@ -42,6 +58,7 @@ impl ToolCall {
             call_id: None,
             index: 0,
             key: None,
+            resend: None,
         }
     }
 
@@ -60,6 +77,33 @@ impl ToolCall {
     /// Attach an explicit key.
     pub fn with_key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
+        self
+    }
+
+    /// Key this call, if it has no other key material (an explicit key, a natural key, a
+    /// call id, a run and step), by `scope` and its arguments for `window`: what a front end
+    /// does for clients that send no key, so that a re-issued request is caught. The
+    /// trade-off: a deliberate identical call within the window is replayed too (its result
+    /// says `deduplicated: true`).
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use std::time::Duration;
+    /// use idem::ToolCall;
+    ///
+    /// let call = ToolCall::new("add_note", serde_json::json!({"text": "hi"}))
+    ///     .with_resend_window("session-7f3a", Duration::from_secs(300));
+    /// assert_eq!(call.resend.unwrap().window.as_secs(), 300);
+    /// ```
+    pub fn with_resend_window(
+        mut self,
+        scope: impl Into<String>,
+        window: std::time::Duration,
+    ) -> Self {
+        self.resend = Some(ResendWindow {
+            scope: scope.into(),
+            window,
+        });
         self
     }
 }

@@ -212,6 +212,9 @@ fn key_reused(tool: &str, key: &IdempotencyKey, source: KeySource, differing: &[
         KeySource::RunStep => {
             "the host gave two different calls one run, step and index: number the steps of a run so that each call has its own"
         }
+        KeySource::Resend => {
+            "a call keyed by its arguments met a record of other arguments (the dispatcher's secret key changed?): give the call a key of its own"
+        }
     };
     format!("{what}: {next}")
 }

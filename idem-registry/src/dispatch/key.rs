@@ -38,15 +38,6 @@ impl Dispatcher {
     ) -> Result<Keyed, DispatchError> {
         let sealed = self.seal(tool, args)?;
         let keyed_args = sealed.as_ref().unwrap_or(args);
-        // A natural key over a secret is computed from its seal: a key derived from the
-        // secret itself could be recovered from the record key by hashing guesses.
-        let material = self.key_material(tool, call, run, keyed_args);
-        if material.is_none() && tool.class.records() {
-            return Err(DispatchError::MissingKey {
-                tool: tool.name.to_string(),
-                class: tool.class,
-            });
-        }
         let (canonical, fingerprint) = if tool.class.records() || tool.class.requires_approval() {
             let canonical = canonical_json(keyed_args);
             if canonical.len() > self.max_argument_bytes {
@@ -67,6 +58,17 @@ impl Dispatcher {
             // A read neither records nor asks for approval: nothing reads its fingerprint.
             (String::new(), Fingerprint::from_bytes([0; 32]))
         };
+        // A natural key over a secret is computed from its seal: a key derived from the
+        // secret itself could be recovered from the record key by hashing guesses.
+        let material = self
+            .key_material(tool, call, run, keyed_args)
+            .or_else(|| resend_material(tool, call, &fingerprint));
+        if material.is_none() && tool.class.records() {
+            return Err(DispatchError::MissingKey {
+                tool: tool.name.to_string(),
+                class: tool.class,
+            });
+        }
         Ok(Keyed {
             source: material.as_ref().map(KeySource::of),
             keys: material.as_ref().map(|m| self.keys(tool, run, m)),
@@ -160,6 +162,9 @@ pub enum KeySource {
     CallId,
     /// The run id, the step and the call's index in the step.
     RunStep,
+    /// The re-send window of a call that brought no key: where it came from and its
+    /// arguments ([`ToolCall::with_resend_window`]).
+    Resend,
 }
 
 impl KeySource {
@@ -170,6 +175,7 @@ impl KeySource {
             KeyMaterial::Natural { .. } => KeySource::Natural,
             KeyMaterial::CallId { .. } => KeySource::CallId,
             KeyMaterial::RunStep { .. } => KeySource::RunStep,
+            KeyMaterial::Resend { .. } => KeySource::Resend,
         }
     }
 }
@@ -181,8 +187,23 @@ impl std::fmt::Display for KeySource {
             KeySource::Natural => "natural key",
             KeySource::CallId => "call id",
             KeySource::RunStep => "run and step",
+            KeySource::Resend => "re-send window",
         })
     }
+}
+
+/// The re-send window's key material of a call that brought none, if it has a window and its
+/// tool records (a read is never replayed).
+fn resend_material(
+    tool: &ToolDef,
+    call: &ToolCall,
+    fingerprint: &Fingerprint,
+) -> Option<KeyMaterial> {
+    let resend = call.resend.as_ref().filter(|_| tool.class.records())?;
+    Some(KeyMaterial::Resend {
+        scope: resend.scope.clone(),
+        fingerprint: fingerprint.to_hex(),
+    })
 }
 
 /// The key a read without key material hands its body: unique per dispatch.

@@ -55,7 +55,7 @@ pub use approve::{
     pending_stored,
 };
 pub use body::{Attempt, BodyFuture, Execution};
-pub use call::{Dispatched, RunContext, ToolCall};
+pub use call::{Dispatched, ResendWindow, RunContext, ToolCall};
 pub use error::DispatchError;
 pub use key::KeySource;
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
@@ -328,7 +328,13 @@ impl Dispatcher {
             downstream,
             fingerprint: keyed.fingerprint,
             source: keyed.source,
-            ttl: self.record_ttl(tool),
+            ttl: self.record_ttl(
+                tool,
+                call.resend
+                    .as_ref()
+                    .filter(|_| keyed.source == Some(KeySource::Resend))
+                    .map(|r| r.window),
+            ),
             approval,
         };
         let begun = watch.begin();
@@ -348,11 +354,14 @@ impl Dispatcher {
     /// a call outlives every approval that could have run it, and an approval used once finds
     /// the record (and replays) for as long as it could be presented again: an approval
     /// authorises at most one effect.
-    fn record_ttl(&self, tool: &ToolDef) -> Duration {
+    ///
+    /// A call keyed by its re-send window (`window`) is kept for the window, at most the TTL.
+    fn record_ttl(&self, tool: &ToolDef, window: Option<Duration>) -> Duration {
+        let ttl = window.map_or(tool.policy.ttl, |w| w.min(tool.policy.ttl));
         if tool.class.requires_approval() {
-            tool.policy.ttl.max(self.max_approval_validity)
+            ttl.max(self.max_approval_validity)
         } else {
-            tool.policy.ttl
+            ttl
         }
     }
 

@@ -295,7 +295,7 @@ impl Dispatcher {
         let Some(tool) = self.registry.get(&record.tool) else {
             return Some(RecoveryAction::Reported(Unrecoverable::ToolNotRegistered));
         };
-        let current = tool.contract(self.record_ttl(tool));
+        let current = tool.contract(self.record_ttl(tool, None));
         let rule = match &record.contract {
             Some(made) => made.reconcile(&current),
             None if !tool.class.records() => {
