@@ -191,8 +191,19 @@ async fn a_read_result_carries_only_what_it_can_say() {
 
 #[tokio::test]
 async fn a_write_without_a_key_is_refused_with_how_to_pass_one() {
+    // With the re-send window off (it is on by default), a call without key material has no
+    // key at all.
     let sent = Arc::new(AtomicUsize::new(0));
-    let client = connect(&sent);
+    let mut registry = Registry::builder();
+    for tool in tools(&sent) {
+        registry = registry.add(tool);
+    }
+    let dispatcher =
+        support::dispatcher::dispatcher(registry.build().unwrap(), Arc::new(MemoryStore::new()));
+    let server = McpServer::new(dispatcher, "tenant-mcp")
+        .unwrap()
+        .resend_window(None);
+    let client = connect_server(server);
     let refused = client
         .call_tool(params("send_email", json!({"to": "a@b.c"}), None))
         .await
@@ -200,6 +211,7 @@ async fn a_write_without_a_key_is_refused_with_how_to_pass_one() {
     assert_eq!(refused.is_error, Some(true));
     let text = format!("{:?}", refused.content);
     assert!(text.contains(META_KEY), "{text}");
+    assert!(text.contains("resend_window"), "names the settings: {text}");
     assert_eq!(meta_of(&refused)["io.idem/error"], json!("missing_key"));
     assert_eq!(sent.load(Ordering::SeqCst), 0);
     // A read needs no key; its output, not an object, comes wrapped.
@@ -295,13 +307,13 @@ async fn a_server_that_authenticates_refuses_a_request_without_headers() {
 
 #[tokio::test]
 async fn keyless_idempotent_writes_are_keyed_by_their_arguments_when_allowed() {
-    let strict = connect_with(|s| s);
+    let strict = connect_with(|s| s.resend_window(None));
     let refused = strict
         .call_tool(params("set_status", json!({"status": "open"}), None))
         .await
         .unwrap();
     assert_eq!(refused.is_error, Some(true), "refused by default");
-    let lenient = connect_with(|s| s.keyless_idempotent_writes(true));
+    let lenient = connect_with(|s| s.resend_window(None).keyless_idempotent_writes(true));
     let call = || params("set_status", json!({"status": "open"}), None);
     let first = lenient.call_tool(call()).await.unwrap();
     assert_ne!(first.is_error, Some(true), "{first:?}");

@@ -32,6 +32,7 @@
 //!   ([`Dispatcher::pending_approvals`]).
 
 pub mod approval;
+pub mod keys;
 pub mod transport;
 
 use std::sync::Arc;
@@ -88,6 +89,9 @@ pub struct McpServer {
     authenticate: Option<Authenticate>,
     keyless_idempotent: bool,
     elicitation: Option<approval::Elicitation>,
+    keys: Arc<keys::KeySettings>,
+    /// This connection's id: the re-send window's scope where the transport has no session.
+    connection: Arc<str>,
 }
 
 /// Who a request over HTTP acts for, from its headers: a tenant, or `None` to refuse it.
@@ -135,7 +139,90 @@ impl McpServer {
             authenticate: None,
             keyless_idempotent: false,
             elicitation: None,
+            keys: Arc::default(),
+            connection: keys::connection_id(),
         })
+    }
+
+    /// The re-send window of every tool that records and sets none of its own (see
+    /// [`keys`]): a call that brings no key is keyed by its session (or tenant), tool and
+    /// arguments, and a re-issue within `window` replays it. `None` turns it off. On by
+    /// default, for [`keys::DEFAULT_RESEND_WINDOW`].
+    ///
+    /// ```no_run
+    /// # fn f(server: idem_registry::mcp::McpServer) {
+    /// use std::time::Duration;
+    ///
+    /// let server = server.resend_window(Some(Duration::from_secs(120)));
+    /// # let _ = server; }
+    /// ```
+    pub fn resend_window(mut self, window: Option<Duration>) -> Self {
+        Arc::make_mut(&mut self.keys).set_window(window);
+        self
+    }
+
+    /// `tool`'s own re-send window (`None`: off, so that a call of it without a key is
+    /// refused with `missing_key`); a tool not served is refused.
+    ///
+    /// ```no_run
+    /// # fn f(server: idem_registry::mcp::McpServer) -> Result<(), idem_registry::mcp::keys::KeySettingError> {
+    /// // A tool a user may mean to call twice in a row: no window, the model gives keys.
+    /// let server = server.tool_resend_window("add_note", None)?.model_key("add_note")?;
+    /// # let _ = server; Ok(()) }
+    /// ```
+    pub fn tool_resend_window(
+        mut self,
+        tool: &str,
+        window: Option<Duration>,
+    ) -> Result<Self, keys::KeySettingError> {
+        if self.dispatcher.registry().get(tool).is_none() {
+            return Err(keys::KeySettingError::UnknownTool { tool: tool.into() });
+        }
+        Arc::make_mut(&mut self.keys).set_tool_window(tool, window);
+        Ok(self)
+    }
+
+    /// Scope the re-send window by the tenant alone rather than by the session
+    /// ([`keys::ResendScope::Tenant`]), so that a re-issue after a reconnect or a restart is
+    /// caught too.
+    pub fn resend_scope(mut self, scope: keys::ResendScope) -> Self {
+        Arc::make_mut(&mut self.keys).scope = scope;
+        self
+    }
+
+    /// Let the model key `tool`'s calls: its published input schema gains an optional
+    /// string parameter, [`keys::MODEL_KEY_PARAMETER`], described for the model (a unique id
+    /// for this action, reused only to retry it), which keys the call and is taken out of
+    /// the arguments before the tool sees them. A key in `_meta` still comes first.
+    pub fn model_key(mut self, tool: &str) -> Result<Self, keys::KeySettingError> {
+        let records = self
+            .dispatcher
+            .registry()
+            .get(tool)
+            .map(|t| t.class().records());
+        let Some(records) = records else {
+            return Err(keys::KeySettingError::UnknownTool { tool: tool.into() });
+        };
+        Arc::make_mut(&mut self.keys).add_model_key(&mut self.tools, tool, records)?;
+        Ok(self)
+    }
+
+    /// This server for a new connection: its own re-send scope where the transport has no
+    /// session of its own.
+    pub(crate) fn for_connection(mut self) -> Self {
+        self.connection = keys::connection_id();
+        self
+    }
+
+    /// The session a request came in: Streamable HTTP's `Mcp-Session-Id`, else this
+    /// connection's id.
+    fn session_of(&self, context: &RequestContext<RoleServer>) -> String {
+        context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|id| id.to_str().ok())
+            .map_or_else(|| self.connection.to_string(), str::to_owned)
     }
 
     /// Accept an `idempotent_write` call without key material, keyed by its arguments as
@@ -282,11 +369,28 @@ impl ServerHandler for McpServer {
             };
             return Err(ErrorData::invalid_params(unknown.to_string(), None));
         };
-        let arguments = request.arguments.map_or_else(|| json!({}), Value::Object);
+        let mut arguments = request.arguments.map_or_else(|| json!({}), Value::Object);
+        let model_key = match self.keys.takes_model_key(&name) {
+            true => match keys::take_model_key(&mut arguments) {
+                Ok(key) => key,
+                // Refused before anything is recorded, as the dispatcher refuses arguments.
+                Err(message) => {
+                    return result_of(Err(DispatchError::InvalidArguments {
+                        tool: name,
+                        pointer: format!("/{}", keys::MODEL_KEY_PARAMETER),
+                        message,
+                    }))
+                    .map(Into::into);
+                }
+            },
+            false => None,
+        };
         let mut call = ToolCall::new(name, arguments);
         let run = Self::run(tenant, &context.meta)?;
         if let Some(key) = meta_str(&context.meta, META_KEY)? {
             call = call.with_key(key);
+        } else if let Some(key) = model_key {
+            call = call.with_key(format!("model:{key}"));
         } else if self.keyless_idempotent
             && class == idem_core::ToolClass::IdempotentWrite
             && run.run_id.is_none()
@@ -294,6 +398,8 @@ impl ServerHandler for McpServer {
             let by_arguments = idem_core::Fingerprint::of(&call.arguments).to_hex();
             call = call.with_key(format!("arguments:{by_arguments}"));
         }
+        // Used by the dispatcher only if the call has no other key.
+        call = keys::with_window(call, &self.keys, &self.session_of(&context));
         if let Some(state) = &request.request_state {
             let responses = request.input_responses.as_ref();
             return self.answered(&call, &run, state, responses, &context).await;
@@ -371,7 +477,8 @@ fn result_of(dispatched: Result<Dispatched, DispatchError>) -> Result<CallToolRe
         Err(e) => {
             let text = match &e {
                 DispatchError::MissingKey { .. } => format!(
-                    "{e}. Over MCP, pass one in the request's `_meta`: \"{META_KEY}\": \"<a key you keep across re-sends>\", or \"{META_RUN}\" with \"{META_STEP}\""
+                    "{e}. Over MCP, pass one in the request's `_meta`: \"{META_KEY}\": \"<a key you keep across re-sends>\", or \"{META_RUN}\" with \"{META_STEP}\"; or let the server key calls of this tool without one: {}",
+                    keys::KeySettings::HOW
                 ),
                 _ => e.to_string(),
             };

@@ -46,7 +46,12 @@ impl McpHttpService {
         if !hosts.is_empty() {
             config = config.with_allowed_hosts(hosts.iter().map(|h| (*h).to_owned()));
         }
-        let inner = StreamableHttpService::new(move || Ok(server.clone()), Arc::default(), config);
+        let inner = StreamableHttpService::new(
+            // One server per session: its own re-send scope when a client sends no session.
+            move || Ok(server.clone().for_connection()),
+            Arc::default(),
+            config,
+        );
         McpHttpService { inner }
     }
 }

@@ -61,6 +61,7 @@ impl McpServer {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let running = self
+            .for_connection()
             .serve(LineTransport::new(read, write, MAX_LINE_BYTES))
             .await
             .map_err(|e| McpServeError::Transport(e.to_string()))?;
