@@ -21,11 +21,13 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
 
 /// An upstream whose `append` appends (the effect), then answers with the JSON-RPC error
-/// `code`.
+/// `code`, or (code 0) with the line appended.
 #[derive(Clone)]
 struct ActsThenRefuses {
     effects: Arc<AtomicUsize>,
     code: i32,
+    /// The arguments of every call, as the upstream saw them.
+    seen: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
 }
 
 impl ServerHandler for ActsThenRefuses {
@@ -51,10 +53,19 @@ impl ServerHandler for ActsThenRefuses {
 
     async fn call_tool(
         &self,
-        _: CallToolRequestParams,
+        request: CallToolRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.effects.fetch_add(1, Ordering::SeqCst);
+        let n = self.effects.fetch_add(1, Ordering::SeqCst) + 1;
+        let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        self.seen.lock().unwrap().push(arguments);
+        if self.code == 0 {
+            let result =
+                rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(
+                    format!("line {n}"),
+                )]);
+            return Ok(result.into());
+        }
         Err(ErrorData::new(
             rmcp::model::ErrorCode(self.code),
             "text: too long for the ledger",
@@ -77,25 +88,113 @@ async fn serve(upstream: ActsThenRefuses) -> String {
     format!("http://127.0.0.1:{port}/mcp")
 }
 
-async fn proxy_before(code: i32, class: &str) -> (Dispatcher, Arc<AtomicUsize>) {
-    let effects = Arc::new(AtomicUsize::new(0));
-    let url = serve(ActsThenRefuses {
-        effects: effects.clone(),
+/// The proxy, configured by `table` (the tool's), before an upstream answering `code`.
+async fn proxy_with(code: i32, table: &str) -> (McpProxy, ActsThenRefuses) {
+    let upstream = ActsThenRefuses {
+        effects: Arc::default(),
         code,
-    })
-    .await;
-    let config = ProxyConfig::parse(
-        &format!("[tools.append]\nclass = \"{class}\"\n"),
-        "proxy.toml",
-    )
-    .unwrap();
+        seen: Arc::default(),
+    };
+    let url = serve(upstream.clone()).await;
+    let config = ProxyConfig::parse(&format!("[tools.append]\n{table}"), "proxy.toml").unwrap();
     let proxy = McpProxy::start(&config, Some(UpstreamSpec::url(url).unwrap()))
         .await
         .unwrap();
+    (proxy, upstream)
+}
+
+async fn proxy_before(code: i32, class: &str) -> (Dispatcher, Arc<AtomicUsize>) {
+    let (proxy, upstream) = proxy_with(code, &format!("class = \"{class}\"\n")).await;
     let d = proxy
         .dispatcher(Arc::new(MemoryStore::new()), ProxyKeys::default())
         .unwrap();
-    (d, effects)
+    (d, upstream.effects)
+}
+
+/// An MCP client (rmcp's) of the proxy's server, in process, sending no `_meta`.
+fn client_of(proxy: &McpProxy) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    use rmcp::ServiceExt;
+    let server = proxy
+        .server(Arc::new(MemoryStore::new()), ProxyKeys::default())
+        .unwrap();
+    let (server_side, client_side) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_side).await {
+            let _ = running.waiting().await;
+        }
+    });
+    rmcp::service::serve_directly::<rmcp::RoleClient, _, _, _, _>(
+        (),
+        client_side,
+        Some(rmcp::model::InitializeResult::default().into()),
+    )
+}
+
+fn plain(arguments: serde_json::Value) -> CallToolRequestParams {
+    let serde_json::Value::Object(arguments) = arguments else {
+        unreachable!()
+    };
+    CallToolRequestParams::new("append").with_arguments(arguments)
+}
+
+#[tokio::test]
+async fn a_client_that_sends_no_key_gets_one_effect_for_a_re_issued_call() {
+    let (proxy, upstream) = proxy_with(0, "class = \"non_idempotent_write\"\n").await;
+    let client = client_of(&proxy);
+    let first = client.call_tool(plain(json!({"text": "a"}))).await.unwrap();
+    assert_ne!(first.is_error, Some(true), "{first:?}");
+    let again = client.call_tool(plain(json!({"text": "a"}))).await.unwrap();
+    let meta = again.meta.clone().unwrap_or_default();
+    assert_eq!(meta.0["io.idem/deduplicated"], json!(true));
+    assert_eq!(upstream.effects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_tool_table_turns_the_window_off_and_lets_the_model_key_calls() {
+    let table = "class = \"non_idempotent_write\"\nresend_window_secs = 0\nmodel_key = true\n";
+    let (proxy, upstream) = proxy_with(0, table).await;
+    let client = client_of(&proxy);
+    let listed = client.list_tools(None).await.unwrap().tools;
+    assert!(listed[0].input_schema["properties"]["idempotency_key"].is_object());
+    let bare = client.call_tool(plain(json!({"text": "a"}))).await.unwrap();
+    assert_eq!(bare.is_error, Some(true), "no window, no key: refused");
+    let keyed = || plain(json!({"text": "b", "idempotency_key": "act-1"}));
+    client.call_tool(keyed()).await.unwrap();
+    let again = client.call_tool(keyed()).await.unwrap();
+    assert_eq!(
+        again.meta.unwrap_or_default().0["io.idem/deduplicated"],
+        json!(true)
+    );
+    assert_eq!(upstream.effects.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        *upstream.seen.lock().unwrap(),
+        [json!({"text": "b"})],
+        "the upstream never sees the model's key"
+    );
+    // Bad values in the table are refused when the file is read.
+    for (bad, says) in [
+        ("resend_window_secs = -1", "resend_window_secs"),
+        ("model_key = \"yes\"", "model_key"),
+    ] {
+        let err = ProxyConfig::parse(
+            &format!("[tools.append]\nclass = \"non_idempotent_write\"\n{bad}\n"),
+            "proxy.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(says), "{err}");
+    }
+    let err = ProxyConfig::parse(
+        "[tools.look]\nclass = \"read\"\nmodel_key = true\n",
+        "p.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("no effect on a `read` tool"), "{err}");
+    let err = ProxyConfig::parse("resend_scope = \"global\"\n", "p.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"tenant\""), "{err}");
 }
 
 #[tokio::test]

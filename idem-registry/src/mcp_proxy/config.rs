@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::upstream::UpstreamSpec;
+use crate::mcp::keys::ResendScope;
 use crate::tool::{LONGEST_POLICY_DURATION, ToolSpec};
 
 /// The namespace of the proxy's records unless the file names one.
@@ -42,7 +43,12 @@ const SPEC_KEYS: [&str; 13] = [
     "open_world",
 ];
 /// The keys of a `[tools.<name>]` table that are the proxy's own.
-const PROXY_KEYS: [&str; 2] = ["unreviewed", "timeout_secs"];
+const PROXY_KEYS: [&str; 4] = [
+    "unreviewed",
+    "timeout_secs",
+    "resend_window_secs",
+    "model_key",
+];
 /// Keys of a [`ToolSpec`] whose values the upstream states.
 const FROM_UPSTREAM: [&str; 4] = ["name", "input_schema", "inputSchema", "parameters"];
 
@@ -84,6 +90,9 @@ pub struct ProxyConfig {
     pub store: Option<String>,
     /// How long a call waits for the upstream's answer unless its tool says otherwise.
     pub timeout: Duration,
+    /// What the re-send window of a call without a key is scoped by (`resend_scope =
+    /// "session"`, the default, or `"tenant"`); see [`crate::mcp::keys`].
+    pub resend_scope: ResendScope,
     tools: BTreeMap<String, ToolEntry>,
 }
 
@@ -100,6 +109,10 @@ pub(super) struct ToolEntry {
     pub(super) unreviewed: bool,
     /// This tool's own upstream timeout.
     pub(super) timeout: Option<Duration>,
+    /// This tool's re-send window, if the table sets one (`Some(None)`: off).
+    pub(super) resend_window: Option<Option<Duration>>,
+    /// Whether the model may give this tool's calls a key.
+    pub(super) model_key: bool,
 }
 
 /// Why a configuration cannot be used. Each message names the file, the line and what to
@@ -155,6 +168,8 @@ struct RawConfig {
     #[serde(default)]
     store: Option<String>,
     #[serde(default)]
+    resend_scope: Option<String>,
+    #[serde(default)]
     tools: BTreeMap<String, toml::Spanned<toml::Table>>,
 }
 
@@ -192,6 +207,18 @@ impl ProxyConfig {
             None => (None, DEFAULT_TIMEOUT),
             Some(raw) => upstream_of(raw, origin)?,
         };
+        let resend_scope = match raw.resend_scope.as_deref() {
+            None | Some("session") => ResendScope::Session,
+            Some("tenant") => ResendScope::Tenant,
+            Some(other) => {
+                return Err(ConfigError::Syntax {
+                    origin: origin.to_owned(),
+                    message: format!(
+                        "`resend_scope = {other:?}` is not a scope: write \"session\" (a re-sent call is caught on the same MCP session, the default) or \"tenant\" (on any session of the tenant, so after a reconnect too)"
+                    ),
+                });
+            }
+        };
         let mut tools = BTreeMap::new();
         for (name, table) in raw.tools {
             let line = 1 + text[..table.span().start].matches('\n').count();
@@ -207,6 +234,7 @@ impl ProxyConfig {
             tenant: raw.tenant.unwrap_or_else(|| DEFAULT_TENANT.to_owned()),
             store: raw.store,
             timeout,
+            resend_scope,
             tools,
         })
     }
@@ -284,6 +312,8 @@ impl ToolEntry {
         let mut spec = Map::new();
         let mut unreviewed = false;
         let mut timeout = None;
+        let mut resend_window = None;
+        let mut model_key = false;
         for (key, value) in table {
             match key.as_str() {
                 "unreviewed" => {
@@ -303,6 +333,24 @@ impl ToolEntry {
                             ))
                         })?;
                     timeout = Some(Duration::from_secs(secs as u64));
+                }
+                "resend_window_secs" => {
+                    let secs = value
+                        .as_integer()
+                        .filter(|s| (0..=LONGEST_POLICY_DURATION.as_secs() as i64).contains(s))
+                        .ok_or_else(|| {
+                            error(format!(
+                                "tool `{name}`: `resend_window_secs` must be a number of seconds, at most ten years (0 turns the window off), got {value}"
+                            ))
+                        })?;
+                    resend_window = Some((secs > 0).then(|| Duration::from_secs(secs as u64)));
+                }
+                "model_key" => {
+                    model_key = value.as_bool().ok_or_else(|| {
+                        error(format!(
+                            "tool `{name}`: `model_key` must be `true` or `false`, got {value}"
+                        ))
+                    })?;
                 }
                 k if FROM_UPSTREAM.contains(&k) => {
                     return Err(error(format!(
@@ -332,12 +380,26 @@ impl ToolEntry {
                 )));
             }
         };
+        if !class.records() {
+            for (key, given) in [
+                ("resend_window_secs", resend_window.is_some()),
+                ("model_key", model_key),
+            ] {
+                if given {
+                    return Err(error(format!(
+                        "tool `{name}`: `{key}` has no effect on a `read` tool, which records nothing: remove it, or give the tool the class of a write"
+                    )));
+                }
+            }
+        }
         let entry = ToolEntry {
             place,
             spec,
             class,
             unreviewed,
             timeout,
+            resend_window,
+            model_key,
         };
         // Every check that does not need the upstream's schema, now.
         let open = Map::from_iter([("type".into(), json!("object"))]);

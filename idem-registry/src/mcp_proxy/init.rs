@@ -100,6 +100,16 @@ const HEADER: &str = "\
 #   secret = [\"/pointer\"], on_key_reuse = \"replay\", verify_after_secs, max_attempts,
 #   wait_secs, backoff_ms, timeout_secs (this tool's wait for the upstream),
 #   description (instead of the upstream's)
+#
+# Keys for clients that send none in `_meta` (most hosts): a write's call is keyed by its
+# arguments for a re-send window, so a request the client re-issues (a broken stream, a
+# retry) runs once; the same call after the window runs again, and a deliberate identical
+# call inside it is replayed (its result says deduplicated).
+#   resend_window_secs = 300   # per tool; 0 turns it off (a call without a key is refused)
+#   model_key = true           # the model may give a key: an optional `idempotency_key`
+#                              # argument, taken out before the upstream sees the call
+#   resend_scope = \"tenant\"    # at the top of the file: the window spans the tenant's
+#                              # sessions, so a re-issue after a reconnect is caught too
 
 ";
 
@@ -146,6 +156,13 @@ fn tool_table(out: &mut String, tool: &Tool) {
         }
     }
     let _ = writeln!(out, "class = {}", quoted(class.as_str()));
+    if class.records() {
+        let _ = writeln!(
+            out,
+            "# resend_window_secs = {}    # 0: no window; model_key = true: the model gives keys",
+            crate::mcp::keys::DEFAULT_RESEND_WINDOW.as_secs()
+        );
+    }
     out.push_str("unreviewed = true\n");
 }
 

@@ -15,6 +15,12 @@
 //!   ([`suggested_class`]) and marks each tool `unreviewed = true`. A tool still marked so is
 //!   not served, nor is a tool the file does not name; the proxy says so at start-up and
 //!   refuses to start when nothing is left to serve.
+//! - **Keys for clients that send none.** A call without a key in `_meta` (what every
+//!   mainstream host sends) is keyed by its re-send window (on by default: a re-issued
+//!   request within five minutes replays; `resend_window_secs` per tool, 0 turns it off;
+//!   `resend_scope = "tenant"` at the top catches a re-issue after a reconnect too), or by
+//!   a key the model gives where a tool's table says `model_key = true` (see
+//!   [`crate::mcp::keys`]).
 //! - **Keys travel.** A client passes its key in the request's `_meta` as it would to any
 //!   idem server (`io.idem/idempotency-key`, or run id and step); the call reaches the
 //!   upstream with idem's downstream key in its `_meta` (`io.idem/key` and
@@ -127,6 +133,16 @@ pub struct McpProxy {
     not_served: Vec<NotServed>,
     namespace: String,
     tenant: String,
+    /// Each served tool's re-send window and model-key settings, and the window's scope.
+    keys: KeyConfig,
+}
+
+/// What the configuration says of keys for clients that send none.
+#[derive(Debug, Clone, Default)]
+struct KeyConfig {
+    scope: crate::mcp::keys::ResendScope,
+    windows: Vec<(String, Option<Duration>)>,
+    model_key: Vec<String>,
 }
 
 /// An upstream tool the proxy does not serve, and why. Its `Display` says what to do.
@@ -231,6 +247,10 @@ pub enum ProxyError {
     /// The MCP server cannot be made.
     #[error(transparent)]
     Serve(#[from] McpServeError),
+    /// A tool's key settings cannot apply to it (its schema already has the model key's
+    /// parameter, say).
+    #[error(transparent)]
+    Keys(#[from] crate::mcp::keys::KeySettingError),
 }
 
 fn list(tools: &[String]) -> String {
@@ -338,7 +358,19 @@ impl McpProxy {
             return Err(ProxyError::NothingServed { not_served });
         }
         let mut registry = Registry::builder();
+        let mut keys = KeyConfig {
+            scope: config.resend_scope,
+            ..KeyConfig::default()
+        };
         for (spec, timeout) in served {
+            if let Some(entry) = config.entry(&spec.name) {
+                if let Some(window) = entry.resend_window {
+                    keys.windows.push((spec.name.clone(), window));
+                }
+                if entry.model_key {
+                    keys.model_key.push(spec.name.clone());
+                }
+            }
             registry = registry.try_add(forwarding(spec, upstream.clone(), timeout));
         }
         let registry = registry.build()?;
@@ -348,6 +380,7 @@ impl McpProxy {
             not_served,
             namespace: config.namespace.clone(),
             tenant: config.tenant.clone(),
+            keys,
         })
     }
 
@@ -398,11 +431,18 @@ impl McpProxy {
     }
 
     /// An MCP server over [`McpProxy::dispatcher`], acting for the configured tenant.
+    /// Each tool's re-send window and model key are as its table says (see
+    /// [`crate::mcp::keys`]).
     pub fn server(&self, store: Arc<dyn Store>, keys: ProxyKeys) -> Result<McpServer, ProxyError> {
-        Ok(McpServer::new(
-            self.dispatcher(store, keys)?,
-            self.tenant.clone(),
-        )?)
+        let mut server = McpServer::new(self.dispatcher(store, keys)?, self.tenant.clone())?
+            .resend_scope(self.keys.scope);
+        for (tool, window) in &self.keys.windows {
+            server = server.tool_resend_window(tool, *window)?;
+        }
+        for tool in &self.keys.model_key {
+            server = server.model_key(tool)?;
+        }
+        Ok(server)
     }
 }
 
