@@ -58,6 +58,7 @@ pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, ResendWindow, RunContext, ToolCall};
 pub use error::DispatchError;
 pub use key::KeySource;
+#[cfg(feature = "mcp")]
 pub(crate) use key::random_u64;
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
 pub use recover::{Recovered, RecoveryAction, RecoveryOptions, RecoveryReport, Unrecoverable};

@@ -82,6 +82,7 @@
 //! [`Dispatcher::approve_pending`]: crate::Dispatcher::approve_pending
 
 mod config;
+mod effect;
 mod init;
 mod upstream;
 
