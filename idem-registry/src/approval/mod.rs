@@ -25,6 +25,9 @@ use idem_core::{Fingerprint, IdempotencyKey, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod link;
+pub use link::{ApprovalLink, LinkRefused};
+
 /// HMAC-SHA-256.
 type Hmac = hmac::Hmac<sha2::Sha256>;
 
@@ -111,6 +114,17 @@ impl ApprovalKey {
         <Hmac as KeyInit>::new_from_slice(&self.secret)
             .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"))
     }
+
+    /// A MAC under a secret derived from this key for the purpose `label`: whoever shares
+    /// the key derives the same, and it reveals nothing of the key.
+    pub(crate) fn derived_mac(&self, label: &[u8]) -> Hmac {
+        let mut derive = self.mac();
+        derive.update(b"idem/derived/");
+        derive.update(label);
+        let secret = derive.finalize().into_bytes();
+        <Hmac as KeyInit>::new_from_slice(&secret)
+            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"))
+    }
 }
 
 impl fmt::Debug for ApprovalKey {
@@ -145,6 +159,10 @@ impl ApprovalKeys {
 
     fn get(&self, id: &str) -> Option<&ApprovalKey> {
         self.keys.iter().find(|k| k.id == id)
+    }
+
+    pub(crate) fn by_id(&self, id: &str) -> Option<&ApprovalKey> {
+        self.get(id)
     }
 }
 
@@ -188,6 +206,11 @@ impl Approver {
         mac.update(b"idem/derived/");
         mac.update(label);
         mac.finalize().into_bytes().into()
+    }
+
+    /// The key this approver signs with.
+    pub fn key(&self) -> &ApprovalKey {
+        &self.key
     }
 
     /// Approve exactly the call `request` describes, until `expires_at` (compared with the
