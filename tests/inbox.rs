@@ -334,3 +334,168 @@ fn tempdir() -> TempDir {
     std::fs::create_dir_all(&dir).unwrap();
     TempDir(dir)
 }
+
+/// Approval one click away (issue #27): an MCP client that can open URLs gets the inbox page
+/// of the exact call; a person approves there; the client's retry runs the call once. A
+/// denial reaches the retry with its reason; forged, altered, expired and foreign-tenant
+/// links show nothing.
+#[cfg(feature = "mcp")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_is_sent_to_the_inbox_page_of_its_call() {
+    use idem::mcp::McpServer;
+    use idem::mcp::approval::APPROVAL_INPUT;
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, ElicitRequestParams, ElicitationCapability,
+        InitializeResult, InputRequest, InputResponses, ProtocolVersion, UrlElicitationCapability,
+    };
+    use rmcp::service::serve_directly;
+    use rmcp::{ClientHandler, RoleClient, RoleServer};
+
+    let dir = tempdir();
+    let db = dir.join("mcp-inbox.db");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let tokens = format!("lee@desk={LEE}");
+    let key = key_text();
+    let _server = Running(
+        inbox(
+            &db,
+            port,
+            &[("IDEM_UI_TOKENS", &tokens), ("IDEM_APPROVAL_KEY", &key)],
+        )
+        .spawn()
+        .unwrap(),
+    );
+    answering(&base).await;
+
+    let server = McpServer::new(dispatcher(Registry::linked().unwrap(), store), "acme")
+        .unwrap()
+        .approve_in_inbox(&base, approval_key());
+    let mut info = ().get_info();
+    info.protocol_version = ProtocolVersion::V_2026_07_28;
+    info.capabilities.elicitation =
+        Some(ElicitationCapability::new().with_url(UrlElicitationCapability::new()));
+    let (server_side, client_side) = tokio::io::duplex(64 * 1024);
+    let running = serve_directly::<RoleServer, _, _, _, _>(server, server_side, Some(info.clone()));
+    std::mem::forget(running);
+    let mut peer = InitializeResult::default();
+    peer.protocol_version = ProtocolVersion::V_2026_07_28;
+    let mcp = serve_directly::<RoleClient, _, _, _, _>(info, client_side, Some(peer.into()));
+
+    let call = |payment: &str| {
+        let Value::Object(arguments) = json!({ "payment": payment }) else {
+            unreachable!()
+        };
+        CallToolRequestParams::new("refund").with_arguments(arguments)
+    };
+    // Round one: no `_meta` (the re-send window keys it), a URL to open.
+    let asked = |response: CallToolResponse| match response {
+        CallToolResponse::InputRequired(asked) => {
+            let state = asked.request_state.clone().expect("a requestState");
+            let requests = asked.input_requests.clone().expect("input requests");
+            let Some(InputRequest::Elicitation(elicit)) = requests.get(APPROVAL_INPUT) else {
+                panic!("an elicitation under {APPROVAL_INPUT}: {requests:?}")
+            };
+            let ElicitRequestParams::UrlElicitationParams { url, .. } = &elicit.params else {
+                panic!("a URL elicitation: {elicit:?}")
+            };
+            (url.clone(), state)
+        }
+        other => panic!("expected a question, got {other:?}"),
+    };
+    let retry = |mut params: CallToolRequestParams, state: &str| {
+        let mut responses = InputResponses::new();
+        responses.insert(APPROVAL_INPUT.to_owned(), json!({"action": "accept"}));
+        params.input_responses = Some(responses);
+        params.request_state = Some(state.to_owned());
+        params
+    };
+    let (url, state) = asked(mcp.call_tool_once(call("pay_9")).await.unwrap());
+    assert!(url.starts_with(&format!("{base}/approval?")), "{url}");
+    assert_eq!(REFUNDS.count("pay_9"), 0);
+
+    // The link alone approves nothing, and without a sign-in shows only the sign-in form.
+    let anonymous = client().get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let page = anonymous.text().await.unwrap();
+    assert!(page.contains("name=next"), "{page}");
+    // Retried before anyone decided: told so, with the link; nothing ran.
+    let early = match mcp
+        .call_tool_once(retry(call("pay_9"), &state))
+        .await
+        .unwrap()
+    {
+        CallToolResponse::Complete(result) => result,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(early.is_error, Some(true));
+    assert!(format!("{:?}", early.content).contains("/approval?"));
+    assert_eq!(REFUNDS.count("pay_9"), 0);
+
+    // Lee signs in, is shown the exact call, approves it.
+    let (lee, csrf) = sign_in(&base, LEE).await;
+    let shown = client()
+        .get(&url)
+        .header(reqwest::header::COOKIE, &lee)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shown.status(), 200);
+    let page = shown.text().await.unwrap();
+    assert!(page.contains("pay_9") && page.contains("refund"), "{page}");
+    let form = |field: &str| {
+        page.split(&format!("name={field} value=\""))
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap()
+            .to_owned()
+    };
+    let approved = client()
+        .post(format!("{base}/approve"))
+        .header(reqwest::header::COOKIE, &lee)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("key", &form("key")),
+            ("shown", &form("shown")),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 303);
+    let ran = match mcp
+        .call_tool_once(retry(call("pay_9"), &state))
+        .await
+        .unwrap()
+    {
+        CallToolResponse::Complete(result) => result,
+        other => panic!("{other:?}"),
+    };
+    assert_ne!(ran.is_error, Some(true), "{ran:?}");
+    assert_eq!(REFUNDS.count("pay_9"), 1);
+    // Sent again: replayed, never run twice.
+    let again = mcp.call_tool_once(call("pay_9")).await.unwrap();
+    assert!(matches!(again, CallToolResponse::Complete(r) if r.is_error != Some(true)));
+    assert_eq!(REFUNDS.count("pay_9"), 1);
+
+    // Altered links show nothing: another tenant, other arguments, a later expiry, a
+    // forged signature.
+    let (url2, _) = asked(mcp.call_tool_once(call("pay_10")).await.unwrap());
+    for (altered, status) in [
+        (url2.replace("tenant=acme", "tenant=globex"), 403),
+        (url2.replace("&exp=", "&exp=9"), 403),
+        (url2.replace("&sig=", "&sig=00"), 403),
+        (url2.replace("&fp=", "&fp=0"), 400),
+    ] {
+        let refused = client()
+            .get(&altered)
+            .header(reqwest::header::COOKIE, &lee)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), status, "{altered}");
+        let body = refused.text().await.unwrap();
+        assert!(!body.contains("name=shown"), "no decision form: {body}");
+    }
+    assert_eq!(REFUNDS.count("pay_10"), 0);
+}

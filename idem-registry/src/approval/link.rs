@@ -52,7 +52,9 @@ pub struct ApprovalLink {
 #[non_exhaustive]
 pub enum LinkRefused {
     /// A parameter is missing or malformed.
-    #[error("this approval link is incomplete or malformed ({0}): open the link the MCP client gave, whole")]
+    #[error(
+        "this approval link is incomplete or malformed ({0}): open the link the MCP client gave, whole"
+    )]
     Malformed(&'static str),
     /// Signed with no key this inbox holds.
     #[error("this approval link was signed with a key this inbox does not hold (`{0}`)")]
@@ -82,7 +84,11 @@ impl ApprovalLink {
     /// The inbox page's address: `inbox` (its base URL, e.g. `https://ops.example/`) then
     /// `/approval?` and the signed query.
     pub fn url(&self, inbox: &str, key: &ApprovalKey) -> String {
-        format!("{}/approval?{}", inbox.trim_end_matches('/'), self.query(key))
+        format!(
+            "{}/approval?{}",
+            inbox.trim_end_matches('/'),
+            self.query(key)
+        )
     }
 
     /// The link a query string names, if one of `keys` signed it and it has not expired at
@@ -214,17 +220,29 @@ mod tests {
         let desk = key("desk-1", 1);
         let keys = ApprovalKeys::new([desk.clone()]);
         let query = link.query(&desk);
-        assert_eq!(ApprovalLink::verify(&query, &keys, Timestamp(4_999)), Ok(link.clone()));
+        assert_eq!(
+            ApprovalLink::verify(&query, &keys, Timestamp(4_999)),
+            Ok(link.clone())
+        );
         // (the query as altered, the refusal)
         let other_fp = Fingerprint::from_bytes([4; 32]).to_hex();
         let cases = [
             (query.replace("exp=5000", "exp=9000"), LinkRefused::Forged),
             (query.replace("key=abc", "key=abd"), LinkRefused::Forged),
-            (query.replace(&link.fingerprint.to_hex(), &other_fp), LinkRefused::Forged),
+            (
+                query.replace(&link.fingerprint.to_hex(), &other_fp),
+                LinkRefused::Forged,
+            ),
             (query.replace("tenant=t", "tenant=u"), LinkRefused::Forged),
             (link.query(&key("desk-1", 2)), LinkRefused::Forged),
-            (link.query(&key("desk-9", 1)), LinkRefused::UnknownKey("desk-9".into())),
-            (query.replace("&sig=", "&sog="), LinkRefused::Malformed("sig")),
+            (
+                link.query(&key("desk-9", 1)),
+                LinkRefused::UnknownKey("desk-9".into()),
+            ),
+            (
+                query.replace("&sig=", "&sog="),
+                LinkRefused::Malformed("sig"),
+            ),
             (query.replace("fp=", "fp=zz"), LinkRefused::Malformed("fp")),
         ];
         for (altered, refusal) in cases {

@@ -118,12 +118,16 @@ impl ApprovalKey {
     /// A MAC under a secret derived from this key for the purpose `label`: whoever shares
     /// the key derives the same, and it reveals nothing of the key.
     pub(crate) fn derived_mac(&self, label: &[u8]) -> Hmac {
+        <Hmac as KeyInit>::new_from_slice(&self.derived_secret(label))
+            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"))
+    }
+
+    /// A secret for the purpose `label`, derived from this key.
+    pub(crate) fn derived_secret(&self, label: &[u8]) -> [u8; 32] {
         let mut derive = self.mac();
         derive.update(b"idem/derived/");
         derive.update(label);
-        let secret = derive.finalize().into_bytes();
-        <Hmac as KeyInit>::new_from_slice(&secret)
-            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"))
+        derive.finalize().into_bytes().into()
     }
 }
 
@@ -202,10 +206,7 @@ impl Approver {
     /// nothing of the key.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn derived_secret(&self, label: &[u8]) -> [u8; 32] {
-        let mut mac = self.key.mac();
-        mac.update(b"idem/derived/");
-        mac.update(label);
-        mac.finalize().into_bytes().into()
+        self.key.derived_secret(label)
     }
 
     /// The key this approver signs with.

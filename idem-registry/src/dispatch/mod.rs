@@ -258,10 +258,11 @@ impl Dispatcher {
     ) -> Result<Option<RecordKey>, DispatchError> {
         let tool = self.lookup(&call.name)?;
         let args = arguments::validate(tool, &call.arguments)?.arguments;
-        let sealed = self.seal(tool, &args)?;
-        Ok(self
-            .key_material(tool, call, run, sealed.as_ref().unwrap_or(&args))
-            .map(|m| self.keys(tool, run, &m).0))
+        match self.key(tool, call, run, &args) {
+            Ok(keyed) => Ok(keyed.keys.map(|(record, _)| record)),
+            Err(DispatchError::MissingKey { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Dispatch one call under its class's policy.

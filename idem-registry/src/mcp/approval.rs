@@ -233,21 +233,81 @@ fn refusal(text: String, code: &str) -> CallToolResult {
 impl McpServer {
     /// Answer with a question instead of `dispatched`'s pending refusal, when this server
     /// approves by elicitation and the client can answer.
-    pub(super) fn ask_instead(
+    pub(super) async fn ask_instead(
         &self,
         call: &ToolCall,
+        run: &RunContext,
         dispatched: &Result<crate::Dispatched, DispatchError>,
         context: &RequestContext<RoleServer>,
     ) -> Option<Result<CallToolResponse, ErrorData>> {
-        let elicitation = self.elicitation.as_ref()?;
         let Err(DispatchError::ApprovalRequired { request }) = dispatched else {
             return None;
         };
+        if let Some(inbox) = &self.inbox
+            && super::inbox::can_open_urls(context)
+        {
+            return Some(match self.inbox_link(call, run, request).await {
+                Ok(url) => inbox.ask(request, url).map(Into::into),
+                Err(e) => Err(e),
+            });
+        }
+        let elicitation = self.elicitation.as_ref()?;
         can_elicit(context).then(|| {
             elicitation
                 .ask(request, call.key.as_deref())
                 .map(Into::into)
         })
+    }
+
+    /// The inbox page of `call`, pending for `request`.
+    async fn inbox_link(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+        request: &ApprovalRequest,
+    ) -> Result<String, ErrorData> {
+        let Some(inbox) = &self.inbox else {
+            return Err(ErrorData::internal_error("no inbox is configured", None));
+        };
+        let record_key = self
+            .dispatcher
+            .record_key(call, run)
+            .ok()
+            .flatten()
+            .ok_or_else(|| ErrorData::internal_error("the pending call has no record key", None))?;
+        let now = self
+            .dispatcher
+            .store()
+            .now()
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(inbox.link(request, &record_key, now))
+    }
+
+    /// Round two of a URL question: whatever the person decided in the inbox, the call as
+    /// the dispatcher now answers it; while nobody has decided, the link again.
+    async fn after_inbox(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+        request: &ApprovalRequest,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let dispatched = tokio::select! {
+            result = self.dispatcher.dispatch(call, run) => result,
+            () = context.ct.cancelled() => {
+                return Err(ErrorData::internal_error("the call was cancelled", None));
+            }
+        };
+        if let Err(DispatchError::ApprovalRequired { .. }) = &dispatched {
+            let url = self.inbox_link(call, run, request).await?;
+            let text = format!(
+                "nobody has decided on `{}` yet; nothing ran. Open {url} to approve or deny it, then send the call again",
+                request.tool
+            );
+            return Ok(refusal(text, "approval_required").into());
+        }
+        super::result_of(dispatched).map(Into::into)
     }
 
     /// Round two of an approval: `state` and the user's answer in `responses`.
@@ -259,16 +319,27 @@ impl McpServer {
         responses: Option<&InputResponses>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(elicitation) = &self.elicitation else {
+        if self.elicitation.is_none() && self.inbox.is_none() {
             return Err(ErrorData::invalid_params(
                 "this server asked no question: a `requestState` is not expected here",
                 None,
             ));
-        };
+        }
         let (record_key, request) = match self.dispatcher.approval_request(call, run) {
             Ok(asked) => asked,
             // The call cannot be dispatched as sent (its arguments, scopes or key): say why.
             Err(e) => return super::result_of(Err(e)).map(Into::into),
+        };
+        if let Some(inbox) = &self.inbox
+            && inbox.asked(state, &request)
+        {
+            return self.after_inbox(call, run, &request, context).await;
+        }
+        let Some(elicitation) = &self.elicitation else {
+            return Err(ErrorData::invalid_params(
+                "the `requestState` was not issued by this server for this client, or was altered, or has expired: send the call again without it",
+                None,
+            ));
         };
         match elicitation.open(state, &request) {
             Ok(()) => {}

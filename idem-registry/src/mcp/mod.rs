@@ -32,6 +32,7 @@
 //!   ([`Dispatcher::pending_approvals`]).
 
 pub mod approval;
+pub mod inbox;
 pub mod keys;
 pub mod transport;
 
@@ -89,6 +90,7 @@ pub struct McpServer {
     authenticate: Option<Authenticate>,
     keyless_idempotent: bool,
     elicitation: Option<approval::Elicitation>,
+    inbox: Option<inbox::InboxLinks>,
     keys: Arc<keys::KeySettings>,
     /// This connection's id: the re-send window's scope where the transport has no session.
     connection: Arc<str>,
@@ -139,6 +141,7 @@ impl McpServer {
             authenticate: None,
             keyless_idempotent: false,
             elicitation: None,
+            inbox: None,
             keys: Arc::default(),
             connection: keys::connection_id(),
         })
@@ -252,6 +255,34 @@ impl McpServer {
     /// ```
     pub fn approve_by_elicitation(self, approver: Approver) -> Self {
         self.approve_by_elicitation_for(approver, approval::DEFAULT_ELICITATION_VALIDITY)
+    }
+
+    /// Send a client that can open URLs (URL-mode elicitation) to the approval inbox's page
+    /// of an irreversible call held for approval (`idem ui` at `inbox`, e.g.
+    /// `https://ops.example.com`), with a link signed by `key`, the inbox's approval key
+    /// (`IDEM_APPROVAL_KEY`), which must also be one of the dispatcher's. A person decides
+    /// there, under their own name; the client's retry runs the call once if approved. See
+    /// [`inbox`].
+    ///
+    /// ```no_run
+    /// # fn f(server: idem_registry::mcp::McpServer, key: idem_registry::ApprovalKey) {
+    /// let server = server.approve_in_inbox("http://127.0.0.1:8090", key);
+    /// # let _ = server; }
+    /// ```
+    pub fn approve_in_inbox(self, inbox: impl Into<String>, key: crate::ApprovalKey) -> Self {
+        self.approve_in_inbox_for(inbox, key, inbox::DEFAULT_LINK_VALIDITY)
+    }
+
+    /// [`approve_in_inbox`](Self::approve_in_inbox), with links the inbox shows for
+    /// `validity` (on the store's clock).
+    pub fn approve_in_inbox_for(
+        mut self,
+        inbox: impl Into<String>,
+        key: crate::ApprovalKey,
+        validity: Duration,
+    ) -> Self {
+        self.inbox = Some(inbox::InboxLinks::new(inbox.into(), key, validity));
+        self
     }
 
     /// [`approve_by_elicitation`](Self::approve_by_elicitation), with questions that can be
@@ -423,7 +454,7 @@ impl McpServer {
                 return Err(ErrorData::internal_error("the call was cancelled", None));
             }
         };
-        if let Some(asked) = self.ask_instead(call, &dispatched, context) {
+        if let Some(asked) = self.ask_instead(call, run, &dispatched, context).await {
             return asked;
         }
         result_of(dispatched).map(Into::into)

@@ -32,11 +32,12 @@ use crate::cli::{Identity, StoreArgs};
 use crate::exit::{Exit, Failure};
 use crate::operate::Operator;
 
+mod call;
 mod decide;
 mod page;
 
 use decide::{approve, deny, release, resolve};
-use page::{login_body, login_page, page_error, refused_login, render};
+use page::{login_page, page_error, refused_login, render};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
@@ -310,6 +311,7 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
     let name = inbox.op.name.clone();
     let app = Router::new()
         .route("/", get(index))
+        .route(call::PATH, get(call::approval_page))
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
         .route("/approve", post(approve))
@@ -423,6 +425,9 @@ fn tokens(identity: &Identity) -> Result<Vec<(String, String)>, Failure> {
 #[derive(Deserialize)]
 struct LoginForm {
     token: String,
+    /// Where to return: an approval link's page.
+    #[serde(default)]
+    next: String,
 }
 
 /// Sign in. A sign-in from another site's page is refused too: it would sign a visitor in
@@ -437,9 +442,16 @@ async fn login(
     }
     let Some(who) = inbox.token_of(form.token.trim()) else {
         tracing::warn!("a wrong inbox token was given");
+        let back = match call::after_sign_in(&form.next) {
+            "/" => "",
+            link => link,
+        };
         return (
             StatusCode::UNAUTHORIZED,
-            Html(login_body(Some("That is not the inbox's token."))),
+            Html(page::login_body_next(
+                Some("That is not the inbox's token."),
+                back,
+            )),
         )
             .into_response();
     };
@@ -453,7 +465,8 @@ async fn login(
         }
     };
     let cookie = inbox.cookie(&session, SESSION_TTL);
-    ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+    let back = call::after_sign_in(&form.next);
+    ([(header::SET_COOKIE, cookie)], Redirect::to(back)).into_response()
 }
 
 #[derive(Deserialize)]

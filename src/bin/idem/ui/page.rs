@@ -97,13 +97,22 @@ pub(super) fn page_error(status: StatusCode, message: &str) -> Response {
 }
 
 pub(super) fn login_body(message: Option<&str>) -> String {
+    login_body_next(message, "")
+}
+
+/// The sign-in page, returning to `next` (a link's page) once signed in.
+pub(super) fn login_body_next(message: Option<&str>, next: &str) -> String {
     let note = message
         .map(|m| format!("<div class=error role=alert id=error>{}</div>", esc(m)))
         .unwrap_or_default();
+    let back = match next {
+        "" => String::new(),
+        next => format!("<input type=hidden name=next value=\"{}\">", esc(next)),
+    };
     layout(
         "idem: sign in",
         &format!(
-            "<main><h2>idem approval inbox</h2>{note}<form method=post action=\"/login\"><p><label>Access token <input type=password name=token autocomplete=off autofocus></label></p><p><button type=submit>Open the inbox</button></p></form></main>"
+            "<main><h2>idem approval inbox</h2>{note}<form method=post action=\"/login\">{back}<p><label>Access token <input type=password name=token autocomplete=off autofocus></label></p><p><button type=submit>Open the inbox</button></p></form></main>"
         ),
     )
 }
