@@ -346,6 +346,30 @@ async fn a_yes_to_other_arguments_pending_under_the_key_approves_nothing() {
 }
 
 #[tokio::test]
+async fn a_no_to_other_arguments_pending_under_the_key_denies_nothing() {
+    let setup = Setup::new();
+    let client = setup.connect();
+    // Pending under the key: the call with cus_a. The question shown is for cus_b.
+    question(&ask(&client, params("delete_account", "cus_a", "k-same")).await);
+    let b = || params("delete_account", "cus_b", "k-same");
+    let (message, state) = question(&ask(&client, b()).await);
+    assert!(message.contains("cus_b"), "{message}");
+    let decline = json!({"action": "accept", "content": {"approve": false}});
+    let refused = complete(&client, retry(b(), &state, decline)).await;
+    assert_eq!(error_code(&refused), json!("key_reused"));
+    // Nothing was denied: the call with cus_a, never shown, is still pending.
+    let pending = setup
+        .dispatcher()
+        .pending_approvals(&ApprovalFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert!(pending[0].decision.is_none(), "{:?}", pending[0].decision);
+    assert_eq!(pending[0].arguments, json!({"customer": "cus_a"}));
+    assert_eq!(setup.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
 async fn an_expired_state_is_refused_and_asking_again_asks() {
     let mut setup = Setup::new();
     setup.validity = Duration::from_millis(1);

@@ -319,6 +319,19 @@ impl Dispatcher {
     ) -> Result<PendingApproval, DecisionError> {
         deny_stored(&*self.store, key, by, reason, None).await
     }
+
+    /// [`deny_pending`](Self::deny_pending), only if the request under `key` still has the
+    /// arguments whose fingerprint was `shown` (checked in the same swap as the decision): a
+    /// person who declined one call never denies another made under its key since.
+    pub async fn deny_pending_as_shown(
+        &self,
+        key: &RecordKey,
+        by: &str,
+        reason: &str,
+        shown: Fingerprint,
+    ) -> Result<PendingApproval, DecisionError> {
+        deny_stored(&*self.store, key, by, reason, Some(shown)).await
+    }
 }
 
 /// Operator, without the tools: the pending approvals in `store` that `filter` admits, as

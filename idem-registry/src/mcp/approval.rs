@@ -374,7 +374,10 @@ impl McpServer {
             Answer::Decline => {
                 let by = elicitation.approver.identity();
                 let reason = "declined in the MCP client";
-                self.dispatcher.deny_pending(&record_key, by, reason).await
+                let shown = request.fingerprint;
+                self.dispatcher
+                    .deny_pending_as_shown(&record_key, by, reason, shown)
+                    .await
             }
             Answer::Dismissed => {
                 let text = format!(
@@ -393,6 +396,8 @@ impl McpServer {
             Err(DecisionError::Refused(DecisionRefused::AlreadyDecided { .. })) => {
                 Some("approval_answered")
             }
+            // The key is pending with other arguments than the ones shown.
+            Err(DecisionError::Refused(DecisionRefused::NotShown(_))) => Some("key_reused"),
             // The pending request expired in the store (or was purged) meanwhile.
             Err(DecisionError::Refused(_)) => Some("approval_expired"),
             // The key is pending with other arguments than this call's.
