@@ -152,6 +152,8 @@ impl LogicalKey {
 /// The domain of the record key's digest. v2: call ids are scoped by the run.
 const RECORD_DOMAIN: &str = "idem/record/v2";
 const DOWNSTREAM_DOMAIN: &[u8] = b"idem/downstream/v2";
+/// The domain of a journaled step's downstream key.
+const STEP_DOMAIN: &[u8] = b"idem/step/v1";
 
 /// The downstream key's digest, from the record key's: one SHA-256 block over a fixed-size
 /// input instead of hashing the scope a second time. It cannot be turned back into the
@@ -297,6 +299,30 @@ impl IdempotencyKey {
         Some(downstream_key_of(&downstream_digest(&digest)))
     }
 
+    /// The downstream key of the journaled step `name` of the call whose key this is: each
+    /// step of a multi-step tool is its own request downstream (an API that keeps
+    /// idempotency keys refuses one key for two different requests), and a step's key is the
+    /// same on every attempt, take-over and restart, since it is derived from the call's.
+    ///
+    /// ```
+    /// # use idem_core as idem;
+    /// use idem::IdempotencyKey;
+    ///
+    /// let call = IdempotencyKey::new("idem-58b62c8834c7597ad58886f738865f29ebcd6cbc");
+    /// assert_eq!(call.for_step("charge"), call.for_step("charge"));
+    /// assert_ne!(call.for_step("charge"), call.for_step("reserve"));
+    /// assert!(call.for_step("charge").as_str().starts_with("idem-"));
+    /// ```
+    pub fn for_step(&self, name: &str) -> IdempotencyKey {
+        let mut h = Sha256::new();
+        for field in [STEP_DOMAIN, self.as_str().as_bytes(), name.as_bytes()] {
+            h.update((field.len() as u64).to_be_bytes());
+            h.update(field);
+        }
+        let digest: [u8; 32] = h.finalize().into();
+        downstream_key_of(&digest)
+    }
+
     /// Wrap a key (for a read tool without key material, or a stored value).
     pub fn new(s: impl Into<String>) -> Self {
         IdempotencyKey(s.into().into())
@@ -351,6 +377,16 @@ mod tests {
         assert_eq!(
             downstream.as_str(),
             "idem-58b62c8834c7597ad58886f738865f29ebcd6cbc"
+        );
+    }
+
+    /// A step's downstream key, pinned the same way.
+    #[test]
+    fn step_keys_are_pinned() {
+        let call = IdempotencyKey::new("idem-58b62c8834c7597ad58886f738865f29ebcd6cbc");
+        assert_eq!(
+            call.for_step("charge").as_str(),
+            "idem-ae38be775c5982a63b6f6d63091a2832e6d59b58"
         );
     }
 

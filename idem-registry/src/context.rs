@@ -9,6 +9,11 @@ use idem_core::{Fence, IdempotencyKey, JournalEntry, RecordKey, Store, ToolClass
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+tokio::task_local! {
+    /// The journaled step running on this task: its call's key, and its own.
+    static STEP: (IdempotencyKey, IdempotencyKey);
+}
+
 /// Injected into a tool body as `ctx: &ToolContext`; never part of the schema.
 ///
 /// Cheap to clone. The most important thing it carries is
@@ -171,6 +176,40 @@ impl ToolContext {
         &self.inner.key
     }
 
+    /// The downstream key of this call's journaled step `name`: each step of a multi-step
+    /// tool is its own request downstream, and an API that keeps idempotency keys refuses one
+    /// key for two different requests. Derived from the call's key and the name, so it is
+    /// the same on every attempt, take-over and restart. Inside [`step`](Self::step) the
+    /// HTTP middleware and `KeyedRequest` send it without being told.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{ToolClass, ToolContext};
+    ///
+    /// let ctx = ToolContext::detached("book_trip", ToolClass::IdempotentWrite, "idem-call");
+    /// assert_eq!(ctx.step_key("charge"), ctx.step_key("charge"));
+    /// assert_ne!(ctx.step_key("charge"), ctx.step_key("reserve"));
+    /// ```
+    pub fn step_key(&self, name: &str) -> IdempotencyKey {
+        self.inner.key.for_step(name)
+    }
+
+    /// The key of the journaled step running on this task (inside [`step`](Self::step)'s
+    /// closure), if one is.
+    pub fn current_step_key() -> Option<IdempotencyKey> {
+        STEP.try_with(|(_, step)| step.clone()).ok()
+    }
+
+    /// The key to hand downstream now: inside one of this call's steps, the step's
+    /// ([`step_key`](Self::step_key)); otherwise the call's
+    /// ([`idempotency_key`](Self::idempotency_key)).
+    pub fn downstream_key(&self) -> IdempotencyKey {
+        STEP.try_with(|(call, step)| (*call == self.inner.key).then(|| step.clone()))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| self.inner.key.clone())
+    }
+
     /// The tool's registered name.
     pub fn tool(&self) -> &str {
         &self.inner.tool
@@ -217,6 +256,10 @@ impl ToolContext {
 
     /// Run a named step of a multi-step effect at most once per key.
     ///
+    /// While `f` runs, the step's own downstream key ([`step_key`](Self::step_key)) is the
+    /// one an HTTP request carries (the `reqwest` middleware, `KeyedRequest`,
+    /// [`downstream_key`](Self::downstream_key)): give each write its own step.
+    ///
     /// If an earlier attempt or an earlier holder (before a crash) journaled this step, its
     /// recorded value is returned and `f` does not run. Otherwise `f` runs and its value is
     /// journaled under the key before this returns. If the journal write is refused (this
@@ -250,7 +293,9 @@ impl ToolContext {
                 ))
             });
         }
-        let value = f().await?;
+        // The step's own key is the downstream key while it runs.
+        let keys = (self.inner.key.clone(), self.step_key(name));
+        let value = STEP.scope(keys, f()).await?;
         let text = self.journaled(&value).map_err(|e| {
             ToolError::ambiguous(format!(
                 "step `{name}` ran but its value cannot be journaled: {e}"

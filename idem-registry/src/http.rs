@@ -15,6 +15,13 @@
 //! The key is the same on every attempt of a call, on every worker that takes it over, and
 //! after a restart: it is derived from the call's identity, not drawn at random.
 //!
+//! Inside a journaled step (`ctx.step("charge", ...)`) the key sent is the step's own
+//! ([`ToolContext::step_key`]): a tool that makes two different writes gives each a step,
+//! and each a key, since an API that keeps idempotency keys (Stripe, and the IETF draft)
+//! refuses one key for two different requests. Outside steps, the middleware stops a
+//! second, different request under the key the call already used, before it is sent
+//! ([`KeyAlreadyUsed`], naming the fix); the same request again (a retry) goes.
+//!
 //! ```no_run
 //! use idem_registry::http::IdempotencyKeyMiddleware;
 //! use idem_registry::{ToolContext};
@@ -36,7 +43,9 @@
 //! }
 //! ```
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Mutex;
 
 use http::{HeaderName, HeaderValue};
 use idem_core::IdempotencyKey;
@@ -47,19 +56,96 @@ use crate::context::ToolContext;
 /// The header the key is sent in by default.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 
+/// The call whose body is running on a task: its key, and the request each key it sent was
+/// first sent with.
+struct Running {
+    key: IdempotencyKey,
+    sent: Mutex<HashMap<IdempotencyKey, Sent>>,
+}
+
+/// A request as a key was first sent with: what an API that keeps keys compares.
+#[derive(Clone, PartialEq, Eq)]
+struct Sent {
+    method: String,
+    target: String,
+    /// SHA-256 of the body; `None` for a streamed body (not compared).
+    body: Option<[u8; 32]>,
+}
+
 tokio::task_local! {
-    /// The downstream key of the call whose body is running on this task.
-    static CURRENT: IdempotencyKey;
+    /// The call whose body is running on this task.
+    static CURRENT: Running;
 }
 
 /// Run `body` with `key` as the current call's key (the dispatcher does, for every body).
 pub(crate) fn scoped<F: Future>(key: IdempotencyKey, body: F) -> impl Future<Output = F::Output> {
-    CURRENT.scope(key, body)
+    let running = Running {
+        key,
+        sent: Mutex::default(),
+    };
+    CURRENT.scope(running, body)
 }
 
-/// The downstream key of the call whose body is running on this task, if one is.
+/// The downstream key of the call whose body is running on this task, if one is: inside one
+/// of its journaled steps (`ToolContext::step`), the step's own key.
 pub fn current_key() -> Option<IdempotencyKey> {
-    CURRENT.try_with(Clone::clone).ok()
+    let call = CURRENT.try_with(|running| running.key.clone()).ok()?;
+    Some(ToolContext::current_step_key().unwrap_or(call))
+}
+
+/// A request the middleware stopped: it would have sent a key already used for another
+/// request of the same call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "not sent: this call already sent {first} under its idempotency key, and {second} is another request; an API that keeps idempotency keys refuses one key for two requests (or answers with the first's response). Give each write a key of its own: wrap it in `ctx.step(\"name\", ...)`"
+)]
+pub struct KeyAlreadyUsed {
+    /// The request the key was first sent with (method and path).
+    pub first: String,
+    /// The one refused.
+    pub second: String,
+}
+
+/// Note that `key` goes out with `request`; refused if the call sent it with another one.
+fn note_sent(key: &IdempotencyKey, request: &reqwest::Request) -> Result<(), KeyAlreadyUsed> {
+    let sent = Sent {
+        method: request.method().to_string(),
+        target: request.url().as_str().to_owned(),
+        body: request.body().and_then(|b| b.as_bytes()).map(|bytes| {
+            use sha2::Digest;
+            sha2::Sha256::digest(bytes).into()
+        }),
+    };
+    let shown = |s: &Sent| {
+        let path = s.target.split('?').next().unwrap_or_default();
+        format!("`{} {path}`", s.method)
+    };
+    CURRENT
+        .try_with(|running| {
+            let mut seen = running.sent.lock().unwrap_or_else(|e| e.into_inner());
+            match seen.get(key) {
+                None => {
+                    seen.insert(key.clone(), sent);
+                    Ok(())
+                }
+                Some(first) if same(first, &sent) => Ok(()),
+                Some(first) => Err(KeyAlreadyUsed {
+                    first: shown(first),
+                    second: shown(&sent),
+                }),
+            }
+        })
+        .unwrap_or(Ok(()))
+}
+
+/// Whether two requests are one to an API that keeps keys (a streamed body is not compared).
+fn same(a: &Sent, b: &Sent) -> bool {
+    a.method == b.method
+        && a.target == b.target
+        && match (a.body, b.body) {
+            (Some(x), Some(y)) => x == y,
+            _ => true,
+        }
 }
 
 /// A request builder that can carry a call's key.
@@ -75,13 +161,13 @@ pub trait KeyedRequest: Sized {
 
 impl KeyedRequest for reqwest::RequestBuilder {
     fn idempotency_key_as(self, name: &str, ctx: &ToolContext) -> Self {
-        self.header(name, ctx.idempotency_key())
+        self.header(name, ctx.downstream_key().as_str())
     }
 }
 
 impl KeyedRequest for reqwest_middleware::RequestBuilder {
     fn idempotency_key_as(self, name: &str, ctx: &ToolContext) -> Self {
-        self.header(name, ctx.idempotency_key())
+        self.header(name, ctx.downstream_key().as_str())
     }
 }
 
@@ -134,6 +220,7 @@ impl Middleware for IdempotencyKeyMiddleware {
             // A downstream key is hex with a short prefix: always a valid header value.
             && let Ok(value) = HeaderValue::from_str(key.as_str())
         {
+            note_sent(&key, &request).map_err(reqwest_middleware::Error::middleware)?;
             request.headers_mut().insert(self.header.clone(), value);
         }
         next.run(request, extensions).await

@@ -9,7 +9,8 @@
 //! - `stores`: the durable stores by name, for those children;
 //! - `services`, `redis_keys`, `postgres_schemas`: the shared Redis and PostgreSQL servers
 //!   (URLs, skipping or failing without them, unique names, and cleaning up after a test);
-//! - `claims`: a claim that must acquire, straight on a store.
+//! - `claims`: a claim that must acquire, straight on a store;
+//! - `stripe`: a local HTTP API that keeps Stripe's idempotency rules and loses answers.
 //!
 //! The last four are idem-core's own test support files, included as they are: they need
 //! only the standard library and `idem_core`, a dependency of the facade, so each of these
@@ -33,4 +34,6 @@ pub mod redis_keys;
 #[path = "../../idem-core/tests/support/services.rs"]
 pub mod services;
 pub mod stores;
+#[cfg(feature = "reqwest")]
+pub mod stripe;
 pub mod tally;
