@@ -1,4 +1,12 @@
-//! rmcp's Streamable HTTP service, with refusals a client can read.
+//! rmcp's Streamable HTTP service, with every request authenticated and refusals a client
+//! can read.
+//!
+//! For a server that authenticates ([`McpServer::authenticate`]), every request is
+//! authenticated here, before rmcp sees it: `initialize`, `tools/*`, the stream a `GET`
+//! resumes and the `DELETE` that ends a session alike (401 without credentials it accepts).
+//! A session belongs to the principal (the tenant its credentials map to) that opened it: a
+//! request of another principal on it is answered as rmcp answers an unknown session (404),
+//! so it can neither read that session's results nor end it.
 //!
 //! rmcp refuses some POSTs before it reads a JSON-RPC message out of them (a body over its
 //! 4 MiB limit: 413; a body that is not a JSON-RPC message: 415; a bad header: 400) with a
@@ -7,9 +15,10 @@
 //! and otherwise says only that the server failed. [`McpHttpService`] puts rmcp's words in
 //! such an error, under the same status.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -37,6 +46,83 @@ type Response = http::Response<BoxBody<Bytes, Infallible>>;
 #[derive(Clone)]
 pub struct McpHttpService {
     inner: Inner,
+    /// For a server that authenticates: who may use which session.
+    guard: Option<Arc<Guard>>,
+}
+
+/// Every request authenticated before rmcp sees it, and each session kept to the principal
+/// that opened it.
+struct Guard {
+    who: crate::mcp::Authenticate,
+    /// Session id → the principal (tenant) that opened it.
+    owners: Mutex<HashMap<String, String>>,
+}
+
+/// What the guard says of a request.
+enum Admitted {
+    /// Authenticated, and the session (if any) is its principal's.
+    Yes {
+        principal: String,
+        session: Option<String>,
+    },
+    /// Refused, with this answer.
+    No(Response),
+}
+
+impl Guard {
+    fn admit(&self, headers: &http::HeaderMap) -> Admitted {
+        let Some(principal) = (self.who)(headers) else {
+            return Admitted::No(refusal(
+                http::StatusCode::UNAUTHORIZED,
+                "unauthenticated: this server needs credentials it accepts (e.g. `Authorization: Bearer <token>`) on every request",
+            ));
+        };
+        let session = headers
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if let Some(id) = &session {
+            let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            if owners.get(id).is_some_and(|owner| *owner != principal) {
+                // Said as rmcp says an unknown session: another's is not revealed.
+                return Admitted::No(refusal(
+                    http::StatusCode::NOT_FOUND,
+                    "no such session for these credentials: open one with `initialize`",
+                ));
+            }
+        }
+        Admitted::Yes { principal, session }
+    }
+
+    /// After rmcp answered: a session it opened is the principal's; one it ended is gone.
+    fn answered(&self, response: &Response, principal: String, ended: Option<String>) {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(opened) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        {
+            owners.entry(opened.to_owned()).or_insert(principal);
+        }
+        if let Some(ended) = ended
+            && response.status().is_success()
+        {
+            owners.remove(&ended);
+        }
+    }
+}
+
+/// The header of a Streamable HTTP session's id.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// A refusal before rmcp: a JSON-RPC error (no `id`: none was read) under `status`.
+fn refusal(status: http::StatusCode, message: &str) -> Response {
+    let error = super::error_response(ErrorData::invalid_request(message.to_owned(), None), None);
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(error.to_string().into_bytes())).boxed())
+        .unwrap_or_else(|_| http::Response::new(Full::new(Bytes::new()).boxed()))
 }
 
 impl McpHttpService {
@@ -46,13 +132,19 @@ impl McpHttpService {
         if !hosts.is_empty() {
             config = config.with_allowed_hosts(hosts.iter().map(|h| (*h).to_owned()));
         }
+        let guard = server.authenticate.clone().map(|who| {
+            Arc::new(Guard {
+                who,
+                owners: Mutex::default(),
+            })
+        });
         let inner = StreamableHttpService::new(
             // One server per session: its own re-send scope when a client sends no session.
             move || Ok(server.clone().for_connection()),
             Arc::default(),
             config,
         );
-        McpHttpService { inner }
+        McpHttpService { inner, guard }
     }
 }
 
@@ -71,9 +163,22 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let post = request.method() == http::Method::POST;
+        let delete = request.method() == http::Method::DELETE;
+        let admitted = match &self.guard {
+            None => None,
+            Some(guard) => match guard.admit(request.headers()) {
+                Admitted::No(refused) => return Box::pin(async move { Ok(refused) }),
+                Admitted::Yes { principal, session } => {
+                    Some((guard.clone(), principal, session.filter(|_| delete)))
+                }
+            },
+        };
         let answered = self.inner.call(request);
         Box::pin(async move {
             let response = answered.await?;
+            if let Some((guard, principal, ended)) = admitted {
+                guard.answered(&response, principal, ended);
+            }
             if post && unreadable_refusal(response.status(), response.headers()) {
                 Ok(as_json_rpc_error(response).await)
             } else {
