@@ -232,3 +232,71 @@ async fn an_internal_error_is_ambiguous_and_an_unknown_method_is_not_applied() {
     assert_eq!(error.kind(), ErrorKind::NotApplied, "{err}");
     assert!(effects.load(Ordering::SeqCst) >= 1);
 }
+
+/// `idem mcp-proxy --http` with `IDEM_PROXY_TOKENS` serves `McpProxy::server` with
+/// `authenticate`: every request is authenticated before rmcp, and a session is its
+/// opener's (a second principal and none are refused on it).
+#[tokio::test]
+async fn the_proxy_over_http_keeps_each_session_to_its_principal() {
+    let (proxy, _upstream) = proxy_with(0, "class = \"non_idempotent_write\"\n").await;
+    let server = proxy
+        .server(Arc::new(MemoryStore::new()), ProxyKeys::default())
+        .unwrap()
+        .authenticate(
+            |headers| match headers.get("authorization")?.to_str().ok()? {
+                "Bearer token-a" => Some("a".to_owned()),
+                "Bearer token-b" => Some("b".to_owned()),
+                _ => None,
+            },
+        );
+    let router = axum::Router::new().nest_service("/mcp", server.http_service(&[]));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let send = |method: reqwest::Method, token: Option<&str>, session: Option<&str>| {
+        let mut r = reqwest::Client::new()
+            .request(method, &url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json");
+        if let Some(token) = token {
+            r = r.header("authorization", format!("Bearer {token}"));
+        }
+        if let Some(session) = session {
+            r = r
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        r
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}});
+    let anonymous = send(reqwest::Method::POST, None, None)
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let opened = send(reqwest::Method::POST, Some("token-a"), None)
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for (token, status) in [(Some("token-b"), 404), (None, 401)] {
+        let ended = send(reqwest::Method::DELETE, token, Some(&session))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ended.status(), status, "DELETE as {token:?}");
+        let resumed = send(reqwest::Method::GET, token, Some(&session))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resumed.status(), status, "GET as {token:?}");
+    }
+}
