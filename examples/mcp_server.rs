@@ -1,22 +1,39 @@
 //! An MCP server over stdio whose tools keep their side-effect policy: a client that re-sends
-//! a call after a broken stream gets the recorded result (`_meta` says `deduplicated`); a
-//! write without key material is refused with how to pass one; an irreversible call
-//! runs once its user says yes to a question showing the exact call (a client that cannot
-//! ask its user gets the call refused as pending, for an operator). Records live in SQLite.
+//! a call after a broken stream gets the recorded result (`_meta` says `deduplicated`), whether
+//! or not it sends a key; an irreversible call runs once its user says yes to a question
+//! showing the exact call (a client that cannot ask its user gets the call refused as pending,
+//! for an operator). Records live in SQLite.
 //!
 //! ```text
 //! cargo run --example mcp_server --features mcp               # stdio, store in the temp dir
 //! IDEM_DB=my.db cargo run --example mcp_server --features mcp
 //! IDEM_MCP_TOKENS="token-a=acme,token-b=globex" \
 //!     cargo run --example mcp_server --features mcp -- --http 127.0.0.1:8080
+//! cargo run --example mcp_server --features mcp -- --resend-window 0 --model-key add_note
 //! ```
 //!
 //! Over HTTP (`POST /mcp`), each request acts for the tenant of its bearer token
 //! (`Authorization: Bearer token-a` acts for `acme`); a request without a known token is
 //! refused. Two tenants never share a record, even under the same key.
 //!
-//! A client passes its key in the request's `_meta`:
-//! `{"name": "create_ticket", "arguments": {...}, "_meta": {"io.idem/idempotency-key": "..."}}`.
+//! How a call is keyed, first match wins:
+//!
+//! - A key in the request's `_meta`, for a client that keeps one across re-sends:
+//!   `{"name": "create_ticket", "arguments": {...}, "_meta": {"io.idem/idempotency-key": "..."}}`.
+//! - For a tool named with `--model-key`, the `idempotency_key` argument the model gives (the
+//!   tool's listed schema gains it; the tool never sees it).
+//! - Otherwise, the re-send window, as for the hosts people use, which send no key: a call
+//!   is keyed by its session (an HTTP client's `Mcp-Session-Id`; over stdio, the connection),
+//!   tool and arguments, and the same call again within the window replays the first,
+//!   `deduplicated: true`. A deliberate identical call inside the window is replayed too.
+//!
+//! Settings (all optional, in any order):
+//!
+//! - `--resend-window SECS`: how long a call without a key stands for its re-sends (default
+//!   300). `0` turns the window off: a write without a key is refused, saying how to pass one.
+//! - `--resend-scope tenant`: scope the window by the tenant alone, not the session, so that
+//!   a call re-issued after a reconnect or a restart is caught too (default `session`).
+//! - `--model-key TOOL`: let the model key `TOOL`'s calls (repeatable).
 //!
 //! `add_note` answers after `delay_ms`, like a slow downstream system: a client can cancel it
 //! mid-call, or send it twice at once under one key, and see it run once. With `IDEM_NOTES`
@@ -24,8 +41,10 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem::mcp::McpServer;
+use idem::mcp::keys::{DEFAULT_RESEND_WINDOW, ResendScope};
 use idem::prelude::*;
 use idem::{ApprovalKey, ApprovalKeys, Approver, SqliteStore};
 
@@ -63,7 +82,7 @@ async fn add_note(
     /// How long the notebook takes, in milliseconds.
     delay_ms: u64,
 ) -> Result<String, ToolError> {
-    tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
     let key = &ctx.idempotency_key()[..13];
     // The notebook keeps one note per key, so running this again under a key is safe; the
     // file is a log of executions, for whoever wants to count them.
@@ -92,6 +111,13 @@ async fn delete_account(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let options = match Options::parse(std::env::args().skip(1)) {
+        Ok(options) => options,
+        Err(why) => {
+            eprintln!("{why}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
     let path = std::env::var_os("IDEM_DB").map_or_else(
         || std::env::temp_dir().join("idem-mcp-example.db"),
         PathBuf::from,
@@ -105,22 +131,74 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Dispatcher::approving(Registry::linked()?, store, keys)?.with_namespace("mcp-example");
     // A client that can elicit asks its user, showing the exact call; the user's yes is an
     // approval signed with the key. Other clients' calls wait for an operator.
-    let server = McpServer::new(dispatcher, "local")?
-        .approve_by_elicitation(Approver::new("the MCP client's user", key));
-    let mut args = std::env::args().skip(1);
-    match (args.next().as_deref(), args.next()) {
-        (None, _) => {
+    let mut server = McpServer::new(dispatcher, "local")?
+        .approve_by_elicitation(Approver::new("the MCP client's user", key))
+        .resend_window(options.resend_window)
+        .resend_scope(options.resend_scope);
+    for tool in &options.model_key {
+        server = server.model_key(tool).unwrap_or_else(|why| {
+            eprintln!("--model-key {tool}: {why}");
+            std::process::exit(2);
+        });
+    }
+    match options.http {
+        None => {
             // Logs go to stderr: stdout is the protocol's.
             eprintln!("idem MCP server on stdio, records in {}", path.display());
             server.serve_stdio().await?;
         }
-        (Some("--http"), Some(addr)) => serve_http(server, &addr).await?,
-        _ => {
-            eprintln!("usage: mcp_server [--http ADDR]");
-            std::process::exit(2);
-        }
+        Some(addr) => serve_http(server, &addr).await?,
     }
     Ok(())
+}
+
+const USAGE: &str = "usage: mcp_server [--http ADDR] [--resend-window SECS] \
+[--resend-scope session|tenant] [--model-key TOOL]...";
+
+/// The command line.
+struct Options {
+    http: Option<String>,
+    resend_window: Option<Duration>,
+    resend_scope: ResendScope,
+    model_key: Vec<String>,
+}
+
+impl Options {
+    fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, String> {
+        let mut options = Options {
+            http: None,
+            resend_window: Some(DEFAULT_RESEND_WINDOW),
+            resend_scope: ResendScope::Session,
+            model_key: Vec::new(),
+        };
+        while let Some(flag) = args.next() {
+            let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--http" => options.http = Some(value()?),
+                "--resend-window" => {
+                    let given = value()?;
+                    let secs: u64 = given.parse().map_err(|_| {
+                        format!("--resend-window takes whole seconds (0: off), got {given:?}")
+                    })?;
+                    options.resend_window = (secs > 0).then(|| Duration::from_secs(secs));
+                }
+                "--resend-scope" => {
+                    options.resend_scope = match value()?.as_str() {
+                        "session" => ResendScope::Session,
+                        "tenant" => ResendScope::Tenant,
+                        other => {
+                            return Err(format!(
+                                "--resend-scope is session or tenant, got {other:?}"
+                            ));
+                        }
+                    }
+                }
+                "--model-key" => options.model_key.push(value()?),
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        Ok(options)
+    }
 }
 
 /// Serve over Streamable HTTP at `addr`, each request acting for its bearer token's tenant

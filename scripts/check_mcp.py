@@ -7,8 +7,22 @@ file:
 
 - Over stdio: the tools listed with their annotations, a call executed, the same call re-sent
   replayed with `io.idem/deduplicated`, an invalid argument an error result with its pointer,
-  a write without a key refused with how to pass one, an irreversible call refused pending
-  approval, and an unknown tool a protocol error.
+  an irreversible call refused pending approval, and an unknown tool a protocol error.
+- A client that sends no key (no `_meta`), as the hosts people use, over stdio: a write runs
+  once and its re-send (a new request id) is replayed, one line in the notebook; other
+  arguments are another call; an irreversible call is approved by the user once (one
+  question) and its re-send replayed. With a 2 s window (`--resend-window 2`), the same call
+  after the window runs again (two lines). With the window off (`--resend-window 0`), a
+  write without a key is refused with how to pass one, and nothing runs. With `--model-key
+  add_note`: `idempotency_key` is listed in add_note's schema (optional) and no other tool's;
+  two calls with one id are one line, a new id is a new line (the window on, so the model's
+  key comes first), and an empty, over-long or non-string id is an error result that runs
+  nothing.
+- No key over Streamable HTTP: a client on a revision with sessions (the Python client's
+  `mode="legacy"`, `Mcp-Session-Id`) re-issuing a call on its session gets one line; a second
+  session inside the window is another call (two lines). With `--resend-scope tenant`, the
+  second session's call is replayed (one line), another tenant's is not, and a 2026-07-28
+  client (that revision has no sessions) re-issuing a call gets one line.
 - A cancelled call: the client cancels a slow call in flight (`notifications/cancelled`); the
   same call re-sent under the same key is not held as in progress but runs afresh and
   completes, and the notebook shows one execution: the cancel left no live claim and the
@@ -105,14 +119,15 @@ def notes_in(path, note):
     return sum(1 for line in Path(path).read_text().splitlines() if line.endswith(" " + note))
 
 
-def stdio(binary, db, notes=None, **options):
-    """A client of the example over stdio (`options` for `mcp.Client`, e.g. a callback)."""
+def stdio(binary, db, notes=None, args=(), **options):
+    """A client of the example over stdio, started with `args` (`options` for `mcp.Client`,
+    e.g. a callback)."""
     from mcp import Client, StdioServerParameters
 
     env = dict(os.environ, IDEM_DB=db)
     if notes:
         env["IDEM_NOTES"] = notes
-    params = StdioServerParameters(command=binary, args=[], env=env)
+    params = StdioServerParameters(command=binary, args=list(args), env=env)
     return Client(params, read_timeout_seconds=PATIENCE, **options)
 
 
@@ -123,13 +138,14 @@ def free_port():
 
 
 @contextlib.contextmanager
-def http_server(binary, db, notes=None):
-    """The example over Streamable HTTP with two tokens (acme's, globex's); yields its URL."""
+def http_server(binary, db, notes=None, args=()):
+    """The example over Streamable HTTP with two tokens (acme's, globex's), started with
+    `args`; yields its URL."""
     port = free_port()
     env = dict(os.environ, IDEM_DB=db, IDEM_MCP_TOKENS="token-a=acme,token-b=globex")
     if notes:
         env["IDEM_NOTES"] = notes
-    server = subprocess.Popen([binary, "--http", f"127.0.0.1:{port}"], env=env)
+    server = subprocess.Popen([binary, "--http", f"127.0.0.1:{port}", *args], env=env)
     try:
         for _ in range(200):
             try:
@@ -195,9 +211,6 @@ async def check_stdio(binary, db):
                                          meta={KEY: "mcp-check-4"})
         expect(invalid.is_error is True and "/customer_id" in text_of(invalid),
                "an invalid argument is an error result with its pointer")
-        unkeyed = await client.call_tool("create_ticket", args)
-        expect(unkeyed.is_error is True and KEY in text_of(unkeyed),
-               "a write without a key is refused with how to pass one")
         pending = await client.call_tool("delete_account", {"customer_id": "cus_1"},
                                          meta={KEY: "mcp-check-2"})
         expect(pending.is_error is True and "approval" in text_of(pending),
@@ -207,6 +220,158 @@ async def check_stdio(binary, db):
             expect(False, "an unknown tool is a protocol error")
         except MCPError as e:
             expect("unknown tool" in str(e), f"an unknown tool is a protocol error ({e})")
+    return problems
+
+
+def deduplicated(result):
+    return meta_of(result).get("io.idem/deduplicated")
+
+
+async def check_no_key_stdio(binary, tmp):
+    """A client that sends no key, as every mainstream host: the re-send window over stdio."""
+    expect, problems = checker()
+    notes = str(Path(tmp) / "no-key-notes.txt")
+    args = {"note": "sent twice without a key", "delay_ms": 0}
+    async with stdio(binary, str(Path(tmp) / "no-key.db"), notes) as client:
+        first = await client.call_tool("add_note", args)
+        expect(first.is_error is not True and deduplicated(first) is False,
+               f"no _meta: a write runs ({text_of(first)[:60]})")
+        # The client lost the answer and sends the call again: a new request id, no key.
+        again = await client.call_tool("add_note", args)
+        expect(deduplicated(again) is True and again.structured_content == first.structured_content,
+               "its re-send is replayed, with the first's result")
+        expect(notes_in(notes, args["note"]) == 1, "the notebook shows one execution")
+        other = await client.call_tool("add_note", {"note": "another note", "delay_ms": 0})
+        expect(deduplicated(other) is False and notes_in(notes, "another note") == 1,
+               "other arguments are another call")
+
+    # An irreversible call without a key: the window keys the approval rounds too.
+    from mcp import types
+
+    asked = []
+
+    async def yes(context, question):
+        asked.append(question)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    async with stdio(binary, str(Path(tmp) / "no-key-approval.db"),
+                     elicitation_callback=yes) as client:
+        target = {"customer_id": "cus_no_key"}
+        done = await client.call_tool("delete_account", target)
+        expect(done.is_error is not True and "deleted cus_no_key" in text_of(done)
+               and len(asked) == 1,
+               f"no _meta: the user's yes runs an irreversible call ({text_of(done)[:60]})")
+        again = await client.call_tool("delete_account", target)
+        expect(deduplicated(again) is True and len(asked) == 1,
+               "its re-send is replayed without a new question")
+
+    # A short window, waited out: the same call after it is a new one.
+    args = {"note": "again after the window", "delay_ms": 0}
+    async with stdio(binary, str(Path(tmp) / "no-key-2s.db"), notes,
+                     args=["--resend-window", "2"]) as client:
+        first = await client.call_tool("add_note", args)
+        again = await client.call_tool("add_note", args)
+        expect(deduplicated(first) is False and deduplicated(again) is True,
+               "a 2 s window: the re-send inside it is replayed")
+        await asyncio.sleep(3)  # past the window of the first call (not a measurement)
+        later = await client.call_tool("add_note", args)
+        expect(later.is_error is not True and deduplicated(later) is False,
+               "the same call after the window runs again")
+    expect(notes_in(notes, args["note"]) == 2, "the notebook shows two executions")
+
+    # The window off: a keyless write is refused, as before the window existed.
+    async with stdio(binary, str(Path(tmp) / "no-key-off.db"), notes,
+                     args=["--resend-window", "0"]) as client:
+        ticket = {"customer_id": "cus_1", "subject": "Printer"}
+        unkeyed = await client.call_tool("create_ticket", ticket)
+        expect(unkeyed.is_error is True and KEY in text_of(unkeyed)
+               and meta_of(unkeyed).get("io.idem/error") == "missing_key",
+               "the window off (--resend-window 0): a write without a key is refused with how "
+               "to pass one")
+        refused = await client.call_tool("add_note", {"note": "never written", "delay_ms": 0})
+        expect(refused.is_error is True and notes_in(notes, "never written") == 0,
+               "and runs nothing")
+        keyed = await client.call_tool("create_ticket", ticket, meta={KEY: "no-window-1"})
+        expect(keyed.is_error is not True, "a keyed write still runs")
+
+    # The model's key, with the window on: the key comes first.
+    async with stdio(binary, str(Path(tmp) / "model-key.db"), notes,
+                     args=["--model-key", "add_note"]) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        schema = tools["add_note"].input_schema
+        parameter = schema.get("properties", {}).get("idempotency_key", {})
+        expect(parameter.get("type") == "string"
+               and "idempotency_key" not in schema.get("required", []),
+               "--model-key add_note: add_note lists an optional idempotency_key")
+        expect(all("idempotency_key" not in t.input_schema.get("properties", {})
+                   for name, t in tools.items() if name != "add_note"),
+               "and no other tool does")
+        note = "keyed by the model"
+
+        def keyed(key):
+            return {"note": note, "delay_ms": 0, "idempotency_key": key}
+
+        one = await client.call_tool("add_note", keyed("act-1"))
+        two = await client.call_tool("add_note", keyed("act-1"))
+        expect(one.is_error is not True and deduplicated(two) is True
+               and notes_in(notes, note) == 1,
+               f"two calls with one id: one execution ({text_of(one)[:60]})")
+        new = await client.call_tool("add_note", keyed("act-2"))
+        expect(deduplicated(new) is False and notes_in(notes, note) == 2,
+               "a new id with the same arguments: a new execution")
+        for bad, says in (("", "is empty"), ("k" * 201, "over the limit"),
+                          (7, "must be a string")):
+            refused = await client.call_tool("add_note", keyed(bad))
+            expect(refused.is_error is True and says in text_of(refused)
+                   and "idempotency_key" in text_of(refused),
+                   f"an id {says}: an error result naming it ({text_of(refused)[:70]}...)")
+        expect(notes_in(notes, note) == 2, "and the refused ids ran nothing")
+    return problems
+
+
+async def check_no_key_http(binary, tmp):
+    """No key over Streamable HTTP: the session, another session, the tenant-wide scope."""
+    expect, problems = checker()
+    notes = str(Path(tmp) / "no-key-http-notes.txt")
+
+    async def add(client, note):
+        return await client.call_tool("add_note", {"note": note, "delay_ms": 0})
+
+    # Clients before the 2026-07-28 revision have a session (`Mcp-Session-Id`); the Python
+    # client speaks such a revision with mode="legacy".
+    with http_server(binary, str(Path(tmp) / "no-key-http.db"), notes) as url:
+        async with http_client(url, "token-a", mode="legacy") as one:
+            first = await add(one, "session")
+            again = await add(one, "session")
+            expect(deduplicated(first) is False and deduplicated(again) is True,
+                   "HTTP, no _meta: a call re-issued on its session is replayed")
+            expect(notes_in(notes, "session") == 1, "HTTP: one execution")
+        async with http_client(url, "token-a", mode="legacy") as two:
+            other = await add(two, "session")
+            expect(deduplicated(other) is False and notes_in(notes, "session") == 2,
+                   "another session inside the window is another call (two executions)")
+    with http_server(binary, str(Path(tmp) / "no-key-tenant.db"), notes,
+                     args=["--resend-scope", "tenant"]) as url:
+        async with http_client(url, "token-a", mode="legacy") as one:
+            await add(one, "tenant-wide")
+        async with http_client(url, "token-a", mode="legacy") as two:
+            other = await add(two, "tenant-wide")
+            expect(deduplicated(other) is True and notes_in(notes, "tenant-wide") == 1,
+                   "--resend-scope tenant: another session's identical call is replayed "
+                   "(one execution)")
+        async with http_client(url, "token-b", mode="legacy") as globex:
+            theirs = await add(globex, "tenant-wide")
+            expect(deduplicated(theirs) is False and notes_in(notes, "tenant-wide") == 2,
+                   "another tenant's identical call is its own")
+        # The 2026-07-28 revision has no sessions (each request stands alone): the tenant
+        # scope is what catches its client's re-issue.
+        async with http_client(url, "token-a") as modern:
+            first = await add(modern, "no sessions")
+            again = await add(modern, "no sessions")
+            expect(modern.protocol_version == "2026-07-28"
+                   and deduplicated(again) is True and notes_in(notes, "no sessions") == 1,
+                   f"--resend-scope tenant: a {modern.protocol_version} client's re-issued "
+                   "call is replayed (one execution)")
     return problems
 
 
@@ -503,6 +668,8 @@ def main():
     binary = server_binary()
     with tempfile.TemporaryDirectory(prefix="idem-mcp-check-") as tmp:
         problems = asyncio.run(check_stdio(binary, str(Path(tmp) / "idem.db")))
+        problems += asyncio.run(check_no_key_stdio(binary, tmp))
+        problems += asyncio.run(check_no_key_http(binary, tmp))
         problems += asyncio.run(check_cancel(binary, str(Path(tmp) / "cancel.db"),
                                              str(Path(tmp) / "cancel-notes.txt")))
         problems += asyncio.run(check_race(binary, tmp))

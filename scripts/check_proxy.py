@@ -12,11 +12,16 @@ b. The same `create_entities` call twice with one key through the proxy: the sec
    replay (`io.idem/deduplicated`) with the first's result, and the memory file holds the
    entity once. The bare upstream, asked the same again, answers `[]` (the entity exists):
    so the replay's answer did not come from the upstream.
+   A client that sends no `_meta`, as the hosts people use: `create_entities` runs through
+   the re-send window (on by default) and its re-issue (a new request id) is replayed with the
+   first's result (server-memory itself would answer `[]` for an entity that exists); the
+   graph read through the proxy holds the entity once.
 c. An upstream built with the Python SDK (scripts/upstream_counter.py), each effect a line
    in a ledger: `append` twice with one key is one line, and the line carries the downstream
-   key the proxy passed in `_meta`; an upstream killed during `slow_append` gives an
-   `outcome_unknown` error result, the same call again does not run it again (still one
-   line), and a new key runs on the upstream the proxy started again.
+   key the proxy passed in `_meta`; `append` twice without `_meta` is one line too (the
+   re-send window), and other arguments another line; an upstream killed during
+   `slow_append` gives an `outcome_unknown` error result, the same call again does not run
+   it again (still one line), and a new key runs on the upstream the proxy started again.
 d. The proxy restarted on the same SQLite file: the completed call replays without reaching
    the upstream, and the unknown one is still unknown.
 e. An upstream that hangs past `timeout_secs`: a clear error result, and the proxy serves on.
@@ -86,6 +91,10 @@ def text_of(result):
 
 def meta_of(result):
     return result.meta or {}
+
+
+def deduplicated(result):
+    return meta_of(result).get("io.idem/deduplicated")
 
 
 def ledger_lines(path, text=None):
@@ -205,6 +214,23 @@ async def check_memory(binary, tmp):
                   if e.get("name") == "Ada"]
         expect(len(people) == 1 and people[0].get("observations") == ["wrote a program"],
                "read_graph through the proxy: Ada once, with one observation")
+        # A client that sends no key: the re-send window keys the call.
+        grace = [{"name": "Grace", "entityType": "person", "observations": ["wrote a compiler"]}]
+        unkeyed = await client.call_tool("create_entities", {"entities": grace})
+        made = (unkeyed.structured_content or {}).get("entities", [])
+        expect(unkeyed.is_error is not True and deduplicated(unkeyed) is False
+               and [e.get("name") for e in made] == ["Grace"],
+               f"no _meta: create_entities runs through the proxy ({text_of(unkeyed)[:100]})")
+        reissued = await client.call_tool("create_entities", {"entities": grace})
+        # Sent to server-memory again, it would answer `[]` (Grace exists), not deduplicated.
+        expect(deduplicated(reissued) is True
+               and reissued.structured_content == unkeyed.structured_content,
+               "its re-issue is a replay of the first, with its result "
+               f"({text_of(reissued)[:100]})")
+        graph = await client.call_tool("read_graph", {})
+        named = [e for e in (graph.structured_content or {}).get("entities", [])
+                 if e.get("name") == "Grace"]
+        expect(len(named) == 1, "read_graph through the proxy: Grace once")
     stored = [json.loads(line) for line in memory_file.read_text().splitlines() if line.strip()]
     expect(len([e for e in stored if e.get("name") == "Ada"]) == 1,
            "the upstream's memory file holds Ada once")
@@ -252,6 +278,19 @@ class = "read"
         expect(len(lines) == 1, f"and the upstream appended one line ({len(lines)})")
         expect(len(lines) == 1 and lines[0]["key"] == meta_of(first).get("io.idem/key"),
                "the upstream got the downstream key in _meta io.idem/key")
+
+        # A client that sends no _meta: the re-send window (on by default) keys the call.
+        bare = await client.call_tool("append", {"text": "no key"})
+        reissued = await client.call_tool("append", {"text": "no key"})
+        expect(bare.is_error is not True and deduplicated(bare) is False
+               and deduplicated(reissued) is True
+               and reissued.structured_content == bare.structured_content,
+               f"append twice without _meta: the re-issue is a replay ({text_of(bare)[:60]})")
+        expect(len(ledger_lines(ledger, "no key")) == 1,
+               f"and the upstream appended one line ({len(ledger_lines(ledger, 'no key'))})")
+        other = await client.call_tool("append", {"text": "no key, other"})
+        expect(deduplicated(other) is False and len(ledger_lines(ledger, "no key, other")) == 1,
+               "other arguments without _meta: another call, another line")
 
         call = asyncio.create_task(
             client.call_tool("slow_append", {"text": "two"}, meta={KEY: "counter-2"}))
