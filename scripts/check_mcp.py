@@ -350,6 +350,15 @@ async def check_no_key_http(binary, tmp):
             other = await add(two, "session")
             expect(deduplicated(other) is False and notes_in(notes, "session") == 2,
                    "another session inside the window is another call (two executions)")
+        # The 2026-07-28 revision has no sessions: with the default scope, its requests are
+        # scoped by the tenant, so its client's re-issue is still caught.
+        async with http_client(url, "token-a") as modern:
+            await add(modern, "sessionless")
+            again = await add(modern, "sessionless")
+            expect(modern.protocol_version == "2026-07-28"
+                   and deduplicated(again) is True and notes_in(notes, "sessionless") == 1,
+                   f"a {modern.protocol_version} client (no session) re-issuing a call is "
+                   "replayed by the default scope (one execution)")
     with http_server(binary, str(Path(tmp) / "no-key-tenant.db"), notes,
                      args=["--resend-scope", "tenant"]) as url:
         async with http_client(url, "token-a", mode="legacy") as one:

@@ -210,3 +210,54 @@ async fn key_settings_name_a_served_tool_that_records() {
         .unwrap();
     assert!(err.to_string().contains("no tool `nope`"), "{err}");
 }
+
+/// A client of the 2026-07-28 revision over Streamable HTTP has no session (the revision
+/// removed them, and rmcp builds a server per request): its re-issued call is caught by the
+/// tenant, not lost to a scope of one request.
+#[tokio::test]
+async fn a_sessionless_http_client_is_scoped_by_its_tenant() {
+    let ran: Ran = Arc::default();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let router = axum::Router::new().nest_service("/mcp", server(&ran, store).http_service(&[]));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let call = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "append", "arguments": {"text": "a"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"}
+        }}})
+    };
+    let mut answers = Vec::new();
+    for id in [1, 2] {
+        let answer = reqwest::Client::new()
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "append")
+            .json(&call(id))
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status();
+        let text = answer.text().await.unwrap();
+        assert_eq!(status, 200, "{text}");
+        answers.push(text);
+    }
+    assert!(
+        answers[0].contains("\"io.idem/deduplicated\":false"),
+        "{}",
+        answers[0]
+    );
+    assert!(
+        answers[1].contains("\"io.idem/deduplicated\":true"),
+        "{}",
+        answers[1]
+    );
+    assert_eq!(ran.lock().unwrap().len(), 1);
+}

@@ -48,7 +48,7 @@ pub enum DispatchError {
     /// A write call came with no key material (no explicit key, call id, run/step or
     /// natural key); it was not executed.
     #[error(
-        "`{tool}` is a {class} tool and the call has no key: pass the provider's call id, an explicit key, or a run id and step"
+        "`{tool}` is {} tool and the call has no key: pass the provider's call id, an explicit key, or a run id and step", with_article(*class)
     )]
     MissingKey {
         /// The tool.
@@ -188,6 +188,16 @@ pub enum DispatchError {
         /// Whether this is a replay of a recorded terminal error.
         deduplicated: bool,
     },
+}
+
+/// A class's name with its article: "an `idempotent_write`", "a `read`".
+fn with_article(class: ToolClass) -> String {
+    let name = class.as_str();
+    let article = match name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        true => "an",
+        false => "a",
+    };
+    format!("{article} `{name}`")
 }
 
 /// A `KeyReused` message: what happened, and what its reader can do about it.

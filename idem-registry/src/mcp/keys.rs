@@ -9,7 +9,8 @@
 //! 3. **The re-send window**, on by default for every tool that records
 //!    ([`DEFAULT_RESEND_WINDOW`]; [`McpServer::resend_window`],
 //!    [`McpServer::tool_resend_window`]): a call is keyed by the tenant, the MCP session
-//!    (Streamable HTTP's `Mcp-Session-Id`; over stdio, the connection), the tool and its
+//!    (Streamable HTTP's `Mcp-Session-Id`; over stdio, the connection; an HTTP request of the
+//!    2026-07-28 revision has no session, and the tenant is its scope), the tool and its
 //!    canonical arguments, and its record is kept for the window. A client that re-issues a
 //!    request after a broken stream gets the first one's result, `deduplicated: true`; the
 //!    same call after the window runs again. [`ResendScope::Tenant`] leaves the session out,
@@ -214,15 +215,20 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-/// `call` with the re-send window of `tool` from `session` (or the tenant as a whole), if the
-/// window is on: the dispatcher uses it only when the call has no other key.
-pub(super) fn with_window(call: ToolCall, settings: &KeySettings, session: &str) -> ToolCall {
+/// `call` with the re-send window of `tool` from `session` (`None`: a request without one,
+/// scoped by the tenant), if the window is on: the dispatcher uses it only when the call has
+/// no other key.
+pub(super) fn with_window(
+    call: ToolCall,
+    settings: &KeySettings,
+    session: Option<&str>,
+) -> ToolCall {
     let Some(window) = settings.window_of(&call.name) else {
         return call;
     };
-    let scope = match settings.scope {
-        ResendScope::Session => format!("session:{session}"),
-        ResendScope::Tenant => String::new(),
+    let scope = match (settings.scope, session) {
+        (ResendScope::Session, Some(session)) => format!("session:{session}"),
+        _ => String::new(),
     };
     call.with_resend_window(scope, window)
 }

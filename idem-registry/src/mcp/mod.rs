@@ -217,15 +217,18 @@ impl McpServer {
         self
     }
 
-    /// The session a request came in: Streamable HTTP's `Mcp-Session-Id`, else this
-    /// connection's id.
-    fn session_of(&self, context: &RequestContext<RoleServer>) -> String {
-        context
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|parts| parts.headers.get("mcp-session-id"))
+    /// The session a request came in: Streamable HTTP's `Mcp-Session-Id`; over stdio, this
+    /// connection's id. `None` for an HTTP request without a session (the 2026-07-28
+    /// revision has none, and rmcp makes a server per such request): the tenant is its scope.
+    fn session_of(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+        let Some(parts) = context.extensions.get::<http::request::Parts>() else {
+            return Some(self.connection.to_string());
+        };
+        parts
+            .headers
+            .get("mcp-session-id")
             .and_then(|id| id.to_str().ok())
-            .map_or_else(|| self.connection.to_string(), str::to_owned)
+            .map(str::to_owned)
     }
 
     /// Accept an `idempotent_write` call without key material, keyed by its arguments as
@@ -430,7 +433,7 @@ impl ServerHandler for McpServer {
             call = call.with_key(format!("arguments:{by_arguments}"));
         }
         // Used by the dispatcher only if the call has no other key.
-        call = keys::with_window(call, &self.keys, &self.session_of(&context));
+        call = keys::with_window(call, &self.keys, self.session_of(&context).as_deref());
         if let Some(state) = &request.request_state {
             let responses = request.input_responses.as_ref();
             return self.answered(&call, &run, state, responses, &context).await;
