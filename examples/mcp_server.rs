@@ -34,6 +34,10 @@
 //! - `--resend-scope tenant`: scope the window by the tenant alone, not the session, so that
 //!   a call re-issued after a reconnect or a restart is caught too (default `session`).
 //! - `--model-key TOOL`: let the model key `TOOL`'s calls (repeatable).
+//! - `--inbox URL`: send a client that opens URLs (URL-mode elicitation) to the approval
+//!   inbox's page of an irreversible call (`idem ui` at `URL`, started with this example's
+//!   approval key, `IDEM_APPROVAL_KEY=mcp-2026-12:6578616d706c652d617070726f76616c2d6b65792d6e6f742d73656372657421`);
+//!   a person approves there, and the client's retry runs the call once.
 //!
 //! `add_note` answers after `delay_ms`, like a slow downstream system: a client can cancel it
 //! mid-call, or send it twice at once under one key, and see it run once. With `IDEM_NOTES`
@@ -132,9 +136,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A client that can elicit asks its user, showing the exact call; the user's yes is an
     // approval signed with the key. Other clients' calls wait for an operator.
     let mut server = McpServer::new(dispatcher, "local")?
-        .approve_by_elicitation(Approver::new("the MCP client's user", key))
+        .approve_by_elicitation(Approver::new("the MCP client's user", key.clone()))
         .resend_window(options.resend_window)
         .resend_scope(options.resend_scope);
+    if let Some(inbox) = &options.inbox {
+        server = server.approve_in_inbox(inbox, key);
+    }
     for tool in &options.model_key {
         server = server.model_key(tool).unwrap_or_else(|why| {
             eprintln!("--model-key {tool}: {why}");
@@ -153,7 +160,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 const USAGE: &str = "usage: mcp_server [--http ADDR] [--resend-window SECS] \
-[--resend-scope session|tenant] [--model-key TOOL]...";
+[--resend-scope session|tenant] [--model-key TOOL]... [--inbox URL]";
 
 /// The command line.
 struct Options {
@@ -161,6 +168,7 @@ struct Options {
     resend_window: Option<Duration>,
     resend_scope: ResendScope,
     model_key: Vec<String>,
+    inbox: Option<String>,
 }
 
 impl Options {
@@ -170,6 +178,7 @@ impl Options {
             resend_window: Some(DEFAULT_RESEND_WINDOW),
             resend_scope: ResendScope::Session,
             model_key: Vec::new(),
+            inbox: None,
         };
         while let Some(flag) = args.next() {
             let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -194,6 +203,7 @@ impl Options {
                     }
                 }
                 "--model-key" => options.model_key.push(value()?),
+                "--inbox" => options.inbox = Some(value()?),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
