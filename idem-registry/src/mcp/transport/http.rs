@@ -26,6 +26,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use rmcp::model::ErrorData;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::mcp::McpServer;
@@ -56,7 +57,13 @@ struct Guard {
     who: crate::mcp::Authenticate,
     /// Session id → the principal (tenant) that opened it.
     owners: Mutex<HashMap<String, String>>,
+    /// rmcp's sessions, asked which still exist when `owners` grows past `prune_at`.
+    sessions: Arc<LocalSessionManager>,
+    prune_at: Mutex<usize>,
 }
+
+/// How many sessions' owners are kept before those rmcp no longer has are dropped.
+const FIRST_PRUNE: usize = 1024;
 
 /// What the guard says of a request.
 enum Admitted {
@@ -95,7 +102,8 @@ impl Guard {
     }
 
     /// After rmcp answered: a session it opened is the principal's; one it ended is gone.
-    fn answered(&self, response: &Response, principal: String, ended: Option<String>) {
+    /// Whether the owners kept have grown past the next pruning.
+    fn answered(&self, response: &Response, principal: String, ended: Option<String>) -> bool {
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(opened) = response
             .headers()
@@ -109,6 +117,29 @@ impl Guard {
         {
             owners.remove(&ended);
         }
+        owners.len() > *self.prune_at.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Drop the owners of sessions rmcp no longer has (ended by their idle timeout): only
+    /// those, so that a live session is never left without its owner.
+    async fn prune(&self) {
+        let ids: Vec<String> = {
+            let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            owners.keys().cloned().collect()
+        };
+        let mut gone = Vec::new();
+        for id in ids {
+            let session: SessionId = Arc::from(id.as_str());
+            if !self.sessions.has_session(&session).await.unwrap_or(true) {
+                gone.push(id);
+            }
+        }
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        for id in gone {
+            owners.remove(&id);
+        }
+        *self.prune_at.lock().unwrap_or_else(|e| e.into_inner()) =
+            FIRST_PRUNE.max(owners.len() * 2);
     }
 }
 
@@ -132,16 +163,19 @@ impl McpHttpService {
         if !hosts.is_empty() {
             config = config.with_allowed_hosts(hosts.iter().map(|h| (*h).to_owned()));
         }
+        let sessions = Arc::new(LocalSessionManager::default());
         let guard = server.authenticate.clone().map(|who| {
             Arc::new(Guard {
                 who,
                 owners: Mutex::default(),
+                sessions: sessions.clone(),
+                prune_at: Mutex::new(FIRST_PRUNE),
             })
         });
         let inner = StreamableHttpService::new(
             // One server per session: its own re-send scope when a client sends no session.
             move || Ok(server.clone().for_connection()),
-            Arc::default(),
+            sessions,
             config,
         );
         McpHttpService { inner, guard }
@@ -176,8 +210,10 @@ where
         let answered = self.inner.call(request);
         Box::pin(async move {
             let response = answered.await?;
-            if let Some((guard, principal, ended)) = admitted {
-                guard.answered(&response, principal, ended);
+            if let Some((guard, principal, ended)) = admitted
+                && guard.answered(&response, principal, ended)
+            {
+                guard.prune().await;
             }
             if post && unreadable_refusal(response.status(), response.headers()) {
                 Ok(as_json_rpc_error(response).await)
@@ -231,6 +267,44 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+
+    #[tokio::test]
+    async fn pruning_drops_only_the_owners_of_sessions_rmcp_no_longer_has() {
+        let registry = crate::Registry::builder().build().unwrap();
+        let store = std::sync::Arc::new(idem_core::store::memory::MemoryStore::new());
+        let dispatcher = crate::Dispatcher::new(registry, store).unwrap();
+        let server = McpServer::new(dispatcher, "t")
+            .unwrap()
+            .authenticate(|_| Some("acme".to_owned()));
+        let mut service = server.http_service(&[]);
+        let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"}}});
+        let request = http::Request::post("/")
+            .header(http::header::HOST, "localhost")
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(initialize.to_string())))
+            .unwrap();
+        let opened = tower_service::Service::call(&mut service, request)
+            .await
+            .unwrap();
+        assert_eq!(opened.status(), StatusCode::OK);
+        let live = opened.headers()[SESSION_HEADER]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let guard = service.guard.clone().unwrap();
+        guard
+            .owners
+            .lock()
+            .unwrap()
+            .insert("ended-long-ago".into(), "acme".into());
+        guard.prune().await;
+        let owners = guard.owners.lock().unwrap();
+        assert_eq!(owners.get(&live).map(String::as_str), Some("acme"));
+        assert!(!owners.contains_key("ended-long-ago"));
+    }
 
     #[test]
     fn only_a_refusal_without_json_is_rewritten() {
