@@ -172,7 +172,7 @@ fn ticket_key(args: &Value) -> Option<String> {
 }
 
 /// Open a support ticket for a customer, or return the open one for the same problem today.
-#[tool(class = "idempotent_write", natural_key = ticket_key, on_key_reuse = "replay")]
+#[tool(class = "idempotent_write", natural_key = ticket_key)]
 async fn create_ticket(
     ctx: &ToolContext,
     /// Customer identifier.

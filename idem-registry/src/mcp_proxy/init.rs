@@ -97,7 +97,7 @@ const HEADER: &str = "\
 #
 # class: read | idempotent_write | non_idempotent_write | irreversible
 # also: natural_key = [\"/pointer\", ...], ttl_secs, lease_secs, scopes = [\"...\"],
-#   secret = [\"/pointer\"], on_key_reuse = \"replay\", verify_after_secs, max_attempts,
+#   secret = [\"/pointer\"], on_key_reuse = \"reject\" (with a natural key), verify_after_secs, max_attempts,
 #   wait_secs, backoff_ms, timeout_secs (this tool's wait for the upstream),
 #   description (instead of the upstream's)
 #
