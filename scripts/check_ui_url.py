@@ -136,7 +136,8 @@ async def check(binary, idem, modules):
                 person[customer] = await browser.ask(op="decide", url=question.url,
                                                      decision=decision["what"],
                                                      reason=REASON, shot=f"{customer}.png")
-            return accept
+                return accept
+            return types.ElicitResult(action="decline")  # no page to send the person to
 
         mcp = await stack.enter_async_context(client(binary, db, notes, inbox, callback=opens))
         # The example has created the store; the inbox opens it, never creating one.
