@@ -75,6 +75,9 @@ async function decide(browser, { url, decision, reason, shot }) {
       next: await page.locator('input[name=next]').getAttribute('value').catch(() => null),
       forms: await decisionForms(page),
     };
+    if (seen.first.tokenField !== 1) {
+      return seen; // no sign-in form to sign in on
+    }
     await page.fill('input[name=token]', TOKEN);
     const signedIn = await navigates(page, () => page.click('button[type=submit]'));
     const rows = page.locator('#pending tr[data-key]');
@@ -97,6 +100,9 @@ async function decide(browser, { url, decision, reason, shot }) {
     };
     if (shot) {
       await page.screenshot({ path: path.join(OUT, shot), fullPage: true });
+    }
+    if (calls.length !== 1 || seen.signedIn.approve !== 1 || seen.signedIn.deny !== 1) {
+      return seen; // not one call to decide
     }
     const row = rows.first();
     let decided;

@@ -133,9 +133,12 @@ async def check(binary, idem, modules):
             asked.append((getattr(question, "mode", None), getattr(question, "url", None),
                           executions(notes, customer)))
             if getattr(question, "mode", None) == "url":
-                person[customer] = await browser.ask(op="decide", url=question.url,
-                                                     decision=decision["what"],
-                                                     reason=REASON, shot=f"{customer}.png")
+                try:
+                    person[customer] = await browser.ask(op="decide", url=question.url,
+                                                         decision=decision["what"],
+                                                         reason=REASON, shot=f"{customer}.png")
+                except Failed as e:  # reported by the checks of what the person saw
+                    print(f"note {e}", flush=True)
                 return accept
             return types.ElicitResult(action="decline")  # no page to send the person to
 
