@@ -281,6 +281,14 @@ def main():
     except Failed as e:
         print(f"FAIL {e}", flush=True)
         sys.exit(1)
+    except BaseExceptionGroup as group:  # a FAIL inside the MCP client's task group
+        failed = group.subgroup(lambda e: isinstance(e, Failed))
+        if failed is None:
+            raise
+        while isinstance(failed, BaseExceptionGroup):
+            failed = failed.exceptions[0]
+        print(f"FAIL {failed}", flush=True)
+        sys.exit(1)
     print(f"an MCP client is sent to the inbox, approved and denied in headless Chromium "
           f"({time.monotonic() - started:.1f} s)")
 
