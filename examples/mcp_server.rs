@@ -38,10 +38,11 @@
 //!   inbox's page of an irreversible call (`idem ui` at `URL`, started with this example's
 //!   approval key, `IDEM_APPROVAL_KEY=mcp-2026-12:6578616d706c652d617070726f76616c2d6b65792d6e6f742d73656372657421`);
 //!   a person approves there, and the client's retry runs the call once.
+//! - `--inbox-link-secs SECS`: how long the inbox shows such a link (default 3600).
 //!
 //! `add_note` answers after `delay_ms`, like a slow downstream system: a client can cancel it
 //! mid-call, or send it twice at once under one key, and see it run once. With `IDEM_NOTES`
-//! naming a file, each execution appends a line to it.
+//! naming a file, each execution of `add_note` or `delete_account` appends a line to it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -88,19 +89,8 @@ async fn add_note(
 ) -> Result<String, ToolError> {
     tokio::time::sleep(Duration::from_millis(delay_ms)).await;
     let key = &ctx.idempotency_key()[..13];
-    // The notebook keeps one note per key, so running this again under a key is safe; the
-    // file is a log of executions, for whoever wants to count them.
-    if let Some(path) = std::env::var_os("IDEM_NOTES") {
-        use std::io::Write;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| ToolError::retryable(format!("the notebook is unavailable: {e}")))?;
-        // One write per line: concurrent servers appending to one file never interleave.
-        file.write_all(format!("{key} {note}\n").as_bytes())
-            .map_err(|e| ToolError::retryable(format!("the notebook is unavailable: {e}")))?;
-    }
+    // The notebook keeps one note per key, so running this again under a key is safe.
+    note_execution(&format!("{key} {note}"))?;
     Ok(format!("note {key}: {note}"))
 }
 
@@ -110,7 +100,25 @@ async fn delete_account(
     /// The customer's id.
     customer_id: String,
 ) -> Result<String, ToolError> {
+    note_execution(&format!("delete_account {customer_id}"))?;
     Ok(format!("deleted {customer_id}"))
+}
+
+/// Append `line` to the file `IDEM_NOTES` names, if any: a log of executions, for whoever
+/// wants to count them.
+fn note_execution(line: &str) -> Result<(), ToolError> {
+    let Some(path) = std::env::var_os("IDEM_NOTES") else {
+        return Ok(());
+    };
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| ToolError::retryable(format!("the notebook is unavailable: {e}")))?;
+    // One write per line: concurrent servers appending to one file never interleave.
+    file.write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| ToolError::retryable(format!("the notebook is unavailable: {e}")))
 }
 
 #[tokio::main]
@@ -140,7 +148,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .resend_window(options.resend_window)
         .resend_scope(options.resend_scope);
     if let Some(inbox) = &options.inbox {
-        server = server.approve_in_inbox(inbox, key);
+        server = server.approve_in_inbox_for(inbox, key, options.inbox_link_validity);
     }
     for tool in &options.model_key {
         server = server.model_key(tool).unwrap_or_else(|why| {
@@ -160,7 +168,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 const USAGE: &str = "usage: mcp_server [--http ADDR] [--resend-window SECS] \
-[--resend-scope session|tenant] [--model-key TOOL]... [--inbox URL]";
+[--resend-scope session|tenant] [--model-key TOOL]... [--inbox URL] [--inbox-link-secs SECS]";
 
 /// The command line.
 struct Options {
@@ -169,6 +177,7 @@ struct Options {
     resend_scope: ResendScope,
     model_key: Vec<String>,
     inbox: Option<String>,
+    inbox_link_validity: Duration,
 }
 
 impl Options {
@@ -179,6 +188,7 @@ impl Options {
             resend_scope: ResendScope::Session,
             model_key: Vec::new(),
             inbox: None,
+            inbox_link_validity: idem::mcp::inbox::DEFAULT_LINK_VALIDITY,
         };
         while let Some(flag) = args.next() {
             let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -204,6 +214,13 @@ impl Options {
                 }
                 "--model-key" => options.model_key.push(value()?),
                 "--inbox" => options.inbox = Some(value()?),
+                "--inbox-link-secs" => {
+                    let given = value()?;
+                    let secs: u64 = given.parse().ok().filter(|&secs| secs > 0).ok_or(format!(
+                        "--inbox-link-secs takes whole seconds (at least 1), got {given:?}"
+                    ))?;
+                    options.inbox_link_validity = Duration::from_secs(secs);
+                }
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
