@@ -11,6 +11,7 @@ use idem::mcp::McpServer;
 use idem::prelude::*;
 use idem::{MemoryStore, ToolDef};
 use serde_json::{Value, json};
+use support::mcp_http::{initialize, request};
 
 fn server() -> McpServer {
     let echo = ToolDef::builder("echo", ToolClass::Read)
@@ -38,34 +39,6 @@ async fn start() -> String {
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(listener, router).await });
     format!("http://127.0.0.1:{port}/mcp")
-}
-
-fn initialize() -> Value {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"}}})
-}
-
-/// A request as a client sends it, with `token` (if any) and `session` (if any).
-fn request(
-    method: reqwest::Method,
-    url: &str,
-    token: Option<&str>,
-    session: Option<&str>,
-) -> reqwest::RequestBuilder {
-    let mut r = reqwest::Client::new()
-        .request(method, url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json");
-    if let Some(token) = token {
-        r = r.header("authorization", format!("Bearer {token}"));
-    }
-    if let Some(session) = session {
-        r = r
-            .header("mcp-session-id", session)
-            .header("mcp-protocol-version", "2025-06-18");
-    }
-    r
 }
 
 /// Open a session as `token`: its id.

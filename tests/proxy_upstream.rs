@@ -4,6 +4,8 @@
 
 #![cfg(feature = "mcp-proxy")]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -253,24 +255,8 @@ async fn the_proxy_over_http_keeps_each_session_to_its_principal() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
-    let send = |method: reqwest::Method, token: Option<&str>, session: Option<&str>| {
-        let mut r = reqwest::Client::new()
-            .request(method, &url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json");
-        if let Some(token) = token {
-            r = r.header("authorization", format!("Bearer {token}"));
-        }
-        if let Some(session) = session {
-            r = r
-                .header("mcp-session-id", session)
-                .header("mcp-protocol-version", "2025-06-18");
-        }
-        r
-    };
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"}}});
+    let send = |method, token, session| support::mcp_http::request(method, &url, token, session);
+    let initialize = support::mcp_http::initialize();
     let anonymous = send(reqwest::Method::POST, None, None)
         .json(&initialize)
         .send()

@@ -10,6 +10,7 @@
 //! - `services`, `redis_keys`, `postgres_schemas`: the shared Redis and PostgreSQL servers
 //!   (URLs, skipping or failing without them, unique names, and cleaning up after a test);
 //! - `claims`: a claim that must acquire, straight on a store;
+//! - `mcp_http`: raw Streamable HTTP requests to an MCP server, with or without credentials;
 //! - `stripe`: a local HTTP API that keeps Stripe's idempotency rules and loses answers.
 //!
 //! The last four are idem-core's own test support files, included as they are: they need
@@ -25,6 +26,8 @@ pub mod claims;
 pub mod dispatcher;
 pub mod hooked_store;
 pub mod ledger;
+#[cfg(feature = "mcp")]
+pub mod mcp_http;
 #[cfg(feature = "postgres")]
 #[path = "../../idem-core/tests/support/postgres_schemas.rs"]
 pub mod postgres_schemas;

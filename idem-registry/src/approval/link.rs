@@ -9,7 +9,7 @@
 use hmac::Mac;
 use idem_core::{Fingerprint, Timestamp};
 
-use super::{ApprovalKey, ApprovalKeys};
+use super::{ApprovalKey, ApprovalKeys, hex, unhex};
 
 /// The label of the secret links are signed with, derived from an approval key.
 const LINK_LABEL: &[u8] = b"approval-link/v1";
@@ -146,20 +146,6 @@ impl ApprovalLink {
             mac.update(field);
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Percent-encoding of a query value: everything but unreserved characters.

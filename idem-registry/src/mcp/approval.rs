@@ -293,12 +293,7 @@ impl McpServer {
         request: &ApprovalRequest,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let dispatched = tokio::select! {
-            result = self.dispatcher.dispatch(call, run) => result,
-            () = context.ct.cancelled() => {
-                return Err(ErrorData::internal_error("the call was cancelled", None));
-            }
-        };
+        let dispatched = self.dispatch_cancellable(call, run, context).await?;
         if let Err(DispatchError::ApprovalRequired { .. }) = &dispatched {
             let url = self.inbox_link(call, run, request).await?;
             let text = format!(

@@ -451,16 +451,27 @@ impl McpServer {
         run: &RunContext,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let dispatched = tokio::select! {
-            result = self.dispatcher.dispatch(call, run) => result,
-            () = context.ct.cancelled() => {
-                return Err(ErrorData::internal_error("the call was cancelled", None));
-            }
-        };
+        let dispatched = self.dispatch_cancellable(call, run, context).await?;
         if let Some(asked) = self.ask_instead(call, run, &dispatched, context).await {
             return asked;
         }
         result_of(dispatched).map(Into::into)
+    }
+
+    /// The dispatcher's answer to `call`, or a protocol error if the client cancels the
+    /// request first (dropping the dispatch; the dispatcher settles its claim).
+    pub(super) async fn dispatch_cancellable(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Result<Dispatched, DispatchError>, ErrorData> {
+        tokio::select! {
+            result = self.dispatcher.dispatch(call, run) => Ok(result),
+            () = context.ct.cancelled() => {
+                Err(ErrorData::internal_error("the call was cancelled", None))
+            }
+        }
     }
 }
 
