@@ -297,3 +297,88 @@ async fn an_mcp_result_names_the_arguments_that_differ() {
     );
     assert_eq!(LEDGER.count(&customer), 1);
 }
+
+#[tokio::test]
+async fn a_reworded_call_asks_the_verify_hook_about_the_recorded_call() {
+    use idem::{ManualClock, ToolDef, ToolPolicy, Verified};
+    use std::sync::Mutex;
+    // The first call times out after the desk opened its ticket: Unknown. The reworded call
+    // that follows stands for it, and the hook must look up the ticket the record stands for.
+    let asked: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = asked.clone();
+    let tool = ToolDef::builder("open_ticket", ToolClass::NonIdempotentWrite)
+        .description("Open a ticket.")
+        .input_schema(json!({"type": "object", "properties": {
+            "customer": {"type": "string"}, "subject": {"type": "string"}, "body": {"type": "string"}}}))
+        .natural_key(ticket_key)
+        .handler(|_: ToolContext, _: Value| async {
+            Err::<Value, _>(ToolError::ambiguous("the desk timed out after opening it"))
+        })
+        .verify(move |_: ToolContext, args: Value| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(args.clone());
+                Ok(Verified::Applied(json!({"ticket": "T-1", "body": args["body"]})))
+            }
+        })
+        .build()
+        .unwrap();
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
+    let d = support::dispatcher::with_tool(tool, store);
+    let customer = unique("cust");
+    let first = ticket("open_ticket", &customer, "Printer", "It jams.", "v1");
+    let err = d.dispatch(&first, &run()).await.unwrap_err();
+    assert!(matches!(err, DispatchError::OutcomeUnknown { .. }), "{err}");
+    clock.advance(ToolPolicy::default().verify_after);
+    let reworded = ticket(
+        "open_ticket",
+        &customer,
+        "printer",
+        "It jams on page 2.",
+        "v2",
+    );
+    let settled = d.dispatch(&reworded, &run()).await.unwrap();
+    assert!(settled.deduplicated);
+    assert_eq!(settled.differing_arguments, ["/body", "/subject"]);
+    let asked = asked.lock().unwrap();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        asked[0]["body"], "It jams.",
+        "the hook is asked about the recorded call, not the rewording"
+    );
+    assert_eq!(settled.output["body"], "It jams.");
+}
+
+/// Close a customer's account for good (once per customer and reason, however worded).
+#[tool(class = "irreversible", natural_key = ticket_key)]
+fn close_account(customer: String, subject: String, body: String) -> Result<String, ToolError> {
+    let n = LEDGER.note(&customer, "");
+    Ok(format!("closure {n} for {customer}: {subject} / {body}"))
+}
+
+#[tokio::test]
+async fn a_reworded_irreversible_call_replays_without_asking_for_another_approval() {
+    let d = linked(Arc::new(MemoryStore::new()));
+    let customer = unique("cust");
+    let first = ticket("close_account", &customer, "Fraud", "Card stolen.", "k1");
+    let done = support::dispatcher::dispatch_approving(&d, &first, &run())
+        .await
+        .unwrap();
+    // The model asks again in other words: the closure is made, nothing would run.
+    let reworded = ticket(
+        "close_account",
+        &customer,
+        "fraud",
+        "The card was stolen.",
+        "k2",
+    );
+    let again = d
+        .dispatch(&reworded, &run())
+        .await
+        .expect("replayed, not sent to a person for an effect that cannot happen");
+    assert!(again.deduplicated);
+    assert_eq!(again.output, done.output);
+    assert_eq!(again.differing_arguments, ["/body", "/subject"]);
+    assert_eq!(LEDGER.count(&customer), 1);
+}

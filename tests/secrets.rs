@@ -356,9 +356,9 @@ async fn connect_account(
     #[secret]
     token: String,
 ) -> Result<Value, ToolError> {
-    // A journaled step whose value repeats the secret, as a login response might.
+    // A journaled step (its value holds no secret: see the test of one that does).
     let session: String = ctx
-        .step("login", || async { Ok(format!("session for {token}")) })
+        .step("login", || async { Ok(format!("session for {account}")) })
         .await?;
     Ok(json!({"account": account, "used": token, "session": session, "digits": 4242}))
 }
@@ -370,7 +370,7 @@ async fn peek_account(#[secret] token: String) -> Result<String, ToolError> {
 }
 
 #[tokio::test]
-async fn an_output_or_a_step_value_repeating_a_secret_is_recorded_and_returned_without_it() {
+async fn an_output_repeating_a_secret_is_recorded_and_returned_without_it() {
     let store = Arc::new(MemoryStore::new());
     let d = linked(store.clone()).with_secret_key(key());
     let run = RunContext::new("t");
@@ -383,7 +383,7 @@ async fn an_output_or_a_step_value_repeating_a_secret_is_recorded_and_returned_w
     let first = d.dispatch(&call, &run).await.unwrap();
     assert!(!first.output_json.contains(token), "{}", first.output_json);
     assert_eq!(first.output["used"], json!("[redacted]"));
-    assert_eq!(first.output["session"], json!("session for [redacted]"));
+    assert_eq!(first.output["session"], json!("session for acme"));
     assert_eq!(first.output["account"], json!("acme"));
     assert_eq!(
         first.output["digits"],
@@ -400,4 +400,73 @@ async fn an_output_or_a_step_value_repeating_a_secret_is_recorded_and_returned_w
     let read = ToolCall::new("peek_account", json!({"token": token}));
     let peeked = d.dispatch(&read, &run).await.unwrap();
     assert_eq!(peeked.output, json!("read with [redacted]"));
+}
+
+/// Authorize a payment with a card's security code: the provider's answer, journaled.
+#[tool(class = "idempotent_write")]
+async fn authorize_payment(
+    ctx: &ToolContext,
+    amount: u64,
+    /// The card's security code.
+    #[secret]
+    cvc: String,
+) -> Result<Value, ToolError> {
+    // The provider's authorization id and a count: data that happens to hold the CVC's digit.
+    let auth: Value = ctx
+        .step("authorize", || async {
+            Ok(json!({"id": "auth_1x71", "holds": 1, "amount": amount}))
+        })
+        .await?;
+    if ctx.attempt() == 1 {
+        // The first attempt fails after the step: the retry reads the step back.
+        return Err(ToolError::retryable("the ledger is busy"));
+    }
+    let _ = cvc;
+    Ok(json!({"authorization": auth, "attempt": ctx.attempt()}))
+}
+
+#[tokio::test]
+async fn a_short_secret_leaves_data_that_happens_to_hold_its_digits_alone() {
+    let store = Arc::new(MemoryStore::new());
+    let d = linked(store.clone()).with_secret_key(key());
+    let call = ToolCall::new("authorize_payment", json!({"amount": 100, "cvc": "1"}))
+        .with_key("authorize-1");
+    let done = d.dispatch(&call, &RunContext::new("t")).await.unwrap();
+    assert_eq!(done.output["attempt"], 2, "the retry read the step back");
+    assert_eq!(
+        done.output["authorization"],
+        json!({"id": "auth_1x71", "holds": 1, "amount": 100}),
+        "the step's value reads back as it was made, and is returned unchanged"
+    );
+}
+
+/// Log in and journal the provider's answer, which (carelessly) repeats the token.
+#[tool(class = "idempotent_write", max_attempts = 1)]
+async fn log_in(
+    ctx: &ToolContext,
+    /// The provider's API token.
+    #[secret]
+    token: String,
+) -> Result<String, ToolError> {
+    ctx.step("login", || async { Ok(format!("session for {token}")) })
+        .await
+}
+
+#[tokio::test]
+async fn a_step_whose_value_holds_a_secret_is_refused_naming_it_and_journals_nothing() {
+    let store = Arc::new(MemoryStore::new());
+    let d = linked(store.clone()).with_secret_key(key());
+    let token = "tok_live_9f8e7d6c5b4a";
+    let call = ToolCall::new("log_in", json!({"token": token})).with_key("login-1");
+    let err = d
+        .dispatch(&call, &RunContext::new("t"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`/token`"), "names the argument: {err}");
+    assert!(err.contains("not journaled"), "{err}");
+    assert!(!err.contains(token), "{err}");
+    let text = stored(&store).await;
+    assert!(!text.contains(token), "the record holds the token: {text}");
+    assert!(!text.contains("session for"), "nothing journaled: {text}");
 }

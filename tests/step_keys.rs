@@ -170,3 +170,138 @@ async fn a_second_different_request_under_one_key_is_stopped_before_it_leaves() 
     assert_eq!(api.applied("/v1/charges").len(), 0, "never sent");
     assert_eq!(api.refusals(), 0, "stopped before the API saw it");
 }
+
+/// GET `url` through the same client: a read.
+async fn get(client: &ClientWithMiddleware, url: String) -> Result<Value, ToolError> {
+    let response = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| ToolError::retryable(format!("no answer: {e}")))?;
+    response
+        .json()
+        .await
+        .map_err(|e| ToolError::retryable(format!("no answer: {e}")))
+}
+
+#[tokio::test]
+async fn reads_before_a_write_outside_steps_go_and_carry_no_key() {
+    let (api, base) = stripe::start(Fault::None).await;
+    // Look the customer and the price up, then charge: the common shape of a write tool.
+    let tool = ToolDef::builder("charge_customer", ToolClass::IdempotentWrite)
+        .description("Charge a customer the price of a plan.")
+        .input_schema(json!({"type": "object"}))
+        .handler(move |_: ToolContext, _: Value| {
+            let base = base.clone();
+            async move {
+                let client = client();
+                get(&client, format!("{base}/v1/customers/cus_1")).await?;
+                get(&client, format!("{base}/v1/prices/price_1")).await?;
+                post(
+                    &client,
+                    format!("{base}/v1/charges"),
+                    json!({"amount": 900}),
+                )
+                .await
+            }
+        })
+        .build()
+        .unwrap();
+    let d = with_tool(tool, Arc::new(MemoryStore::new()));
+    let call = ToolCall::new("charge_customer", json!({})).with_call_id("call_3");
+    let done = d
+        .dispatch(&call, &RunContext::new("t"))
+        .await
+        .expect("reads are not second requests under the key");
+    assert_eq!(api.applied("/v1/charges").len(), 1);
+    assert_eq!(api.keys_sent("GET", "/v1/customers/cus_1"), vec![None]);
+    assert_eq!(api.keys_sent("GET", "/v1/prices/price_1"), vec![None]);
+    let key = done.key.expect("a write has a key").as_str().to_owned();
+    assert_eq!(api.keys_sent("POST", "/v1/charges"), vec![Some(key)]);
+}
+
+#[tokio::test]
+async fn a_call_dispatched_inside_a_step_sends_its_own_key() {
+    let (api, base) = stripe::start(Fault::None).await;
+    let store: Arc<dyn idem::Store> = Arc::new(MemoryStore::new());
+    let charge = ToolDef::builder("charge", ToolClass::IdempotentWrite)
+        .description("Charge.")
+        .input_schema(json!({"type": "object"}))
+        .handler(move |_: ToolContext, _: Value| {
+            let base = base.clone();
+            async move {
+                post(
+                    &client(),
+                    format!("{base}/v1/charges"),
+                    json!({"amount": 1}),
+                )
+                .await
+            }
+        })
+        .build()
+        .unwrap();
+    let inner = with_tool(charge, store.clone());
+    let checkout = ToolDef::builder("checkout", ToolClass::IdempotentWrite)
+        .description("Check out through another tool.")
+        .input_schema(json!({"type": "object"}))
+        .handler(move |ctx: ToolContext, _: Value| {
+            let inner = inner.clone();
+            async move {
+                let key: String = ctx
+                    .step("pay", || async {
+                        let call = ToolCall::new("charge", json!({})).with_call_id("inner_1");
+                        let done = inner
+                            .dispatch(&call, &RunContext::new("t"))
+                            .await
+                            .map_err(|e| ToolError::terminal(e.to_string()))?;
+                        Ok(done.key.expect("keyed").as_str().to_owned())
+                    })
+                    .await?;
+                Ok(json!({"inner_key": key, "outer_step": ctx.step_key("pay").as_str()}))
+            }
+        })
+        .build()
+        .unwrap();
+    let d = with_tool(checkout, store);
+    let call = ToolCall::new("checkout", json!({})).with_call_id("outer_1");
+    let done = d.dispatch(&call, &RunContext::new("t")).await.unwrap();
+    let inner_key = done.output["inner_key"].as_str().unwrap().to_owned();
+    assert_ne!(done.output["outer_step"], done.output["inner_key"]);
+    assert_eq!(
+        api.keys_sent("POST", "/v1/charges"),
+        vec![Some(inner_key)],
+        "the inner call's request carries the inner call's key, not the outer step's"
+    );
+}
+
+#[tokio::test]
+async fn two_different_requests_inside_one_step_are_stopped_naming_the_step() {
+    let (api, base) = stripe::start(Fault::None).await;
+    let tool = ToolDef::builder("two_in_a_step", ToolClass::IdempotentWrite)
+        .description("Two writes in one step.")
+        .input_schema(json!({"type": "object"}))
+        .handler(move |ctx: ToolContext, _: Value| {
+            let base = base.clone();
+            async move {
+                let client = client();
+                ctx.step("pay", || async {
+                    post(&client, format!("{base}/v1/charges"), json!({"n": 1})).await?;
+                    post(&client, format!("{base}/v1/transfers"), json!({"n": 2})).await
+                })
+                .await
+            }
+        })
+        .build()
+        .unwrap();
+    let d = with_tool(tool, Arc::new(MemoryStore::new()));
+    let call = ToolCall::new("two_in_a_step", json!({})).with_call_id("call_4");
+    let text = d
+        .dispatch(&call, &RunContext::new("t"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("step"), "{text}");
+    assert!(text.contains("a step of its own"), "the fix: {text}");
+    assert_eq!(api.applied("/v1/charges").len(), 1);
+    assert_eq!(api.applied("/v1/transfers").len(), 0, "never sent");
+}

@@ -10,16 +10,33 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 tokio::task_local! {
-    /// The journaled step running on this task: its call's key, and its own.
-    static STEP: (IdempotencyKey, IdempotencyKey);
+    /// The journaled step running on this task.
+    static STEP: RunningStep;
+}
+
+/// A journaled step while its closure runs: whose it is, its name, and its key.
+struct RunningStep {
+    call: IdempotencyKey,
+    name: String,
+    key: IdempotencyKey,
+}
+
+/// The journaled step of the call keyed `call` running on this task, if one is: its name and
+/// key. A call dispatched inside another call's step is not in that step: this is `None` for
+/// it, so it sends its own key.
+pub(crate) fn step_of(call: &IdempotencyKey) -> Option<(String, IdempotencyKey)> {
+    STEP.try_with(|s| (s.call == *call).then(|| (s.name.clone(), s.key.clone())))
+        .ok()
+        .flatten()
 }
 
 /// Injected into a tool body as `ctx: &ToolContext`; never part of the schema.
 ///
 /// Cheap to clone. The most important thing it carries is
-/// [`idempotency_key`](ToolContext::idempotency_key): pass it to the downstream system
+/// [`downstream_key`](ToolContext::downstream_key): pass it to the downstream system
 /// (an `Idempotency-Key` header, a Message-ID, a client reference) so that every retry and
-/// every take-over asks for the same effect.
+/// every take-over asks for the same effect. It is the call's
+/// [`idempotency_key`](ToolContext::idempotency_key), or inside a journaled step the step's.
 #[derive(Clone)]
 pub struct ToolContext {
     inner: Arc<Inner>,
@@ -38,7 +55,7 @@ struct Inner {
     steps: Mutex<Vec<JournalEntry>>,
     /// The call's arguments, for a verify hook.
     arguments: Option<serde_json::Value>,
-    /// A tool with secret arguments: what a journaled step's value is scrubbed of.
+    /// A tool with secret arguments: what a journaled step's value must not hold.
     secrets: Option<Secrets>,
 }
 
@@ -106,8 +123,8 @@ impl ToolContext {
         }
     }
 
-    /// This context for a tool whose arguments at `pointers` are secret: a step's value is
-    /// journaled with their text cut out (the body still gets the value its step made).
+    /// This context for a tool whose arguments at `pointers` are secret: a step whose value
+    /// holds one is not journaled.
     pub(crate) fn with_secrets(
         mut self,
         pointers: &[String],
@@ -166,7 +183,10 @@ impl ToolContext {
         ToolContext::new(parts, 1, None, false, Vec::new())
     }
 
-    /// The stable key to hand downstream: the same on every retry and every take-over.
+    /// The call's stable key: the same on every retry and every take-over. Hand it downstream
+    /// outside steps; inside [`step`](Self::step), hand the step's own key instead
+    /// ([`downstream_key`](Self::downstream_key) gives whichever applies), since an API that
+    /// keeps idempotency keys refuses one key for two different requests.
     pub fn idempotency_key(&self) -> &str {
         self.inner.key.as_str()
     }
@@ -197,17 +217,14 @@ impl ToolContext {
     /// The key of the journaled step running on this task (inside [`step`](Self::step)'s
     /// closure), if one is.
     pub fn current_step_key() -> Option<IdempotencyKey> {
-        STEP.try_with(|(_, step)| step.clone()).ok()
+        STEP.try_with(|s| s.key.clone()).ok()
     }
 
     /// The key to hand downstream now: inside one of this call's steps, the step's
     /// ([`step_key`](Self::step_key)); otherwise the call's
     /// ([`idempotency_key`](Self::idempotency_key)).
     pub fn downstream_key(&self) -> IdempotencyKey {
-        STEP.try_with(|(call, step)| (*call == self.inner.key).then(|| step.clone()))
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| self.inner.key.clone())
+        step_of(&self.inner.key).map_or_else(|| self.inner.key.clone(), |(_, key)| key)
     }
 
     /// The tool's registered name.
@@ -263,9 +280,9 @@ impl ToolContext {
     /// If an earlier attempt or an earlier holder (before a crash) journaled this step, its
     /// recorded value is returned and `f` does not run. Otherwise `f` runs and its value is
     /// journaled under the key before this returns. If the journal write is refused (this
-    /// holder lost the key), the error is ambiguous: the step ran but is not recorded. For a
-    /// tool with secret arguments, the value is journaled with their text cut out
-    /// (`[redacted]`), so a later attempt that finds the step reads it so.
+    /// holder lost the key), the error is ambiguous: the step ran but is not recorded. So it
+    /// is for a tool with secret arguments when the value holds one: a journal keeps no secret
+    /// in clear, and a value cut of it would read back as something the step never made.
     ///
     /// ```
     /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
@@ -294,13 +311,13 @@ impl ToolContext {
             });
         }
         // The step's own key is the downstream key while it runs.
-        let keys = (self.inner.key.clone(), self.step_key(name));
-        let value = STEP.scope(keys, f()).await?;
-        let text = self.journaled(&value).map_err(|e| {
-            ToolError::ambiguous(format!(
-                "step `{name}` ran but its value cannot be journaled: {e}"
-            ))
-        })?;
+        let running = RunningStep {
+            call: self.inner.key.clone(),
+            name: name.to_owned(),
+            key: self.step_key(name),
+        };
+        let value = STEP.scope(running, f()).await?;
+        let text = self.journaled(name, &value)?;
         if let Some(h) = &self.inner.holder {
             h.store
                 .journal(&h.key, h.fence, name, &text)
@@ -320,14 +337,26 @@ impl ToolContext {
 }
 
 impl ToolContext {
-    /// A step's value as journaled: its JSON text, with every secret argument's text cut out
-    /// (a record holds no secret in clear; a later attempt reads the value so scrubbed).
-    fn journaled<T: Serialize>(&self, value: &T) -> Result<String, serde_json::Error> {
-        let Some(secrets) = &self.inner.secrets else {
-            return serde_json::to_string(value);
+    /// A step's value as journaled: its JSON text. A value holding a secret argument is
+    /// refused (a record holds no secret in clear, and a value cut of it would read back as
+    /// something the step never made).
+    fn journaled<T: Serialize>(&self, name: &str, value: &T) -> Result<String, ToolError> {
+        let unjournaled = |why: String| {
+            ToolError::ambiguous(format!("step `{name}` ran but is not journaled: {why}"))
         };
-        let mut value = serde_json::to_value(value)?;
-        crate::redact::scrub_value(&mut value, &secrets.arguments, &secrets.pointers);
+        let Some(secrets) = &self.inner.secrets else {
+            return serde_json::to_string(value)
+                .map_err(|e| unjournaled(format!("its value cannot be written as JSON: {e}")));
+        };
+        let value = serde_json::to_value(value)
+            .map_err(|e| unjournaled(format!("its value cannot be written as JSON: {e}")))?;
+        if let Some(pointer) =
+            crate::redact::secret_held(&value, &secrets.arguments, &secrets.pointers)
+        {
+            return Err(unjournaled(format!(
+                "its value holds the secret argument `{pointer}`, and a journal keeps no secret in clear. Return what identifies the step's effect (an id, a status), not the secret"
+            )));
+        }
         Ok(value.to_string())
     }
 

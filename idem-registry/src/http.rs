@@ -8,8 +8,9 @@
 //!
 //! - [`KeyedRequest::idempotency_key`] on a `reqwest` (or `reqwest-middleware`) request
 //!   builder, given the tool's context;
-//! - [`IdempotencyKeyMiddleware`] on a `reqwest-middleware` client: every request made while
-//!   a tool body runs carries that call's key, so a body cannot forget it. Outside a body a
+//! - [`IdempotencyKeyMiddleware`] on a `reqwest-middleware` client: every write (any method
+//!   but `GET`, `HEAD`, `OPTIONS` and `TRACE`) made while a tool body runs carries that
+//!   call's key, so a body cannot forget it. Reads go out without one, outside a body every
 //!   request goes out unchanged, and a header set by hand is never replaced.
 //!
 //! The key is the same on every attempt of a call, on every worker that takes it over, and
@@ -87,23 +88,53 @@ pub(crate) fn scoped<F: Future>(key: IdempotencyKey, body: F) -> impl Future<Out
 }
 
 /// The downstream key of the call whose body is running on this task, if one is: inside one
-/// of its journaled steps (`ToolContext::step`), the step's own key.
+/// of its journaled steps (`ToolContext::step`), the step's own key. A call dispatched inside
+/// another call's step has its own key here, not the step's.
 pub fn current_key() -> Option<IdempotencyKey> {
     let call = CURRENT.try_with(|running| running.key.clone()).ok()?;
-    Some(ToolContext::current_step_key().unwrap_or(call))
+    Some(crate::context::step_of(&call).map_or(call, |(_, key)| key))
 }
 
-/// A request the middleware stopped: it would have sent a key already used for another
-/// request of the same call.
+/// A request the middleware stopped before sending: it would have gone out under a key the
+/// call already sent with another request, which an API that keeps idempotency keys refuses
+/// (or answers with the first request's response, so the second effect never happens).
+///
+/// The middleware returns it as a `reqwest_middleware::Error`; [`KeyAlreadyUsed::of`] finds
+/// it there.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "not sent: this call already sent {first} under its idempotency key, and {second} is another request; an API that keeps idempotency keys refuses one key for two requests (or answers with the first's response). Give each write a key of its own: wrap it in `ctx.step(\"name\", ...)`"
-)]
-pub struct KeyAlreadyUsed {
-    /// The request the key was first sent with (method and path).
-    pub first: String,
-    /// The one refused.
-    pub second: String,
+pub enum KeyAlreadyUsed {
+    /// Outside steps, under the call's own key.
+    #[error(
+        "not sent: this call already sent {first} under its idempotency key, and {second} is another request; an API that keeps idempotency keys refuses one key for two requests (or answers with the first's response). Give each write a key of its own: wrap each in `ctx.step(\"name\", ...)`"
+    )]
+    Call {
+        /// The request the key was first sent with (method and URL, no query).
+        first: String,
+        /// The one stopped.
+        second: String,
+    },
+    /// Inside the journaled step `step`, under the step's key.
+    #[error(
+        "not sent: step `{step}` already sent {first} under its idempotency key, and {second} is another request; an API that keeps idempotency keys refuses one key for two requests (or answers with the first's response). Give each write a step of its own: split `ctx.step(\"{step}\", ...)` in two"
+    )]
+    Step {
+        /// The step's name.
+        step: String,
+        /// The request the key was first sent with (method and URL, no query).
+        first: String,
+        /// The one stopped.
+        second: String,
+    },
+}
+
+impl KeyAlreadyUsed {
+    /// The refusal inside an error a `reqwest-middleware` client returned, if it is one.
+    pub fn of(error: &reqwest_middleware::Error) -> Option<&KeyAlreadyUsed> {
+        match error {
+            reqwest_middleware::Error::Middleware(e) => e.downcast_ref(),
+            reqwest_middleware::Error::Reqwest(_) => None,
+        }
+    }
 }
 
 /// Note that `key` goes out with `request`; refused if the call sent it with another one.
@@ -116,9 +147,10 @@ fn note_sent(key: &IdempotencyKey, request: &reqwest::Request) -> Result<(), Key
             sha2::Sha256::digest(bytes).into()
         }),
     };
+    // The query is left out of what an error shows: it may carry what a log must not.
     let shown = |s: &Sent| {
-        let path = s.target.split('?').next().unwrap_or_default();
-        format!("`{} {path}`", s.method)
+        let url = s.target.split('?').next().unwrap_or_default();
+        format!("`{} {url}`", s.method)
     };
     CURRENT
         .try_with(|running| {
@@ -129,10 +161,17 @@ fn note_sent(key: &IdempotencyKey, request: &reqwest::Request) -> Result<(), Key
                     Ok(())
                 }
                 Some(first) if same(first, &sent) => Ok(()),
-                Some(first) => Err(KeyAlreadyUsed {
-                    first: shown(first),
-                    second: shown(&sent),
-                }),
+                Some(first) => {
+                    let (first, second) = (shown(first), shown(&sent));
+                    Err(match crate::context::step_of(&running.key) {
+                        Some((step, _)) => KeyAlreadyUsed::Step {
+                            step,
+                            first,
+                            second,
+                        },
+                        None => KeyAlreadyUsed::Call { first, second },
+                    })
+                }
             }
         })
         .unwrap_or(Ok(()))
@@ -172,7 +211,8 @@ impl KeyedRequest for reqwest_middleware::RequestBuilder {
 }
 
 /// A `reqwest-middleware` middleware that sends the running call's downstream key in a
-/// header (by default `Idempotency-Key`) on every request that does not set it already.
+/// header (by default `Idempotency-Key`) on every write that does not set it already (a read,
+/// `GET`, `HEAD`, `OPTIONS` or `TRACE`, goes without).
 #[derive(Debug, Clone)]
 pub struct IdempotencyKeyMiddleware {
     header: HeaderName,
@@ -215,7 +255,10 @@ impl Middleware for IdempotencyKeyMiddleware {
         extensions: &mut http::Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        if !request.headers().contains_key(&self.header)
+        // A read (GET, HEAD, OPTIONS, TRACE) needs no key and is not a second request under
+        // one: APIs that keep keys ignore them on reads.
+        if !request.method().is_safe()
+            && !request.headers().contains_key(&self.header)
             && let Some(key) = current_key()
             // A downstream key is hex with a short prefix: always a valid header value.
             && let Ok(value) = HeaderValue::from_str(key.as_str())

@@ -14,8 +14,11 @@
 //!
 //! Validation and parse errors of such a tool have every secret's text cut out of their
 //! messages, and so have a terminal error's message and details before they are recorded;
-//! so have its outputs (returned and recorded alike), its verify hook's answers and its
-//! journaled steps' values.
+//! so have its outputs (returned and recorded alike) and its verify hook's answers. A short
+//! secret (under [`CUT_INSIDE_VALUES`] characters) is cut from an output only where a whole
+//! string equals it: a chance match inside other data (`1` in `auth_1x71`) is left alone.
+//! A journaled step's value must read back as it was made, so a step whose value holds a
+//! secret is not journaled at all: the step fails as ambiguous, naming the argument.
 //!
 //! [`ToolBuilder::secret`]: crate::ToolBuilder::secret
 //! [`ToolSpec`]: crate::ToolSpec
@@ -118,19 +121,51 @@ pub(crate) fn seal(arguments: &Value, pointers: &[String], key: &SecretKey) -> V
     sealed
 }
 
+/// A secret text at least this long is cut wherever it appears inside a string of an output,
+/// a step's value or an error's details. A shorter one (a CVC, a short PIN) cannot be told
+/// from ordinary data there (`1` inside `auth_1x71`, or a count of 1): it is cut only where a
+/// whole string equals it, so that data is never corrupted by a chance match.
+pub const CUT_INSIDE_VALUES: usize = 8;
+
+/// In a message (prose), a secret text shorter than this is cut only where it stands as a
+/// word of its own (not touching a letter or a digit); a longer one wherever it appears.
+const CUT_INSIDE_WORDS: usize = 4;
+
 /// `message` with the text of every secret value in `arguments` cut out.
 pub(crate) fn scrub(message: &str, arguments: &Value, pointers: &[String]) -> String {
     let mut out = message.to_owned();
-    for pointer in pointers {
-        let Some(value) = arguments.pointer(pointer) else {
-            continue;
-        };
-        for text in secret_texts(value) {
-            if !text.is_empty() {
-                out = out.replace(&text, REDACTED);
-            }
+    for text in pointers
+        .iter()
+        .filter_map(|p| arguments.pointer(p))
+        .flat_map(secret_texts)
+    {
+        if text.chars().count() >= CUT_INSIDE_WORDS {
+            out = out.replace(&text, REDACTED);
+        } else if !text.is_empty() {
+            out = cut_words(&out, &text);
         }
     }
+    out
+}
+
+/// `text` with every occurrence of `word` that touches no letter or digit replaced.
+fn cut_words(text: &str, word: &str) -> String {
+    let alnum = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    for (at, _) in text.match_indices(word) {
+        if at < rest {
+            continue;
+        }
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        if !alnum(before) && !alnum(after) {
+            out.push_str(&text[rest..at]);
+            out.push_str(REDACTED);
+            rest = at + word.len();
+        }
+    }
+    out.push_str(&text[rest..]);
     out
 }
 
@@ -157,29 +192,56 @@ pub(crate) fn refusal(
     }
 }
 
-/// [`scrub`] applied to every string inside `value` (a terminal error's details); a number
-/// equal to a secret number becomes the text `[redacted]`.
+/// A structured value (an output, a step's value, an error's details) with the secrets in
+/// `arguments` cut out: a string equal to a secret's text becomes `[redacted]`, a secret text
+/// of at least [`CUT_INSIDE_VALUES`] characters is cut inside any string, and a number equal
+/// to a secret number of as many digits becomes the text `[redacted]`. Shorter secrets are
+/// left where they are only part of a value: a chance match must not change data.
 pub(crate) fn scrub_value(value: &mut Value, arguments: &Value, pointers: &[String]) {
+    let texts: Vec<String> = pointers
+        .iter()
+        .filter_map(|p| arguments.pointer(p))
+        .flat_map(secret_texts)
+        .filter(|t| !t.is_empty())
+        .collect();
+    if !texts.is_empty() {
+        scrub_texts(value, &texts);
+    }
+}
+
+fn scrub_texts(value: &mut Value, texts: &[String]) {
+    let long = |t: &&String| t.chars().count() >= CUT_INSIDE_VALUES;
     match value {
-        Value::String(s) => *s = scrub(s, arguments, pointers),
+        Value::String(s) if texts.contains(s) => *s = REDACTED.to_owned(),
+        Value::String(s) => {
+            for text in texts.iter().filter(long) {
+                if s.contains(text.as_str()) {
+                    *s = s.replace(text.as_str(), REDACTED);
+                }
+            }
+        }
         Value::Number(n) => {
             let text = n.to_string();
-            let secret = pointers
-                .iter()
-                .filter_map(|p| arguments.pointer(p))
-                .any(|v| secret_texts(v).contains(&text));
-            if secret {
+            if text.len() >= CUT_INSIDE_VALUES && texts.contains(&text) {
                 *value = Value::String(REDACTED.to_owned());
             }
         }
-        Value::Array(items) => items
-            .iter_mut()
-            .for_each(|v| scrub_value(v, arguments, pointers)),
-        Value::Object(map) => map
-            .values_mut()
-            .for_each(|v| scrub_value(v, arguments, pointers)),
+        Value::Array(items) => items.iter_mut().for_each(|v| scrub_texts(v, texts)),
+        Value::Object(map) => map.values_mut().for_each(|v| scrub_texts(v, texts)),
         _ => {}
     }
+}
+
+/// The first of `pointers` whose secret `value` holds (as [`scrub_value`] would cut it).
+pub(crate) fn secret_held(value: &Value, arguments: &Value, pointers: &[String]) -> Option<String> {
+    pointers
+        .iter()
+        .find(|p| {
+            let mut cut = value.clone();
+            scrub_value(&mut cut, arguments, std::slice::from_ref(p));
+            cut != *value
+        })
+        .cloned()
 }
 
 /// The spellings of a secret a message could carry: its JSON text, and each string and
@@ -235,5 +297,38 @@ mod tests {
             r#"{"number":"4242424242424242","cvc":123} is not valid; 4242424242424242 and 123"#;
         let out = scrub(msg, &args, &pointers);
         assert!(!out.contains("4242") && !out.contains("123"), "{out}");
+    }
+
+    #[test]
+    fn a_short_secret_is_cut_from_prose_only_as_a_word_and_never_from_inside_a_value() {
+        let args = json!({"cvc": "1"});
+        let pointers = ["/cvc".to_owned()];
+        assert_eq!(
+            scrub("cvc 1 refused for auth_1x71 (try 1/3)", &args, &pointers),
+            "cvc [redacted] refused for auth_1x71 (try [redacted]/3)"
+        );
+        let mut output = json!({"auth": "auth_1x71", "count": 1, "cvc": "1", "n": [11, "21"]});
+        let before = output.clone();
+        scrub_value(&mut output, &args, &pointers);
+        assert_eq!(output["auth"], before["auth"]);
+        assert_eq!(output["count"], 1);
+        assert_eq!(output["n"], before["n"]);
+        assert_eq!(output["cvc"], REDACTED, "a whole value equal to it is cut");
+    }
+
+    #[test]
+    fn a_long_secret_is_cut_inside_values_and_as_a_number() {
+        let args = json!({"card": "4242424242424242", "account": 12345678901u64});
+        let pointers = ["/card".to_owned(), "/account".to_owned()];
+        let mut output =
+            json!({"note": "card 4242424242424242 ok", "acct": 12345678901u64, "n": 42});
+        scrub_value(&mut output, &args, &pointers);
+        assert_eq!(
+            output,
+            json!({"note": "card [redacted] ok", "acct": REDACTED, "n": 42})
+        );
+        let held = secret_held(&json!("x 4242424242424242"), &args, &pointers);
+        assert_eq!(held.as_deref(), Some("/card"));
+        assert_eq!(secret_held(&json!("auth_4242"), &args, &pointers), None);
     }
 }

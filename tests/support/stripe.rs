@@ -3,7 +3,8 @@
 //! line in the ledger) and its answer kept; the same key with the same request gets that
 //! answer again, applied once; the same key with another method, path or body is refused
 //! (`400`, `idempotency_key_in_use`) and applies nothing. A write without a key is applied
-//! every time. Faults, after the write is applied: the first answer of each key lost (the
+//! every time. A `GET` is a read: it applies nothing, and the API ignores a key on it (as
+//! Stripe does). Faults, after the write is applied: the first answer of each key lost (the
 //! connection hangs until the client gives up), or answered `502` (a gateway in front).
 
 use std::collections::HashMap;
@@ -34,6 +35,8 @@ pub struct Api {
     keys: Mutex<HashMap<String, (String, Value)>>,
     /// Every refusal for a key used with another request.
     refused: Mutex<usize>,
+    /// Every request seen: method, path and the key it carried.
+    seen: Mutex<Vec<(String, String, Option<String>)>>,
 }
 
 impl Api {
@@ -51,6 +54,15 @@ impl Api {
     pub fn refusals(&self) -> usize {
         *self.refused.lock().unwrap()
     }
+
+    /// The key each request to `path` carried, in order (`None`: no key).
+    pub fn keys_sent(&self, method: &str, path: &str) -> Vec<Option<String>> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .filter(|(m, p, _)| m == method && p == path)
+            .map(|(_, _, key)| key.clone())
+            .collect()
+    }
 }
 
 /// Start the API on a free loopback port: its state and base URL.
@@ -60,6 +72,7 @@ pub async fn start(fault: Fault) -> (Arc<Api>, String) {
         ledger: Mutex::default(),
         keys: Mutex::default(),
         refused: Mutex::default(),
+        seen: Mutex::default(),
     });
     let router = axum::Router::new().fallback(write).with_state(api.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -82,6 +95,16 @@ async fn write(
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    api.seen
+        .lock()
+        .unwrap()
+        .push((method.to_string(), path.clone(), key.clone()));
+    if method == Method::GET {
+        return (
+            StatusCode::OK,
+            axum::Json(json!({"id": path, "read": true})),
+        );
+    }
     let apply = |api: &Api| {
         let mut ledger = api.ledger.lock().unwrap();
         ledger.push((path.clone(), body.clone()));

@@ -19,7 +19,7 @@ use super::call::{Dispatched, RunContext, ToolCall};
 use super::error::{DispatchError, store_error};
 use super::key::Keyed;
 use super::observe::EventKind;
-use super::{Dispatcher, arguments, replay};
+use super::{Dispatcher, arguments, decide, replay};
 use crate::approval::{Approval, ApprovalRefusal, ApprovalRequest, Approver, Binding};
 use crate::tool::ToolDef;
 
@@ -80,19 +80,32 @@ impl Dispatcher {
             }
         }
         // A run replayed from a checkpoint without its approvals (or with expired ones) gets
-        // the recorded outcome. Only a completed record with these very arguments is
-        // replayed; anything that could execute needs the approval. A store that cannot
-        // answer leaves it required.
+        // the recorded outcome. Only a completed record the claim stage would replay to this
+        // call is replayed (these very arguments, or a natural key standing for them, with
+        // the arguments that differ named); anything that could execute needs the approval.
+        // A store that cannot answer leaves it required.
         if let Some((record_key, downstream)) = &keyed.keys {
             let recorded = self.store.get(record_key).await.ok().flatten();
             if let Some(Record {
                 fingerprint,
                 state: RecordState::Completed { outcome, .. },
+                arguments,
                 ..
             }) = recorded
-                && fingerprint == keyed.fingerprint
+                && decide::reuse(
+                    fingerprint,
+                    keyed.fingerprint,
+                    keyed.fingerprint,
+                    tool.policy.replay_on_key_reuse,
+                    keyed.source,
+                ) != decide::Reuse::Refuse
             {
-                return replay(tool, record_key, downstream, outcome).map(Approved::Replayed);
+                let mut replayed = replay(tool, record_key, downstream, outcome)?;
+                if fingerprint != keyed.fingerprint {
+                    replayed.differing_arguments =
+                        super::claim::differing_texts(arguments.as_deref(), Some(&keyed.canonical));
+                }
+                return Ok(Approved::Replayed(replayed));
             }
         }
         let refuse = |refusal| DispatchError::ApprovalRefused {

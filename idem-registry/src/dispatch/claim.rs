@@ -49,8 +49,10 @@ impl Dispatcher {
         let deadline = tokio::time::Instant::now() + tool.policy.wait;
         let mut poll = decide::FIRST_POLL;
         let mut verifications = 0;
-        // Where this call's arguments differ from the record's it stands for (find-or-create).
+        // Where this call's arguments differ from the record's it stands for (find-or-create),
+        // and the record's arguments then: what a verify hook is asked about.
         let mut differ = Vec::new();
+        let mut recorded_args = None;
         loop {
             let claim;
             (claim, request) = self
@@ -106,6 +108,7 @@ impl Dispatcher {
                 }
                 Reuse::ClaimAs(recorded) => {
                     differ = differing(&record, &request);
+                    recorded_args = asked_about(&record);
                     request.fingerprint = recorded;
                     continue;
                 }
@@ -155,6 +158,7 @@ impl Dispatcher {
                                     steps: record.steps,
                                     since,
                                     last_error: &last_error,
+                                    arguments: recorded_args.clone(),
                                 },
                                 ttl,
                                 watch,
@@ -235,19 +239,27 @@ impl Dispatcher {
     }
 }
 
-/// Where the claim's arguments differ from those recorded, as JSON Pointers; empty when
-/// either is missing or not JSON (nothing to compare).
+/// Where the claim's arguments differ from those recorded, as JSON Pointers.
 fn differing(record: &idem_core::Record, request: &ClaimRequest) -> Vec<String> {
-    let parse = |text: Option<&String>| {
-        text.and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
-    };
-    match (
-        parse(record.arguments.as_ref()),
-        parse(request.arguments.as_ref()),
-    ) {
+    differing_texts(record.arguments.as_deref(), request.arguments.as_deref())
+}
+
+/// Where a call's arguments (canonical JSON) differ from a record's, as JSON Pointers; empty
+/// when either is missing or not JSON (nothing to compare).
+pub(super) fn differing_texts(recorded: Option<&str>, call: Option<&str>) -> Vec<String> {
+    let parse = |text: Option<&str>| text.and_then(|t| serde_json::from_str(t).ok());
+    match (parse(recorded), parse(call)) {
         (Some(recorded), Some(call)) => crate::args::differing(&recorded, &call),
         _ => Vec::new(),
     }
+}
+
+/// The arguments a record was made with, for a verify hook asked about it on behalf of a
+/// call its natural key stands for: `None` when they are not stored, not JSON, or hold a
+/// sealed secret (the hook then gets the call's own, which name the same effect).
+fn asked_about(record: &idem_core::Record) -> Option<serde_json::Value> {
+    let arguments: serde_json::Value = serde_json::from_str(record.arguments.as_ref()?).ok()?;
+    (!crate::redact::holds_seal(&arguments)).then_some(arguments)
 }
 
 type ClaimFuture = Pin<Box<dyn Future<Output = Result<(Claim, ClaimRequest), StoreError>> + Send>>;

@@ -414,6 +414,8 @@ impl Dispatcher {
                     steps: record.steps.clone(),
                     since,
                     last_error,
+                    // Recovery's call is made of the recorded arguments already.
+                    arguments: None,
                 },
                 rule.ttl,
                 &watch,

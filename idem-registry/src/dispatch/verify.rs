@@ -34,6 +34,9 @@ pub(crate) struct UnknownRecord<'a> {
     pub since: Timestamp,
     /// Why.
     pub last_error: &'a str,
+    /// The arguments the record was made with, when they are not the call's (a natural key
+    /// standing for both): the hook is asked about the effect the record stands for.
+    pub arguments: Option<Value>,
 }
 
 impl Dispatcher {
@@ -51,13 +54,15 @@ impl Dispatcher {
             steps,
             since,
             last_error,
+            arguments,
         } = unknown;
         let tool = call.tool;
         let Some(verify) = &tool.verify else {
             return Ok(Settled::Raced);
         };
-        let ctx = ToolContext::for_verify(call.parts(), steps, Value::clone(&call.args));
-        let answer = AssertUnwindSafe(verify(ctx, Value::clone(&call.args)))
+        let arguments = arguments.unwrap_or_else(|| Value::clone(&call.args));
+        let ctx = ToolContext::for_verify(call.parts(), steps, arguments.clone());
+        let answer = AssertUnwindSafe(verify(ctx, arguments))
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Err(ToolError::ambiguous("the verify hook panicked")));

@@ -17,7 +17,12 @@
 //!    so that a re-issue after a reconnect or a server restart is caught too.
 //!
 //! The trade-off of the window: a deliberate identical call inside it is replayed, not run,
-//! and its result says so (`io.idem/deduplicated`). A tool whose window is off and that gets
+//! and its result says so (`io.idem/deduplicated`). A tool that needs approval keeps its
+//! record as long as an approval may be used (the dispatcher's `max_approval_validity`), so
+//! its window is at least that long. A pending approval belongs to its call's key: under the
+//! session scope a re-issue after a reconnect asks again, and so does a call an approver
+//! edited (its arguments, so its key, changed); nothing runs twice, the person is asked
+//! twice. [`ResendScope::Tenant`] or a model's key avoid the first. A tool whose window is off and that gets
 //! no other key is refused with `missing_key`, naming these settings.
 //!
 //! [`McpServer::model_key`]: super::McpServer::model_key

@@ -150,7 +150,8 @@ impl McpServer {
     /// The re-send window of every tool that records and sets none of its own (see
     /// [`keys`]): a call that brings no key is keyed by its session (or tenant), tool and
     /// arguments, and a re-issue within `window` replays it. `None` turns it off. On by
-    /// default, for [`keys::DEFAULT_RESEND_WINDOW`].
+    /// default, for [`keys::DEFAULT_RESEND_WINDOW`]. A tool that needs approval keeps its
+    /// record as long as an approval may be used, so its window is at least that long.
     ///
     /// ```no_run
     /// # fn f(server: idem_registry::mcp::McpServer) {
