@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use idem::prelude::*;
 use idem::store::approvals::ApprovalFilter;
-use idem::{ApprovalKey, ApprovalKeys, Approver, SqliteStore, StateKind};
+use idem::{ApprovalKey, Approver, SqliteStore, approval::ApprovalKeys, store::StateKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -167,7 +167,7 @@ fn ticket_key(args: &Value) -> Option<String> {
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let day = idem::Timestamp::now().as_millis() / 86_400_000;
+    let day = idem::store::Timestamp::now().as_millis() / 86_400_000;
     Some(format!("{customer}|{}|{day}", words.join(" ")))
 }
 
@@ -389,7 +389,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let store = Arc::new(SqliteStore::open(&path)?);
     let earlier = store
-        .list(idem::ListFilter {
+        .list(idem::store::ListFilter {
             state: Some(StateKind::Completed),
             limit: 10_000,
             ..Default::default()
@@ -622,7 +622,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("  {name:<18} {requests} requests -> {effects} effects");
     }
     let unknown = store
-        .list(idem::ListFilter {
+        .list(idem::store::ListFilter {
             state: Some(StateKind::Unknown),
             limit: 100,
             ..Default::default()
@@ -633,7 +633,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         unknown.len()
     );
     for r in unknown {
-        if let idem::RecordState::Unknown { last_error, .. } = &r.state {
+        if let idem::store::RecordState::Unknown { last_error, .. } = &r.state {
             println!("  {} {} - {}", r.tool, &r.key.as_str()[..12], last_error);
         }
     }

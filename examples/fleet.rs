@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{RecoveryAction, RecoveryOptions, SqliteStore};
+use idem::{SqliteStore, dispatch::RecoveryAction, dispatch::RecoveryOptions};
 use serde_json::json;
 
 /// Bodies that have started in this process (the worker dies once both have).

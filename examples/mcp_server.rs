@@ -51,7 +51,7 @@ use std::time::Duration;
 use idem::mcp::McpServer;
 use idem::mcp::keys::{DEFAULT_RESEND_WINDOW, ResendScope};
 use idem::prelude::*;
-use idem::{ApprovalKey, ApprovalKeys, Approver, SqliteStore};
+use idem::{ApprovalKey, Approver, SqliteStore, approval::ApprovalKeys};
 
 /// Read the current weather in a city.
 #[tool(class = "read")]

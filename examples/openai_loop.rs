@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use idem::agent::{AgentLoop, Answer, OpenAiChat, Turn};
 use idem::prelude::*;
-use idem::{Provider, SqliteStore};
+use idem::{SqliteStore, export::Provider};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 

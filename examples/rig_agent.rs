@@ -10,9 +10,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use idem::agent::rig::RigTools;
 use idem::prelude::*;
-use idem::rig::RigTools;
-use idem::{ApprovalKey, ApprovalKeys, SqliteStore};
+use idem::{ApprovalKey, SqliteStore, approval::ApprovalKeys};
 use rig_agent::AgentBuilder;
 use rig_core::test_utils::{MockCompletionModel, MockTurn};
 use serde_json::json;

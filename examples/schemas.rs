@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use idem::Provider;
+use idem::export::Provider;
 use idem::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

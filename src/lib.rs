@@ -55,7 +55,7 @@
 //! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()` (and `ctx.arguments()`, the call's arguments), whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
 //! | `verify_after_secs` | the settle delay: how long after a record became Unknown (store clock) its `verify` hook is first asked (for an orphan, at least one lease); until then a duplicate gets `OutcomeUnknown` with `retry_after` | 300 |
 //! | `on_key_reuse` | with a `natural_key`, what a call under it with other arguments gets: `"replay"` (find-or-create: the recorded outcome, `deduplicated`, with `differing_arguments` naming what differs) or `"reject"` (`KeyReused`, saying the entity exists); a key of any other source reused with other arguments is always `KeyReused` | `"replay"` |
-//! | `crate` | the path of this crate, e.g. `"::my_idem"`: needed only where the macro cannot read the rename in the crate's `Cargo.toml` (`my_idem = { package = "idem", .. }` is found) | `"::idem"` |
+//! | `crate` | the path of this crate, e.g. `"::my_idem"`: needed only where the macro cannot read the rename in the crate's `Cargo.toml` (`my_idem = { package = "idem-tools", .. }` is found) | `"::idem"` |
 //!
 //! A `read` tool records nothing, so `ttl_secs`, `lease_secs`, `wait_secs`, `natural_key`,
 //! `on_key_reuse`, `verify` and `verify_after_secs` on one are compile errors, as is a
@@ -92,7 +92,7 @@
 //! use std::sync::atomic::{AtomicU32, Ordering};
 //! use std::time::Duration;
 //! use idem::prelude::*;
-//! use idem::ManualClock;
+//! use idem::store::ManualClock;
 //!
 //! static RUNS: AtomicU32 = AtomicU32::new(0);
 //!
@@ -121,61 +121,100 @@
 //! ```
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod guide;
 
 // README.md's examples run as doctests, so the one-page pitch cannot drift from the API.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use idem_core::contract;
-pub use idem_core::store::memory::{Clock, ManualClock, MemoryStore};
+// The names a user types every day; everything else lives in a module by area.
+pub use idem_core::store::memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use idem_core::store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
-pub use idem_core::store::redis::{RedisOptions, RedisStore};
+pub use idem_core::store::redis::RedisStore;
 #[cfg(feature = "sqlite")]
-pub use idem_core::store::sqlite::{SqliteStore, Synchronous};
-pub use idem_core::store::tenant::TenantStore;
-pub use idem_core::{
-    ClassHints, Contract, DEFAULT_UNKNOWN_RETENTION, DEFAULT_VERSION, ErrorKind, Fence,
-    Fingerprint, IdempotencyKey, JournalEntry, KeyMaterial, ListFilter, LogicalKey,
-    MAX_OUTCOME_DEPTH, ORPHANED, OrphanPolicy, Outcome, PurgeFilter, Record, RecordKey,
-    RecordState, StateKind, Store, StoreError, Timestamp, ToolClass, ToolError, UnknownCause,
-    UnknownClass, canonical_json,
-};
+pub use idem_core::store::sqlite::SqliteStore;
+pub use idem_core::{ErrorKind, IdempotencyKey, Store, ToolClass, ToolError};
 pub use idem_macros::tool;
-#[cfg(feature = "agent")]
-pub use idem_registry::agent;
-pub use idem_registry::dispatch::{
-    APPROVAL_STEP, DEFAULT_MAX_APPROVAL_VALIDITY, DEFAULT_MAX_ARGUMENT_BYTES, DEFAULT_NAMESPACE,
-};
-/// Provider exports (OpenAI, Anthropic, Gemini, MCP) and their portability reports.
-pub use idem_registry::export::{ExportError, PortabilityReport, Provider};
-#[cfg(feature = "reqwest")]
-pub use idem_registry::http;
-#[cfg(feature = "mcp")]
-pub use idem_registry::mcp;
-#[cfg(feature = "mcp-proxy")]
-pub use idem_registry::mcp_proxy;
-#[cfg(feature = "rig")]
-pub use idem_registry::rig;
-pub use idem_registry::tool::Location;
 pub use idem_registry::{
-    Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,
-    Approver, ArgumentError, DEFAULT_VERIFY_AFTER, DecisionError, DispatchError, Dispatched,
-    Dispatcher, LONGEST_POLICY_DURATION, Recovered, RecoveryAction, RecoveryOptions,
-    RecoveryReport, Registry, RegistryBuilder, RegistryError, RunContext, SecretKey,
-    SecretKeyTooShort, SetupError, StaticTool, ToolBuilder, ToolCall, ToolContext, ToolDef,
-    ToolPolicy, ToolSpec, Unrecoverable, Verified,
+    Approval, ApprovalKey, Approver, DispatchError, Dispatched, Dispatcher, Registry, RunContext,
+    SecretKey, StaticTool, ToolCall, ToolContext, ToolDef, ToolPolicy, ToolSpec, Verified,
 };
-pub use idem_registry::{approval, dispatch, export, schema, validate};
 
-/// Stores, their contract, and the operator operations.
+#[cfg(feature = "agent")]
+pub use idem_agent as agent;
+#[cfg(feature = "cli")]
+pub use idem_cli as cli;
+#[cfg(feature = "mcp")]
+pub use idem_mcp as mcp;
+pub use idem_registry::{export, schema};
+
+/// Stores and what they keep: the four stores, the [`Store`] contract, records and their
+/// states, the operator's listings and purges, and the approvals kept for a person.
 pub mod store {
+    pub use idem_core::store::memory::{Clock, ManualClock, MemoryStore};
+    #[cfg(feature = "postgres")]
+    pub use idem_core::store::postgres::PostgresStore;
+    #[cfg(feature = "redis")]
+    pub use idem_core::store::redis::{RedisOptions, RedisStore};
+    #[cfg(feature = "sqlite")]
+    pub use idem_core::store::sqlite::{SqliteStore, Synchronous};
+    pub use idem_core::store::tenant::TenantStore;
     pub use idem_core::store::*;
+    pub use idem_core::{
+        DEFAULT_UNKNOWN_RETENTION, Fence, JournalEntry, ListFilter, MAX_OUTCOME_DEPTH, ORPHANED,
+        Outcome, PurgeFilter, Record, RecordState, StateKind, Store, StoreError, Timestamp,
+        UnknownCause,
+    };
 }
 
-/// Everything a tool author needs: `use idem::prelude::*;`.
+/// Tools: definitions and their builder, data-defined specs, policies, classes and what
+/// each class implies, and what a `#[tool]` becomes.
+pub mod tool {
+    pub use idem_core::{ClassHints, OrphanPolicy, ToolClass, UnknownClass};
+    pub use idem_registry::tool::*;
+    pub use idem_registry::{ArgumentError, Registry, RegistryBuilder, RegistryError};
+}
+
+/// Keys: what a call's key is made of, the keys a record and a downstream system see, and
+/// the canonical JSON fingerprinted for them.
+pub mod key {
+    pub use idem_core::{
+        Fingerprint, IdempotencyKey, KeyMaterial, LogicalKey, RecordKey, canonical_json,
+    };
+    pub use idem_registry::dispatch::KeySource;
+}
+
+/// The dispatcher: calls, runs, results and errors, recovery, observers and the execution
+/// seam.
+pub mod dispatch {
+    pub use idem_registry::dispatch::*;
+}
+
+/// Approvals for irreversible calls: keys, approvers, signed approvals, requests, and links
+/// to a call's page in the inbox.
+pub mod approval {
+    pub use idem_registry::approval::*;
+    pub use idem_registry::dispatch::{APPROVAL_STEP, DEFAULT_MAX_APPROVAL_VALIDITY};
+}
+
+/// Secret arguments: the key they are sealed with, and how they are cut from what is shown.
+pub mod redact {
+    pub use idem_registry::redact::*;
+}
+
+/// The execution contract a record is made under (its handler version and timing rules).
+pub mod contract {
+    pub use idem_core::contract::*;
+}
+
+/// What a tool author imports: `use idem::prelude::*;` brings the attribute, the class, the
+/// context and error a body uses, and what a test or a small program needs to dispatch a
+/// call (a registry, a dispatcher on an in-memory store, a call, a run).
 pub mod prelude {
     pub use crate::{
         Approval, DispatchError, Dispatched, Dispatcher, ErrorKind, MemoryStore, Registry,

@@ -20,7 +20,7 @@ use idem::agent::{
     Turn,
 };
 use idem::prelude::*;
-use idem::{Provider, RecordKey, StoreError, ToolDef, ToolPolicy};
+use idem::{ToolDef, ToolPolicy, export::Provider, key::RecordKey, store::StoreError};
 use serde_json::{Value, json};
 use support::dispatcher::dispatcher;
 use support::hooked_store::{Hook, Hooked, Op};

@@ -11,8 +11,8 @@ use std::time::Duration;
 use idem::prelude::*;
 use idem::store::memory::ManualClock;
 use idem::{
-    ApprovalKey, ApprovalKeys, ApprovalRefusal, ApprovalRequest, Approver, SetupError, Timestamp,
-    ToolDef, ToolPolicy,
+    ApprovalKey, Approver, ToolDef, ToolPolicy, approval::ApprovalKeys, approval::ApprovalRefusal,
+    approval::ApprovalRequest, dispatch::SetupError, store::Timestamp,
 };
 use serde_json::{Value, json};
 use support::dispatcher::{approval_key, approver};
@@ -193,7 +193,7 @@ async fn changing_any_field_of_an_approval_is_refused() {
         ("tenant", json!("tenant-b")),
         (
             "fingerprint",
-            json!(idem::Fingerprint::of(&json!({"cents": 1})).to_hex()),
+            json!(idem::key::Fingerprint::of(&json!({"cents": 1})).to_hex()),
         ),
     ];
     for (field, value) in changes {
@@ -347,7 +347,8 @@ async fn an_approval_used_once_never_runs_its_call_again() {
     assert!(replayed.unwrap().deduplicated);
     // ...and once the record has expired too (kept as long as the longest approval the
     // dispatcher accepts), the approval is refused: it never runs the call again.
-    s.clock.advance(idem::DEFAULT_MAX_APPROVAL_VALIDITY);
+    s.clock
+        .advance(idem::approval::DEFAULT_MAX_APPROVAL_VALIDITY);
     let refusal = refused(&s, &call(100), run(), approval).await;
     assert!(
         matches!(refusal, ApprovalRefusal::Expired { .. }),

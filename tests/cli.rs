@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use idem::prelude::*;
-use idem::{ApprovalKey, ApprovalKeys, Store};
+use idem::{ApprovalKey, Store, approval::ApprovalKeys};
 use serde_json::{Value, json};
 use support::services::unique;
 use support::tally::Tally;
@@ -1758,7 +1758,7 @@ async fn a_record_that_changed_at_the_prompt_is_left_as_it_is_now() {
         &at,
         &["records", "release", &unknown_key, "--as", "lee@desk"],
         async {
-            let key = idem::RecordKey::from_stored(unknown_key.as_str());
+            let key = idem::key::RecordKey::from_stored(unknown_key.as_str());
             assert!(records.force_release(&key).await.expect("release it"));
             left_unknown(&agent, &released, &run_ctx).await;
         },
@@ -1791,8 +1791,8 @@ async fn a_record_that_changed_at_the_prompt_is_left_as_it_is_now() {
             "lee@desk",
         ],
         async {
-            let key = idem::RecordKey::from_stored(resolved_key.as_str());
-            let delivered = idem::Outcome::success(&json!({"delivered": true}));
+            let key = idem::key::RecordKey::from_stored(resolved_key.as_str());
+            let delivered = idem::store::Outcome::success(&json!({"delivered": true}));
             records
                 .resolve(&key, &delivered, Duration::from_secs(3600))
                 .await

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use idem::prelude::*;
 use idem::store::{Claim, ClaimRequest};
-use idem::{RecordKey, StoreError};
+use idem::{key::RecordKey, store::StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;

@@ -12,7 +12,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem::prelude::*;
 use idem::store::{Claim, ClaimRequest};
-use idem::{ManualClock, MemoryStore, Record, RecordState, StoreError, Timestamp, ToolDef};
+use idem::{
+    MemoryStore, ToolDef, store::ManualClock, store::Record, store::RecordState, store::StoreError,
+    store::Timestamp,
+};
 use serde_json::{Value, json};
 use support::dispatcher::{linked, with_tool};
 use support::hooked_store::{Hook, Hooked};

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use idem::http::{IdempotencyKeyMiddleware, KeyedRequest, current_key};
+use idem::agent::http::{IdempotencyKeyMiddleware, KeyedRequest, current_key};
 use idem::prelude::*;
-use idem::{ManualClock, Store, ToolDef, ToolPolicy};
+use idem::{Store, ToolDef, ToolPolicy, store::ManualClock};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use serde_json::{Value, json};
 

@@ -245,7 +245,7 @@ async fn each_person_decides_under_their_own_name() {
         })
         .await
         .unwrap();
-    let by = |key: &idem::RecordKey| {
+    let by = |key: &idem::key::RecordKey| {
         let entry = decided.iter().find(|e| e.key == *key).unwrap();
         entry.decision.as_ref().unwrap().by.clone()
     };

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use idem::prelude::*;
 use idem::{
-    DEFAULT_UNKNOWN_RETENTION, ListFilter, ManualClock, MemoryStore, PurgeFilter, StateKind,
-    StoreError, ToolDef,
+    MemoryStore, ToolDef, store::DEFAULT_UNKNOWN_RETENTION, store::ListFilter, store::ManualClock,
+    store::PurgeFilter, store::StateKind, store::StoreError,
 };
 use serde_json::{Value, json};
 

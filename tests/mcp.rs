@@ -268,9 +268,9 @@ async fn a_cancelled_call_leaves_no_live_claim() {
     let mut held = usize::MAX;
     for _ in 0..200 {
         held = store
-            .list(idem::ListFilter {
-                state: Some(idem::StateKind::InProgress),
-                ..idem::ListFilter::default()
+            .list(idem::store::ListFilter {
+                state: Some(idem::store::StateKind::InProgress),
+                ..idem::store::ListFilter::default()
             })
             .await
             .unwrap()

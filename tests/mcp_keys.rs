@@ -12,7 +12,7 @@ use std::time::Duration;
 use idem::mcp::keys::{KeySettingError, MODEL_KEY_PARAMETER, ResendScope};
 use idem::mcp::{META_DEDUPLICATED, McpServer};
 use idem::prelude::*;
-use idem::{ManualClock, MemoryStore, Store, ToolDef};
+use idem::{MemoryStore, Store, ToolDef, store::ManualClock};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
 use rmcp::service::{RunningService, serve_directly};
 use rmcp::{ClientHandler, RoleClient, RoleServer};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use idem::dispatch::MetricsObserver;
 use idem::prelude::*;
-use idem::{ManualClock, ToolDef, ToolPolicy, Verified};
+use idem::{ToolDef, ToolPolicy, Verified, store::ManualClock};
 use metrics::Unit;
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -55,7 +55,7 @@ fn seen(snapshotter: &Snapshotter) -> Seen {
     seen
 }
 
-fn tool(name: &'static str, class: ToolClass) -> idem::ToolBuilder {
+fn tool(name: &'static str, class: ToolClass) -> idem::tool::ToolBuilder {
     ToolDef::builder(name, class)
         .description("A tool of the metrics test.")
         .input_schema(json!({"type": "object"}))

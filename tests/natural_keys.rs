@@ -300,7 +300,7 @@ async fn an_mcp_result_names_the_arguments_that_differ() {
 
 #[tokio::test]
 async fn a_reworded_call_asks_the_verify_hook_about_the_recorded_call() {
-    use idem::{ManualClock, ToolDef, ToolPolicy, Verified};
+    use idem::{ToolDef, ToolPolicy, Verified, store::ManualClock};
     use std::sync::Mutex;
     // The first call times out after the desk opened its ticket: Unknown. The reworded call
     // that follows stands for it, and the hook must look up the ticket the record stands for.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use idem::dispatch::{approve_stored, deny_stored};
 use idem::prelude::*;
 use idem::store::approvals::{ApprovalFilter, DecisionRefused, PendingApproval};
-use idem::{DecisionError, MemoryStore, SecretKey};
+use idem::{MemoryStore, SecretKey, dispatch::DecisionError};
 use serde_json::{Value, json};
 use support::dispatcher::{approver, dispatcher};
 use support::tally::Tally;
@@ -293,7 +293,7 @@ async fn a_decision_lands_only_on_the_request_that_was_shown() {
     let run = RunContext::new("op-shown");
     let call = close("c5", json!({"customer": "cus_shown"}));
     let entry = pending(&store, &call, &run).await;
-    let other = idem::Fingerprint::of_canonical("{\"customer\":\"cus_other\"}");
+    let other = idem::key::Fingerprint::of_canonical("{\"customer\":\"cus_other\"}");
 
     let denied = deny_stored(&*store, &entry.key, "lee@desk", "not this one", Some(other)).await;
     assert!(

@@ -13,7 +13,8 @@ use idem::prelude::*;
 use idem::store::approvals::{ApprovalFilter, PendingApproval, Verdict};
 use idem::store::memory::ManualClock;
 use idem::{
-    APPROVAL_STEP, ApprovalKey, ApprovalKeys, Approver, DecisionError, RecordKey, Store, ToolDef,
+    ApprovalKey, Approver, Store, ToolDef, approval::APPROVAL_STEP, approval::ApprovalKeys,
+    dispatch::DecisionError, key::RecordKey,
 };
 use serde_json::{Value, json};
 use support::dispatcher::{approval_key, approver};
@@ -267,7 +268,7 @@ async fn a_request_expires_and_cannot_be_approved_after() {
     let run = RunContext::new("t");
     required(&agent, &refund("call-x", 5), &run).await;
     let x = pending_of(&operator, "t").await.remove(0);
-    clock.advance(idem::DEFAULT_MAX_APPROVAL_VALIDITY + Duration::from_secs(1));
+    clock.advance(idem::approval::DEFAULT_MAX_APPROVAL_VALIDITY + Duration::from_secs(1));
     assert!(
         pending_of(&operator, "t").await.is_empty(),
         "an expired request is not pending"
@@ -295,7 +296,7 @@ async fn a_denial_stands_until_it_expires() {
         agent.dispatch(&refund("call-y", 5), &run).await,
         Err(DispatchError::ApprovalDenied { .. })
     ));
-    clock.advance(idem::DEFAULT_MAX_APPROVAL_VALIDITY);
+    clock.advance(idem::approval::DEFAULT_MAX_APPROVAL_VALIDITY);
     required(&agent, &refund("call-y", 5), &run).await;
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
@@ -321,9 +322,15 @@ async fn a_store_outage_between_approval_and_execution_runs_nothing() {
     struct Down(std::sync::atomic::AtomicBool);
     #[async_trait::async_trait]
     impl Hook for Down {
-        async fn before(&self, op: Op, _: Option<&RecordKey>) -> Result<(), idem::StoreError> {
+        async fn before(
+            &self,
+            op: Op,
+            _: Option<&RecordKey>,
+        ) -> Result<(), idem::store::StoreError> {
             if self.0.load(Ordering::SeqCst) && op == Op::Claim {
-                return Err(idem::StoreError::Unavailable("connection refused".into()));
+                return Err(idem::store::StoreError::Unavailable(
+                    "connection refused".into(),
+                ));
             }
             Ok(())
         }
@@ -404,9 +411,15 @@ async fn a_store_failure_after_the_approval_runs_nothing() {
     struct Fail(std::sync::Mutex<Option<Op>>);
     #[async_trait::async_trait]
     impl Hook for Fail {
-        async fn before(&self, op: Op, _: Option<&RecordKey>) -> Result<(), idem::StoreError> {
+        async fn before(
+            &self,
+            op: Op,
+            _: Option<&RecordKey>,
+        ) -> Result<(), idem::store::StoreError> {
             if *self.0.lock().unwrap() == Some(op) {
-                return Err(idem::StoreError::Unavailable("connection reset".into()));
+                return Err(idem::store::StoreError::Unavailable(
+                    "connection reset".into(),
+                ));
             }
             Ok(())
         }

@@ -10,7 +10,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem::prelude::*;
 use idem::store::ListFilter;
-use idem::{ManualClock, MemoryStore, Record, RecordKey, RecordState, StoreError};
+use idem::{
+    MemoryStore, key::RecordKey, store::ManualClock, store::Record, store::RecordState,
+    store::StoreError,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -515,7 +518,7 @@ async fn irreversible_needs_an_approval_bound_to_key_and_arguments() {
     assert!(matches!(
         d.dispatch(&other, &approved).await,
         Err(DispatchError::ApprovalRefused {
-            refusal: idem::ApprovalRefusal::OtherArguments,
+            refusal: idem::approval::ApprovalRefusal::OtherArguments,
             ..
         })
     ));

@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use idem::mcp_proxy::{McpProxy, ProxyConfig, ProxyKeys, UpstreamSpec};
+use idem::mcp::proxy::{McpProxy, ProxyConfig, ProxyKeys, UpstreamSpec};
 use idem::prelude::*;
 use idem::{ErrorKind, MemoryStore};
 use rmcp::model::{

@@ -11,8 +11,9 @@ use std::time::Duration;
 use idem::prelude::*;
 use idem::store::{Claim, ClaimRequest};
 use idem::{
-    Fingerprint, ManualClock, RecordKey, RecordState, RecoveryAction, RecoveryOptions, SecretKey,
-    ToolDef, ToolPolicy, Unrecoverable, canonical_json,
+    SecretKey, ToolDef, ToolPolicy, dispatch::RecoveryAction, dispatch::RecoveryOptions,
+    dispatch::Unrecoverable, key::Fingerprint, key::RecordKey, key::canonical_json,
+    store::ManualClock, store::RecordState,
 };
 use serde_json::{Value, json};
 
@@ -163,7 +164,7 @@ fn setup() -> (Arc<ManualClock>, Arc<dyn Store>, Arc<Downstream>) {
 }
 
 /// The only action of a pass (the tests leave one record).
-fn only(report: &idem::RecoveryReport) -> &RecoveryAction {
+fn only(report: &idem::dispatch::RecoveryReport) -> &RecoveryAction {
     assert_eq!(report.records.len(), 1, "{report:?}");
     &report.records[0].action
 }

@@ -37,7 +37,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use idem::prelude::*;
-use idem::{ListFilter, RecoveryAction, RecoveryOptions, StateKind, Unrecoverable, Verified};
+use idem::{
+    Verified, dispatch::RecoveryAction, dispatch::RecoveryOptions, dispatch::Unrecoverable,
+    store::ListFilter, store::StateKind,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;

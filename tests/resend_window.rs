@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{ManualClock, MemoryStore};
+use idem::{MemoryStore, store::ManualClock};
 use serde_json::json;
 use support::dispatcher::linked;
 use support::services::unique;

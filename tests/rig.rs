@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idem::MemoryStore;
+use idem::agent::rig::RigTools;
 use idem::prelude::*;
-use idem::rig::RigTools;
 use rig_agent::agent::{DispatchAction, DispatchEvent};
 use rig_agent::{Agent, AgentBuilder, AgentHook, HookContext};
 use rig_core::effect::EffectKind;

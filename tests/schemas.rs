@@ -14,10 +14,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use idem::StateKind;
 use idem::export::{self, ChangeKind, Provider};
 use idem::prelude::*;
 use idem::store::ListFilter;
+use idem::store::StateKind;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -778,7 +778,7 @@ fn rule_violations(provider: Provider, entry: &Value, def: &ToolDef) -> Vec<Stri
         };
     }
     let json_schema_compiles = |schema: &Value| {
-        idem::validate::ArgumentValidator::new(schema)
+        idem::schema::ArgumentValidator::new(schema)
             .err()
             .map(|e| e.to_string())
     };
@@ -1131,7 +1131,7 @@ fn anthropic_strict_tools_share_the_request_limits() {
 // ---------------------------------------------------------------------------------------
 // What the reports say, asserted the way a user would in their own tests.
 
-fn report(registry: &Registry, name: &str, provider: Provider) -> idem::PortabilityReport {
+fn report(registry: &Registry, name: &str, provider: Provider) -> idem::export::PortabilityReport {
     export::export(&tool(registry, name), provider)
         .unwrap()
         .report
@@ -1277,7 +1277,7 @@ async fn arguments_are_validated_before_anything_is_recorded() {
                         ));
                     }
                     let mut validated = args.clone();
-                    idem::validate::drop_absent_nulls(def.input_schema(), &mut validated);
+                    idem::schema::drop_absent_nulls(def.input_schema(), &mut validated);
                     verdicts.push(json!({
                         "instance": args,
                         "validated": validated,
@@ -1303,7 +1303,7 @@ async fn arguments_are_validated_before_anything_is_recorded() {
                 Err(e) => problems.push(format!("{} {args}: {e}", fixture.name)),
             }
             let mut validated = args.clone();
-            idem::validate::drop_absent_nulls(def.input_schema(), &mut validated);
+            idem::schema::drop_absent_nulls(def.input_schema(), &mut validated);
             verdicts.push(json!({"instance": args, "validated": validated, "valid": true}));
         }
         if let Some(m) = golden(

@@ -6,7 +6,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use idem::prelude::*;
-use idem::{ListFilter, MemoryStore, SecretKey, StateKind, ToolDef, ToolSpec};
+use idem::{MemoryStore, SecretKey, ToolDef, ToolSpec, store::ListFilter, store::StateKind};
 use serde_json::{Value, json};
 use support::dispatcher::{linked, with_tool};
 
@@ -282,11 +282,11 @@ async fn a_natural_key_over_a_secret_is_derived_from_its_seal() {
             .unwrap()
     };
     // What anyone could compute from a guessed PIN, without the secret key.
-    let guessable = idem::LogicalKey::derive(
-        idem::DEFAULT_NAMESPACE,
+    let guessable = idem::key::LogicalKey::derive(
+        idem::dispatch::DEFAULT_NAMESPACE,
         "t",
         "unlock",
-        &idem::KeyMaterial::Natural {
+        &idem::key::KeyMaterial::Natural {
             key: r#"["1234"]"#.to_owned(),
         },
     )
@@ -298,7 +298,7 @@ async fn a_natural_key_over_a_secret_is_derived_from_its_seal() {
 
 #[tokio::test]
 async fn a_verify_hook_error_does_not_echo_a_secret() {
-    let clock = Arc::new(idem::ManualClock::new());
+    let clock = Arc::new(idem::store::ManualClock::new());
     let tool = ToolDef::builder("unlock", ToolClass::NonIdempotentWrite)
         .description("Unlock a door.")
         .input_schema(json!({"type": "object", "properties": {"pin": {"type": "string"}}}))

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use idem::prelude::*;
 use idem::store::{Claim, ClaimRequest};
-use idem::{ManualClock, MemoryStore, Timestamp, ToolDef, ToolPolicy, Verified};
+use idem::{MemoryStore, ToolDef, ToolPolicy, Verified, store::ManualClock, store::Timestamp};
 use serde_json::{Value, json};
 
 mod support;
@@ -217,9 +217,9 @@ async fn an_orphan_waits_the_same_delay_counted_from_when_it_was_found() {
         key: key.clone(),
         tool: "send_mail".into(),
         tenant: "t".into(),
-        fingerprint: idem::Fingerprint::of(&json!({"to": "a@example.com"})),
+        fingerprint: idem::key::Fingerprint::of(&json!({"to": "a@example.com"})),
         lease: Duration::from_secs(1),
-        orphans: idem::OrphanPolicy::MarkUnknown,
+        orphans: idem::tool::OrphanPolicy::MarkUnknown,
         arguments: None,
         contract: None,
     };

@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::http::IdempotencyKeyMiddleware;
+use idem::agent::http::IdempotencyKeyMiddleware;
 use idem::prelude::*;
 use idem::{MemoryStore, ToolDef, ToolPolicy};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
@@ -131,7 +131,7 @@ async fn each_step_has_its_own_stable_key_and_the_context_names_it() {
     assert_ne!(reserve.as_str(), ctx.idempotency_key());
     // Inside a step, the current downstream key is the step's.
     let inside = ctx
-        .step("reserve", || async { Ok(idem::http::current_key()) })
+        .step("reserve", || async { Ok(idem::agent::http::current_key()) })
         .await
         .unwrap();
     assert_eq!(inside, None, "no call runs here: the task has no call key");

@@ -11,7 +11,8 @@ use idem::prelude::*;
 
 use idem::store::ClaimRequest;
 use idem::{
-    Fingerprint, KeyMaterial, ListFilter, LogicalKey, OrphanPolicy, Outcome, StateKind, StoreError,
+    key::Fingerprint, key::KeyMaterial, key::LogicalKey, store::ListFilter, store::Outcome,
+    store::StateKind, store::StoreError, tool::OrphanPolicy,
 };
 use serde_json::json;
 use support::claims::acquire;
@@ -60,7 +61,7 @@ fn call(tool: &str, label: &str, bytes: usize) -> ToolCall {
         .with_call_id(format!("call-{label}"))
 }
 
-async fn open_records(store: &MemoryStore) -> Vec<idem::Record> {
+async fn open_records(store: &MemoryStore) -> Vec<idem::store::Record> {
     store.list(ListFilter::default()).await.unwrap()
 }
 
@@ -161,7 +162,7 @@ async fn a_recorded_output_that_is_not_json_is_reported_corrupt_with_its_key() {
     // edit), holding text that is not JSON under the key a call of `charge` will use.
     let args = json!({ "label": "written-badly", "bytes": 1 });
     let (key, _) = LogicalKey::derive(
-        idem::DEFAULT_NAMESPACE,
+        idem::dispatch::DEFAULT_NAMESPACE,
         "tenant-store-errors",
         "charge",
         &KeyMaterial::CallId {

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{ListFilter, MemoryStore, Outcome, RecordState, StoreError, TenantStore};
+use idem::{
+    MemoryStore, store::ListFilter, store::Outcome, store::RecordState, store::StoreError,
+    store::TenantStore,
+};
 use serde_json::json;
 
 mod support;

@@ -9,7 +9,7 @@ use std::time::Duration;
 mod support;
 
 use idem::prelude::*;
-use idem::{RegistryError, ToolDef, ToolSpec};
+use idem::{ToolDef, ToolSpec, tool::RegistryError};
 use serde_json::{Value, json};
 use support::dispatcher::with_tool;
 
@@ -376,7 +376,7 @@ fn a_spec_records_its_handler_version() {
 /// that settles an Unknown outcome, and a natural key computed by a function.
 #[tokio::test]
 async fn a_spec_tool_carries_a_verify_hook_and_a_natural_key_function() {
-    use idem::{ManualClock, MemoryStore, Verified};
+    use idem::{MemoryStore, Verified, store::ManualClock};
     let sent = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let spec: ToolSpec = serde_json::from_value(json!({
         "name": "send_invoice",

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{ManualClock, MemoryStore, RecordState, ToolPolicy, Verified};
+use idem::{MemoryStore, ToolPolicy, Verified, store::ManualClock, store::RecordState};
 use serde_json::{Value, json};
 use support::dispatcher::with_tool;
 use support::providers::{Mailer, send_mail, send_mail_call};
@@ -181,7 +181,7 @@ async fn send_once(to: String) -> Result<String, ToolError> {
 async fn a_tool_attribute_hook_reads_the_arguments_from_its_context() {
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryStore::new().with_clock(clock.clone()));
-    let d = with_tool(<send_once as idem::StaticTool>::definition(), store);
+    let d = with_tool(<send_once as idem::tool::StaticTool>::definition(), store);
     let call = ToolCall::new("send_once", json!({"to": "kim@example.com"})).with_call_id("c9");
     let run = RunContext::new("t");
     assert!(matches!(

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::prelude::*;
-use idem::{ApprovalKey, ApprovalKeys, Approver, Registry};
+use idem::{ApprovalKey, Approver, Registry, approval::ApprovalKeys};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

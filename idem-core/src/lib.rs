@@ -1,8 +1,4 @@
-//! Core vocabulary of idem: tool classes, keys, fingerprints, records, errors and stores.
-//!
-//! Most users depend on the `idem` facade instead; this crate is what store implementations
-//! and the dispatcher build on.
-
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
 pub mod canonical;

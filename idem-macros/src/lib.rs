@@ -1,4 +1,4 @@
-//! The `#[tool]` attribute of idem. Use it through the `idem` facade: `use idem::prelude::*;`.
+#![doc = include_str!("../README.md")]
 
 mod ast;
 mod attr;

@@ -1,6 +1,7 @@
 //! What a tool body sees of the call: its stable key, its run, and the step journal.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,101 @@ use serde::de::DeserializeOwned;
 tokio::task_local! {
     /// The journaled step running on this task.
     static STEP: RunningStep;
+    /// The call whose body is running on this task.
+    static CALL: CurrentCall;
+}
+
+/// The call whose body runs on this task, for code a body calls without handing it the
+/// context (an HTTP middleware, a client library): the key to send downstream now, and which
+/// request each key was first sent with, so that one key never goes out with two different
+/// requests (an API that keeps idempotency keys refuses that, or answers the second with the
+/// first's response). The dispatcher sets it around every execution of a body.
+///
+/// ```
+/// use idem_registry::context::CurrentCall;
+///
+/// // Outside a tool body there is no current call.
+/// assert!(CurrentCall::with(|call| call.downstream_key()).is_none());
+/// ```
+pub struct CurrentCall {
+    key: IdempotencyKey,
+    sent: Mutex<HashMap<IdempotencyKey, DownstreamRequest>>,
+}
+
+/// A request sent downstream under a key, as an API that keeps idempotency keys compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownstreamRequest {
+    /// Its method (`POST`).
+    pub method: String,
+    /// Its target (the URL).
+    pub target: String,
+    /// A digest of its body; `None` when not known (a streamed body), and then not compared.
+    pub body: Option<[u8; 32]>,
+}
+
+impl DownstreamRequest {
+    /// Whether an API that keeps keys takes `other` for this request again (a retry).
+    pub fn same_as(&self, other: &DownstreamRequest) -> bool {
+        self.method == other.method
+            && self.target == other.target
+            && match (self.body, other.body) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+    }
+}
+
+impl CurrentCall {
+    /// Run `f` with the call whose body runs on this task; `None` outside a body.
+    pub fn with<R>(f: impl FnOnce(&CurrentCall) -> R) -> Option<R> {
+        CALL.try_with(f).ok()
+    }
+
+    /// Run `body` as the body of the call keyed `key` (the dispatcher does, for every body).
+    pub(crate) fn scope<F: Future>(
+        key: IdempotencyKey,
+        body: F,
+    ) -> impl Future<Output = F::Output> {
+        let call = CurrentCall {
+            key,
+            sent: Mutex::default(),
+        };
+        CALL.scope(call, body)
+    }
+
+    /// The call's key.
+    pub fn key(&self) -> &IdempotencyKey {
+        &self.key
+    }
+
+    /// The journaled step of this call running now (inside `ToolContext::step`), if one is:
+    /// its name and its key. A call dispatched inside another call's step is not in it.
+    pub fn step(&self) -> Option<(String, IdempotencyKey)> {
+        step_of(&self.key)
+    }
+
+    /// The key a request made now carries: the running step's, else the call's.
+    pub fn downstream_key(&self) -> IdempotencyKey {
+        step_of(&self.key).map_or_else(|| self.key.clone(), |(_, key)| key)
+    }
+
+    /// Note that `key` goes out with `request`. If this call already sent `key` with another
+    /// request, nothing is noted and that first request comes back: the caller must not send.
+    pub fn note_sent(
+        &self,
+        key: &IdempotencyKey,
+        request: DownstreamRequest,
+    ) -> Result<(), DownstreamRequest> {
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        match sent.get(key) {
+            None => {
+                sent.insert(key.clone(), request);
+                Ok(())
+            }
+            Some(first) if first.same_as(&request) => Ok(()),
+            Some(first) => Err(first.clone()),
+        }
+    }
 }
 
 /// A journaled step while its closure runs: whose it is, its name, and its key.
@@ -24,7 +120,7 @@ struct RunningStep {
 /// The journaled step of the call keyed `call` running on this task, if one is: its name and
 /// key. A call dispatched inside another call's step is not in that step: this is `None` for
 /// it, so it sends its own key.
-pub(crate) fn step_of(call: &IdempotencyKey) -> Option<(String, IdempotencyKey)> {
+fn step_of(call: &IdempotencyKey) -> Option<(String, IdempotencyKey)> {
     STEP.try_with(|s| (s.call == *call).then(|| (s.name.clone(), s.key.clone())))
         .ok()
         .flatten()

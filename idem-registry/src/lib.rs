@@ -1,18 +1,10 @@
-//! Registry, dispatcher and provider exports of idem.
-//!
-//! Most users depend on the `idem` facade, which re-exports everything here.
-//!
-//! The modules form layers, each using only those below it: `error` and `pointer` at the
-//! bottom; `args` (reading a call's arguments); `schema` (generating, checking and
-//! validating JSON Schemas, knowing nothing of tools); `tool` (definitions, builders,
-//! specs, policy); `registry`; then `export` and `redact`, the dispatcher, `mcp` (feature `mcp`)
-//! serving it, and `mcp_proxy` (feature `mcp-proxy`) serving another MCP server's tools through it.
-//! `scripts/check_layers.py` fails on any import cycle between them.
-
+#![doc = include_str!("../README.md")]
+// The modules form layers, each using only those below it: `error` and `pointer` at the
+// bottom; `args`; `schema` (knowing nothing of tools); `tool`; `registry`; then `export`,
+// `redact`, `context`, `approval` and the dispatcher. `scripts/check_layers.py` fails on any
+// import cycle between them.
 #![warn(missing_docs)]
 
-#[cfg(feature = "agent")]
-pub mod agent;
 pub mod approval;
 pub mod args;
 pub mod context;
@@ -20,17 +12,9 @@ pub mod dispatch;
 mod error;
 pub mod export;
 mod heartbeat;
-#[cfg(feature = "reqwest")]
-pub mod http;
-#[cfg(feature = "mcp")]
-pub mod mcp;
-#[cfg(feature = "mcp-proxy")]
-pub mod mcp_proxy;
-mod pointer;
+pub mod pointer;
 pub mod redact;
 pub mod registry;
-#[cfg(feature = "rig")]
-pub mod rig;
 pub mod schema;
 pub mod tool;
 #[doc(hidden)]

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 /// A key as one reference token: `~` becomes `~0` and `/` becomes `~1` (in that order, so
 /// that `/` does not turn into `~01`). Keys without either, the common case, are borrowed.
-pub(crate) fn escape(key: &str) -> Cow<'_, str> {
+pub fn escape(key: &str) -> Cow<'_, str> {
     if key.contains(['~', '/']) {
         Cow::Owned(key.replace('~', "~0").replace('/', "~1"))
     } else {
@@ -18,7 +18,7 @@ pub(crate) fn escape(key: &str) -> Cow<'_, str> {
 
 /// The key a reference token stands for: `~1` becomes `/` and `~0` becomes `~` (in that
 /// order, so that `~01` reads as `~1`).
-pub(crate) fn unescape(token: &str) -> Cow<'_, str> {
+pub fn unescape(token: &str) -> Cow<'_, str> {
     if token.contains('~') {
         Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
     } else {
@@ -27,20 +27,20 @@ pub(crate) fn unescape(token: &str) -> Cow<'_, str> {
 }
 
 /// Append the segment for an object key to `pointer`.
-pub(crate) fn push(pointer: &mut String, key: &str) {
+pub fn push(pointer: &mut String, key: &str) {
     pointer.push('/');
     pointer.push_str(&escape(key));
 }
 
 /// Append the segment for an array index to `pointer`.
-pub(crate) fn push_index(pointer: &mut String, index: usize) {
+pub fn push_index(pointer: &mut String, index: usize) {
     use std::fmt::Write as _;
     // Writing to a `String` cannot fail.
     let _ = write!(pointer, "/{index}");
 }
 
 /// `pointer` with the segment for `key` appended.
-pub(crate) fn join(pointer: &str, key: &str) -> String {
+pub fn join(pointer: &str, key: &str) -> String {
     let mut out = String::with_capacity(pointer.len() + key.len() + 1);
     out.push_str(pointer);
     push(&mut out, key);
@@ -48,13 +48,13 @@ pub(crate) fn join(pointer: &str, key: &str) -> String {
 }
 
 /// The key the first segment of `pointer` names, if it has one (`"/a~1b/c"` names `a/b`).
-pub(crate) fn first_key(pointer: &str) -> Option<Cow<'_, str>> {
+pub fn first_key(pointer: &str) -> Option<Cow<'_, str>> {
     let rest = pointer.strip_prefix('/')?;
     Some(unescape(rest.split('/').next().unwrap_or_default()))
 }
 
 /// Whether the value at `inner` is the one at `outer` or lies inside it.
-pub(crate) fn within(inner: &str, outer: &str) -> bool {
+pub fn within(inner: &str, outer: &str) -> bool {
     inner == outer
         || inner
             .strip_prefix(outer)
@@ -63,12 +63,12 @@ pub(crate) fn within(inner: &str, outer: &str) -> bool {
 
 /// A pointer as a message shows it: the pointer itself, or `root` (what the message calls
 /// the whole document) when it is empty.
-pub(crate) fn display<'a>(pointer: &'a str, root: &'a str) -> &'a str {
+pub fn display<'a>(pointer: &'a str, root: &'a str) -> &'a str {
     if pointer.is_empty() { root } else { pointer }
 }
 
 /// [`display`] in a sentence: the pointer in backticks, or `root` as it is.
-pub(crate) fn quoted(pointer: &str, root: &str) -> String {
+pub fn quoted(pointer: &str, root: &str) -> String {
     if pointer.is_empty() {
         root.to_owned()
     } else {

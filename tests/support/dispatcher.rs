@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{ApprovalKey, ApprovalKeys, Approver, Store, ToolDef};
+use idem::{ApprovalKey, Approver, Store, ToolDef, approval::ApprovalKeys};
 
 /// The tests' approval key (every test dispatcher verifies with it).
 pub fn approval_key() -> ApprovalKey {

@@ -9,7 +9,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem::store::approvals::{ApprovalFilter, PendingApproval};
 use idem::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
-use idem::{Fence, Outcome, Record, RecordKey, Store, StoreError, Timestamp};
+use idem::{
+    Store, key::RecordKey, store::Fence, store::Outcome, store::Record, store::StoreError,
+    store::Timestamp,
+};
 
 /// The operation of the `Store` trait a hook is called before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

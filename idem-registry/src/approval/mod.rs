@@ -122,8 +122,9 @@ impl ApprovalKey {
             .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"))
     }
 
-    /// A secret for the purpose `label`, derived from this key.
-    pub(crate) fn derived_secret(&self, label: &[u8]) -> [u8; 32] {
+    /// A secret for the purpose `label`, derived from this key: whoever holds the key derives
+    /// the same one, and it reveals nothing of the key.
+    pub fn derived_secret(&self, label: &[u8]) -> [u8; 32] {
         let mut derive = self.mac();
         derive.update(b"idem/derived/");
         derive.update(label);
@@ -203,9 +204,9 @@ impl Approver {
 
     /// A secret for another purpose, derived from the approver's key and `label` (which
     /// names the purpose): whoever shares the key derives the same one, and it reveals
-    /// nothing of the key.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) fn derived_secret(&self, label: &[u8]) -> [u8; 32] {
+    /// nothing of the key. A door that signs state of its own (an MCP server's request
+    /// state) uses one, so that it needs no key besides the approver's.
+    pub fn derived_secret(&self, label: &[u8]) -> [u8; 32] {
         self.key.derived_secret(label)
     }
 

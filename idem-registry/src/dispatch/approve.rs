@@ -240,18 +240,17 @@ impl Dispatcher {
 
     /// What an approver would be asked for `call`, and its record key, without reading or
     /// writing the store: the checks a dispatch makes before its approve stage (the tool,
-    /// its arguments, scopes, key material) and their errors.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) fn approval_request(
+    /// its arguments, scopes, key material) and their errors. A door that asks a person
+    /// before the call runs (MCP elicitation) shows this, and decides it with
+    /// [`approve_pending_as_shown`](Self::approve_pending_as_shown).
+    pub fn approval_request(
         &self,
         call: &ToolCall,
         run: &RunContext,
     ) -> Result<(RecordKey, ApprovalRequest), DispatchError> {
-        let tool = self.lookup(&call.name)?;
-        let args = arguments::validate(tool, &call.arguments)?.arguments;
-        super::authorize(tool, run)?;
-        let keyed = self.key(tool, call, run, &args)?;
-        let request = self.request_of(tool, run, &keyed, &args);
+        let checked = self.check(call, run, super::Scopes::Checked)?;
+        let request = self.request_of(checked.tool, run, &checked.keyed, &checked.args);
+        let keyed = checked.keyed;
         match keyed.keys {
             Some((record_key, _)) => Ok((record_key, request)),
             None => Err(required(request)),
@@ -288,7 +287,7 @@ impl Dispatcher {
     /// [`approve_pending`](Self::approve_pending), only if the pending call's arguments are
     /// the ones `shown` (their fingerprint) to the approver: another call pending under the
     /// key is refused with [`DecisionError::NotShown`].
-    pub(crate) async fn approve_pending_as_shown(
+    pub async fn approve_pending_as_shown(
         &self,
         key: &RecordKey,
         approver: &Approver,

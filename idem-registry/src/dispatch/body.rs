@@ -79,7 +79,6 @@ pub(crate) async fn run(
     typed: Option<TypedArguments>,
     lease: Option<Registration>,
 ) -> Result<Value, ToolError> {
-    #[cfg(feature = "reqwest")]
     let downstream = ctx.key().clone();
     // Borrowed by the wrapper's future for as long as the body runs.
     let key: IdempotencyKey;
@@ -98,9 +97,9 @@ pub(crate) async fn run(
         }
         None => (tool.handler)(ctx, args, typed),
     };
-    // The key is the task's while the body runs, for the HTTP middleware to send.
-    #[cfg(feature = "reqwest")]
-    let body: BodyFuture<'_> = Box::pin(crate::http::scoped(downstream, body));
+    // The call is the task's while the body runs, for code the body calls (an HTTP
+    // middleware) to send its key.
+    let body = crate::context::CurrentCall::scope(downstream, body);
     let body = AssertUnwindSafe(body).catch_unwind();
     let flatten = |r: std::thread::Result<Result<Value, ToolError>>| {
         r.unwrap_or_else(|panic| {

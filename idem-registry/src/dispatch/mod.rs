@@ -58,8 +58,6 @@ pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, ResendWindow, RunContext, ToolCall};
 pub use error::DispatchError;
 pub use key::KeySource;
-#[cfg(feature = "mcp")]
-pub(crate) use key::random_u64;
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
 pub use recover::{Recovered, RecoveryAction, RecoveryOptions, RecoveryReport, Unrecoverable};
 
@@ -256,10 +254,10 @@ impl Dispatcher {
         call: &ToolCall,
         run: &RunContext,
     ) -> Result<Option<RecordKey>, DispatchError> {
-        let tool = self.lookup(&call.name)?;
-        let args = arguments::validate(tool, &call.arguments)?.arguments;
-        match self.key(tool, call, run, &args) {
-            Ok(keyed) => Ok(keyed.keys.map(|(record, _)| record)),
+        // The key does not depend on the run's scopes: an operator looks a call's record up
+        // without the agent's permissions.
+        match self.check(call, run, Scopes::Ignored) {
+            Ok(checked) => Ok(checked.keyed.keys.map(|(record, _)| record)),
             Err(DispatchError::MissingKey { .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -300,13 +298,12 @@ impl Dispatcher {
         watch: &Watch<'_>,
         key: &mut Option<RecordKey>,
     ) -> Result<Dispatched, DispatchError> {
-        let tool = self.lookup(&call.name)?;
-        let PreparedArguments {
-            arguments: args,
+        let Checked {
+            tool,
+            args,
             typed,
-        } = arguments::validate(tool, &call.arguments)?;
-        authorize(tool, run)?;
-        let keyed = self.key(tool, call, run, &args)?;
+            keyed,
+        } = self.check(call, run, Scopes::Checked)?;
         let approval = match self.approve(tool, run, &keyed, &args, watch).await? {
             approve::Approved::Replayed(replayed) => return Ok(replayed),
             approve::Approved::By(approval) => Some(approval),
@@ -375,6 +372,52 @@ impl Dispatcher {
                 name: name.to_owned(),
                 suggestion: self.registry.nearest(name).map(str::to_owned),
             })
+    }
+}
+
+/// What the checks before any effect found: the tool, the call's arguments normalised (and
+/// typed, for a `#[tool]`), and its keys.
+struct Checked<'a> {
+    tool: &'a ToolDef,
+    args: Cow<'a, Value>,
+    typed: Option<crate::tool::TypedArguments>,
+    keyed: key::Keyed,
+}
+
+/// Whether [`Dispatcher::check`] holds the run to the tool's scopes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scopes {
+    /// A call about to run, or to be shown for approval.
+    Checked,
+    /// Only the call's key is wanted (`record_key`): it does not depend on the scopes.
+    Ignored,
+}
+
+impl Dispatcher {
+    /// The checks before any record or effect, in their one order: resolve the tool,
+    /// validate its arguments, authorize the run (unless `scopes` says the key alone is
+    /// wanted), derive the keys. Every path that acts on a call starts here.
+    fn check<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        run: &RunContext,
+        scopes: Scopes,
+    ) -> Result<Checked<'a>, DispatchError> {
+        let tool = self.lookup(&call.name)?;
+        let PreparedArguments {
+            arguments: args,
+            typed,
+        } = arguments::validate(tool, &call.arguments)?;
+        if scopes == Scopes::Checked {
+            authorize(tool, run)?;
+        }
+        let keyed = self.key(tool, call, run, &args)?;
+        Ok(Checked {
+            tool,
+            args,
+            typed,
+            keyed,
+        })
     }
 }
 

@@ -20,7 +20,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         &manifest(
             "idem_tools",
             &format!(
-                "idem = {{ path = {:?}, default-features = false }}\n",
+                "idem = {{ path = {:?}, package = \"idem-tools\", default-features = false }}\n",
                 repo.display()
             ),
         ),

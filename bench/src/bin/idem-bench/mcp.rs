@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use idem::mcp::McpServer;
-use idem::{MemoryStore, SqliteStore, Store, Synchronous};
+use idem::{MemoryStore, SqliteStore, Store, store::Synchronous};
 use idem_bench::mcp::Plain;
 use idem_bench::{TENANT, dispatcher};
 use rmcp::model::{InitializeResult, ProtocolVersion};

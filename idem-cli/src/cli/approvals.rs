@@ -1,0 +1,291 @@
+//! `idem approvals`: list, show, approve (as called or edited), deny.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use idem_core::store::approvals::ApprovalFilter;
+use idem_registry::Approver;
+use serde_json::Value;
+
+use super::{Identity, StoreArgs, clip, confirm, print_json, say, table};
+use crate::exit::{Exit, Failure};
+use crate::present;
+
+#[derive(Args)]
+pub struct ApprovalsArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(subcommand)]
+    pub command: ApprovalsCommand,
+}
+
+#[derive(Subcommand)]
+pub enum ApprovalsCommand {
+    /// List the calls waiting for a decision (with --all, decided and expired ones too).
+    List {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only this tool's.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Decided and expired requests too.
+        #[arg(long)]
+        all: bool,
+        /// Only requests made at least this long ago (e.g. `30m`, `2h`).
+        #[arg(long, value_name = "AGE", value_parser = present::parse_duration)]
+        older_than: Option<Duration>,
+    },
+    /// Show one request: the exact arguments (secrets sealed), who asked, until when.
+    Show {
+        /// The request's key, as `list` shows it.
+        key: String,
+    },
+    /// Approve a pending call, as called or with edited arguments; the agent's next call
+    /// runs it once.
+    Approve(ApproveArgs),
+    /// Deny a pending call: the agent's calls are refused with your reason until it expires.
+    Deny(DenyArgs),
+}
+
+#[derive(Args)]
+pub struct ApproveArgs {
+    /// The request's key.
+    pub key: String,
+    /// Approve these arguments instead of the call's (JSON); the agent's call is refused
+    /// with them, and runs once called with them.
+    #[arg(long, value_name = "JSON", conflicts_with = "edit_file")]
+    pub edit: Option<String>,
+    /// The edited arguments, from a file.
+    #[arg(long, value_name = "FILE")]
+    pub edit_file: Option<PathBuf>,
+    /// The signing key, `id:hex-secret`, from this file [default: IDEM_APPROVAL_KEY].
+    #[arg(long, value_name = "FILE")]
+    pub approval_key_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub identity: Identity,
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    pub yes: bool,
+}
+
+#[derive(Args)]
+pub struct DenyArgs {
+    /// The request's key.
+    pub key: String,
+    /// Why: the agent's model is told it.
+    #[arg(long)]
+    pub reason: String,
+    #[command(flatten)]
+    pub identity: Identity,
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    pub yes: bool,
+}
+
+pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
+    let op = args.store.open().await?;
+    let json = args.store.json;
+    match args.command {
+        ApprovalsCommand::List {
+            tenant,
+            tool,
+            all,
+            older_than,
+        } => {
+            let filter = ApprovalFilter {
+                tenant,
+                tool,
+                pending_only: !all,
+                limit: usize::MAX,
+            };
+            let mut listed = op.approvals(&filter).await?;
+            if listed.is_empty() {
+                op.found_nothing();
+            }
+            let now = op.now().await?;
+            if let Some(age) = older_than {
+                listed.retain(|e| present::at_least(e.requested_at, age, now));
+            }
+            if json {
+                print_json(&Value::Array(
+                    listed
+                        .iter()
+                        .map(|e| present::approval_json(e, now))
+                        .collect(),
+                ));
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = listed
+                .iter()
+                .map(|e| {
+                    let expires = if e.stands(now) {
+                        present::span(now, e.expires_at)
+                    } else {
+                        "expired".into()
+                    };
+                    vec![
+                        e.key.to_string(),
+                        present::approval_status(e, now).into(),
+                        e.tool.clone(),
+                        e.tenant.clone(),
+                        format!("{} ago", present::span(e.requested_at, now)),
+                        expires,
+                        clip(&e.arguments.to_string(), 60),
+                    ]
+                })
+                .collect();
+            table(
+                &[
+                    "KEY",
+                    "STATUS",
+                    "TOOL",
+                    "TENANT",
+                    "REQUESTED",
+                    "EXPIRES IN",
+                    "ARGUMENTS",
+                ],
+                &rows,
+            );
+            eprintln!("{} request(s) in {}", listed.len(), op.name);
+            Ok(())
+        }
+        ApprovalsCommand::Show { key } => {
+            let entry = op.approval(&key).await?;
+            let now = op.now().await?;
+            if json {
+                print_json(&present::approval_json(&entry, now));
+            } else {
+                show_approval(&entry, now);
+            }
+            Ok(())
+        }
+        ApprovalsCommand::Approve(approve) => {
+            let who = approve.identity.required()?;
+            let key = crate::keys::signing_key(approve.approval_key_file.as_deref())?;
+            let edited = match (&approve.edit, &approve.edit_file) {
+                (Some(text), _) => Some(present::edited_arguments(text, "--edit")?),
+                (None, Some(path)) => {
+                    let text = std::fs::read_to_string(path).map_err(|e| {
+                        Failure::new(Exit::Usage, format!("cannot read {}: {e}", path.display()))
+                    })?;
+                    Some(present::edited_arguments(
+                        &text,
+                        &path.display().to_string(),
+                    )?)
+                }
+                (None, None) => None,
+            };
+            let (entry, now) = op.undecided(&approve.key).await?;
+            let what = match &edited {
+                None => format!("with the arguments as called: {}", entry.arguments),
+                Some(edited) => format!(
+                    "with EDITED arguments: {edited} (called with {})",
+                    entry.arguments
+                ),
+            };
+            confirm(
+                approve.yes,
+                &format!(
+                    "Approve {} for tenant {} (key {}), {what}. Signed by {who} with key `{}`, valid until {}.",
+                    entry.tool,
+                    entry.tenant,
+                    entry.key,
+                    key.id(),
+                    entry.expires_at.to_rfc3339()
+                ),
+            )?;
+            let approver = Approver::new(who.clone(), key);
+            let decided = op
+                .approve(&entry, entry.fingerprint, &approver, edited.as_ref())
+                .await?;
+            tracing::info!(key = %decided.key, by = %who, "approved in {}", op.name);
+            if json {
+                print_json(&present::approval_json(&decided, now));
+            } else {
+                let next = match edited {
+                    None => "the agent's next call runs it once",
+                    Some(_) => {
+                        "the agent's call is refused with the edited arguments, and runs once called with them"
+                    }
+                };
+                say(&format!(
+                    "approved {} ({} for {}) by {who}: {next}",
+                    decided.key, decided.tool, decided.tenant
+                ));
+            }
+            Ok(())
+        }
+        ApprovalsCommand::Deny(deny) => {
+            let who = deny.identity.required()?;
+            let (entry, now) = op.undecided(&deny.key).await?;
+            confirm(
+                deny.yes,
+                &format!(
+                    "Deny {} for tenant {} (key {}) with arguments {}: its calls are refused with \"{}\" until {}.",
+                    entry.tool,
+                    entry.tenant,
+                    entry.key,
+                    entry.arguments,
+                    deny.reason,
+                    entry.expires_at.to_rfc3339()
+                ),
+            )?;
+            let decided = op
+                .deny(&entry, entry.fingerprint, &who, &deny.reason)
+                .await?;
+            tracing::info!(key = %decided.key, by = %who, "denied in {}", op.name);
+            if json {
+                print_json(&present::approval_json(&decided, now));
+            } else {
+                say(&format!(
+                    "denied {} ({} for {}) by {who}: {}",
+                    decided.key, decided.tool, decided.tenant, deny.reason
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn show_approval(entry: &idem_core::store::approvals::PendingApproval, now: idem_core::Timestamp) {
+    let mut rows = vec![
+        ("key", entry.key.to_string()),
+        ("status", present::approval_status(entry, now).into()),
+        ("tool", entry.tool.clone()),
+        ("tenant", entry.tenant.clone()),
+        ("namespace", entry.namespace.clone()),
+        (
+            "arguments",
+            serde_json::to_string_pretty(&entry.arguments).unwrap_or_default(),
+        ),
+        (
+            "requested",
+            format!(
+                "{} ({} ago)",
+                entry.requested_at.to_rfc3339(),
+                present::span(entry.requested_at, now)
+            ),
+        ),
+        ("expires", entry.expires_at.to_rfc3339()),
+        ("downstream key", entry.downstream_key.clone()),
+    ];
+    if let Some(d) = &entry.decision {
+        let verdict = match &d.verdict {
+            idem_core::store::approvals::Verdict::Approved { arguments, .. } => {
+                format!("approved {arguments}")
+            }
+            idem_core::store::approvals::Verdict::Denied { reason } => format!("denied: {reason}"),
+        };
+        rows.push((
+            "decision",
+            format!("{verdict} by {} at {}", d.by, d.at.to_rfc3339()),
+        ));
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        let v = v.replace('\n', &format!("\n{:width$}  ", ""));
+        println!("{k:<width$}  {}", present::visible(&v));
+    }
+}

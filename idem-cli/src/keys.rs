@@ -1,0 +1,102 @@
+//! Keys from the environment or a file, never from the command line (where `ps` and shell
+//! histories would show them): the proxy's sealing and approval keys, and the key an
+//! operator signs approvals with.
+
+use std::path::Path;
+
+#[cfg(feature = "mcp-proxy")]
+use idem_mcp::proxy::{APPROVAL_KEY_ENV, ProxyKeys, SECRET_KEY_ENV};
+use idem_registry::ApprovalKey;
+#[cfg(feature = "mcp-proxy")]
+use idem_registry::{ApprovalKeys, SecretKey};
+
+use crate::exit::{Exit, Failure};
+
+/// The environment variable holding the key an operator signs approvals with, `id:hex`.
+pub const SIGNING_KEY_ENV: &str = "IDEM_APPROVAL_KEY";
+
+/// The key an operator signs approvals with: from `file` if given, else from
+/// `IDEM_APPROVAL_KEY`; either holds `id:hex-secret`, the id and secret a dispatcher's
+/// `ApprovalKeys` verify with.
+pub fn signing_key(file: Option<&Path>) -> Result<ApprovalKey, Failure> {
+    let (text, source) = match file {
+        Some(path) => (
+            std::fs::read_to_string(path).map_err(|e| {
+                Failure::new(
+                    Exit::Usage,
+                    format!("cannot read the signing key file {}: {e}", path.display()),
+                )
+            })?,
+            format!("the signing key file {}", path.display()),
+        ),
+        None => match std::env::var(SIGNING_KEY_ENV) {
+            Ok(text) => (text, SIGNING_KEY_ENV.to_owned()),
+            Err(_) => {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!(
+                        "no key to sign approvals with: set {SIGNING_KEY_ENV}=id:hex-secret, or give --approval-key-file FILE holding it (the id and key your dispatchers' ApprovalKeys verify)"
+                    ),
+                ));
+            }
+        },
+    };
+    approval_key(&text).map_err(|why| Failure::new(Exit::Usage, format!("{source}: {why}")))
+}
+
+/// An approval key written `id:hex-secret`; a refusal never shows the text, part of which
+/// is a secret.
+fn approval_key(text: &str) -> Result<ApprovalKey, String> {
+    let Some((id, hex)) = text.trim().split_once(':') else {
+        return Err(
+            "not `id:hex-secret` (e.g. `desk-1:` and 64 hex digits from `openssl rand -hex 32`)"
+                .into(),
+        );
+    };
+    let secret = decode(hex.trim()).map_err(|e| format!("key `{}`: {e}", id.trim()))?;
+    ApprovalKey::new(id.trim(), secret).map_err(|e| e.to_string())
+}
+
+/// The keys set in the environment (none is required until a tool needs it).
+#[cfg(feature = "mcp-proxy")]
+pub fn from_env() -> Result<ProxyKeys, String> {
+    let secret = match std::env::var(SECRET_KEY_ENV) {
+        Err(_) => None,
+        Ok(hex) => {
+            let bytes = decode(hex.trim()).map_err(|e| format!("{SECRET_KEY_ENV}: {e}"))?;
+            Some(SecretKey::new(bytes).map_err(|e| format!("{SECRET_KEY_ENV}: {e}"))?)
+        }
+    };
+    let mut approvals = Vec::new();
+    if let Ok(list) = std::env::var(APPROVAL_KEY_ENV) {
+        for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            approvals.push(approval_key(entry).map_err(|e| format!("{APPROVAL_KEY_ENV}: {e}"))?);
+        }
+    }
+    Ok(ProxyKeys::new(secret, ApprovalKeys::new(approvals)))
+}
+
+/// Bytes from hex digits.
+fn decode(hex: &str) -> Result<Vec<u8>, String> {
+    if !hex.len().is_multiple_of(2) {
+        return Err(format!(
+            "an odd number of hex digits ({}): write whole bytes, e.g. from `openssl rand -hex 32`",
+            hex.len()
+        ));
+    }
+    // A wrong character is named by its place, never shown: it is part of a secret.
+    let digit = |at: usize, c: u8| match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        b'A'..=b'F' => Ok(c - b'A' + 10),
+        _ => Err(format!(
+            "character {} is not a hex digit: write the key in hex, e.g. from `openssl rand -hex 32`",
+            at + 1
+        )),
+    };
+    hex.as_bytes()
+        .chunks(2)
+        .enumerate()
+        .map(|(i, pair)| Ok(digit(2 * i, pair[0])? << 4 | digit(2 * i + 1, pair[1])?))
+        .collect()
+}

@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+
+pub mod keys;
+mod model;
+#[cfg(feature = "proxy")]
+pub mod proxy;
+mod server;
+pub mod transport;
+
+pub use model::{
+    APPROVAL_INPUT, META_DEDUPLICATED, META_DIFFERING_ARGUMENTS, META_DOWNSTREAM_KEY, META_ERROR,
+    META_KEY, META_RETRY_AFTER, META_RUN, META_STEP,
+};
+pub use server::{Authenticate, McpServeError, McpServer, approval, inbox};
