@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use idem::agent::{AgentLoop, Answer, OpenAiChat, Turn};
+use idem::agent::{Answer, OpenAiChat, Responder, Turn};
 use idem::prelude::*;
 use idem::{SqliteStore, export::Provider};
 use serde_json::{Value, json};
@@ -242,7 +242,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if step == 3 {
             // The process dies while the third email is in flight.
             *HANGS_FOR.lock().unwrap() = Some("chloe@example.com".into());
-            let agent = AgentLoop::new(&d);
+            let agent = Responder::new(&d);
             tokio::select! {
                 _ = agent.answer(&OpenAiChat, &response, &at) => unreachable!("the third email hangs"),
                 () = async {
@@ -260,7 +260,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             *HANGS_FOR.lock().unwrap() = None;
             d = dispatcher(&path)?;
         }
-        let turn = AgentLoop::new(&d)
+        let turn = Responder::new(&d)
             .answer(&OpenAiChat, &response, &at)
             .await?;
         if turn.is_empty() {

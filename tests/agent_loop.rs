@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use idem::agent::{
-    AgentError, AgentLoop, Answer, Anthropic, Gemini, KeyedBy, OpenAiChat, OpenAiResponses, Shape,
+    AgentError, Answer, Anthropic, Gemini, KeyedBy, OpenAiChat, OpenAiResponses, Responder, Shape,
     Turn,
 };
 use idem::prelude::*;
@@ -231,7 +231,7 @@ async fn every_fixture_is_answered_as_its_golden_file() {
         for (step, file) in files.iter().enumerate() {
             let effects = Arc::new(Effects::default());
             let d = fixture_dispatcher(&effects, Arc::new(MemoryStore::new()));
-            let agent = AgentLoop::new(&d);
+            let agent = Responder::new(&d);
             let response: Value =
                 serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
             let turn = agent
@@ -312,7 +312,7 @@ async fn every_fixture_is_answered_as_its_golden_file() {
 async fn the_fixtures_show_each_case_the_issue_names() {
     let effects = Arc::new(Effects::default());
     let d = fixture_dispatcher(&effects, Arc::new(MemoryStore::new()));
-    let agent = AgentLoop::new(&d);
+    let agent = Responder::new(&d);
 
     // Parallel calls: three answers, in order, each run once.
     let turn = agent
@@ -426,7 +426,7 @@ async fn answers_keep_the_calls_order_and_the_concurrency_bound() {
             registry(vec![slow_echo(in_flight, peak.clone())]),
             Arc::new(MemoryStore::new()),
         );
-        let agent = AgentLoop::new(&d).with_concurrency(bound);
+        let agent = Responder::new(&d).with_concurrency(bound);
         let turn = agent
             .answer(&OpenAiChat, &echo_response(6), &run(1))
             .await
@@ -446,7 +446,7 @@ async fn answers_keep_the_calls_order_and_the_concurrency_bound() {
         registry(vec![slow_echo(in_flight, peak.clone())]),
         Arc::new(MemoryStore::new()),
     );
-    let turn = AgentLoop::new(&d)
+    let turn = Responder::new(&d)
         .with_concurrency(0)
         .answer(&OpenAiChat, &echo_response(3), &run(1))
         .await
@@ -485,7 +485,7 @@ async fn a_batch_cut_by_an_outage_is_answered_again_running_only_the_missing_cal
     let outage = Arc::new(Outage::default());
     let store = Arc::new(Hooked::new(Arc::new(MemoryStore::new()), outage.clone()));
     let d = fixture_dispatcher(&effects, store);
-    let agent = AgentLoop::new(&d);
+    let agent = Responder::new(&d);
     let response = three_emails();
     let third = ToolCall::new(
         "send_email",
@@ -567,7 +567,7 @@ async fn a_batch_dropped_midway_replays_its_finished_calls_and_runs_the_rest() {
         )]),
         Arc::new(MemoryStore::new()),
     );
-    let agent = AgentLoop::new(&d).with_concurrency(2);
+    let agent = Responder::new(&d).with_concurrency(2);
     let items: Vec<Value> = ["a", "held", "b", "c"]
         .iter()
         .enumerate()
@@ -621,7 +621,7 @@ fn numbered(subject: &str) -> Value {
 async fn numbered_call_ids_are_keyed_by_step_and_position() {
     let effects = Arc::new(Effects::default());
     let d = fixture_dispatcher(&effects, Arc::new(MemoryStore::new()));
-    let agent = AgentLoop::new(&d);
+    let agent = Responder::new(&d);
 
     // `call_0` in two steps of one run: two calls, both sent.
     let first = agent
@@ -679,7 +679,7 @@ async fn numbered_call_ids_are_keyed_by_step_and_position() {
 async fn a_repeated_call_under_a_new_id_finds_its_natural_key() {
     let effects = Arc::new(Effects::default());
     let d = fixture_dispatcher(&effects, Arc::new(MemoryStore::new()));
-    let agent = AgentLoop::new(&d);
+    let agent = Responder::new(&d);
     let ticket = |id: &str| {
         json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
         "function": {"name": "create_ticket", "arguments": "{\"title\":\"Printer on fire\",\"priority\":\"high\"}"}}]})
@@ -737,7 +737,7 @@ async fn the_model_is_told_what_it_can_act_on() {
     let mut all = tools(&effects);
     all.extend([admin, mail]);
     let d = dispatcher(registry(all), Arc::new(MemoryStore::new()));
-    let agent = AgentLoop::new(&d);
+    let agent = Responder::new(&d);
     let call = |id: &str, name: &str, arguments: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}});
     let response = json!({"role": "assistant", "content": null, "tool_calls": [
         call("call_Aa1Bb2Cc3Dd4Ee5Ff6Gg7Hh8", "get_weather", "{\"city\": \"Paris\",}"),
@@ -808,7 +808,7 @@ async fn the_model_is_told_what_it_can_act_on() {
 async fn what_the_host_must_handle_is_an_err() {
     let effects = Arc::new(Effects::default());
     let d = fixture_dispatcher(&effects, Arc::new(MemoryStore::new()));
-    let agent = AgentLoop::new(&d);
+    let agent = Responder::new(&d);
     let response = fixture("openai-chat/parallel.json");
 
     let e = agent

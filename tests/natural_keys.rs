@@ -210,7 +210,7 @@ async fn key_reused_says_what_its_reader_can_do_by_key_source() {
 #[cfg(feature = "agent")]
 #[tokio::test]
 async fn the_agent_loop_tells_the_model_which_arguments_differ() {
-    use idem::agent::{AgentLoop, OpenAiChat};
+    use idem::agent::{OpenAiChat, Responder};
     let d = linked(Arc::new(MemoryStore::new()));
     let customer = unique("cust");
     let response = |id: &str, subject: &str| {
@@ -218,7 +218,7 @@ async fn the_agent_loop_tells_the_model_which_arguments_differ() {
         json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
             "function": {"name": "create_ticket", "arguments": arguments.to_string()}}]})
     };
-    let agent = AgentLoop::new(&d);
+    let agent = Responder::new(&d);
     let first = agent
         .answer(
             &OpenAiChat,

@@ -55,28 +55,28 @@ pub trait Shape: Send + Sync {
 ///
 /// See the [module docs](self) for an example, the keys and the errors.
 #[derive(Debug, Clone)]
-pub struct AgentLoop<'d> {
+pub struct Responder<'d> {
     dispatcher: &'d Dispatcher,
     concurrency: usize,
 }
 
-/// How many calls of one response run at once unless [`AgentLoop::with_concurrency`] says
+/// How many calls of one response run at once unless [`Responder::with_concurrency`] says
 /// otherwise.
 pub const DEFAULT_CONCURRENCY: usize = 8;
 
-impl<'d> AgentLoop<'d> {
+impl<'d> Responder<'d> {
     /// An agent loop over `dispatcher`, running up to [`DEFAULT_CONCURRENCY`] calls at once.
-    pub fn new(dispatcher: &'d Dispatcher) -> AgentLoop<'d> {
-        AgentLoop {
+    pub fn new(dispatcher: &'d Dispatcher) -> Responder<'d> {
+        Responder {
             dispatcher,
             concurrency: DEFAULT_CONCURRENCY,
         }
     }
 
     /// Run up to `calls` of a response's calls at once (at least one). They run on the
-    /// task that awaits [`answer`](AgentLoop::answer), interleaved at their awaits: a
+    /// task that awaits [`answer`](Responder::answer), interleaved at their awaits: a
     /// blocking body holds the others up, as it would any async code.
-    pub fn with_concurrency(mut self, calls: usize) -> AgentLoop<'d> {
+    pub fn with_concurrency(mut self, calls: usize) -> Responder<'d> {
         self.concurrency = calls.max(1);
         self
     }
@@ -155,7 +155,7 @@ impl<'d> AgentLoop<'d> {
     }
 }
 
-/// [`AgentLoop::answer`] with the default concurrency.
+/// [`Responder::answer`] with the default concurrency.
 ///
 /// ```
 /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; pub use idem_core::store::memory::MemoryStore; }
@@ -176,7 +176,7 @@ pub async fn run_tool_calls(
     response: &Value,
     run: &RunContext,
 ) -> Result<Turn, AgentError> {
-    AgentLoop::new(dispatcher)
+    Responder::new(dispatcher)
         .answer(shape, response, run)
         .await
 }

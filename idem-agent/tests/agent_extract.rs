@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use idem_agent::{
-    AgentError, AgentLoop, Answer, Anthropic, Arguments, CallReport, Gemini, KeyedBy, OpenAiChat,
-    OpenAiResponses, Shape,
+    AgentError, Answer, Anthropic, Arguments, CallReport, Gemini, KeyedBy, OpenAiChat,
+    OpenAiResponses, Responder, Shape,
 };
 use idem_core::store::memory::MemoryStore;
 use idem_core::{ToolClass, ToolError};
@@ -259,7 +259,7 @@ proptest! {
         }
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let d = dispatcher();
-        let agent = AgentLoop::new(&d);
+        let agent = Responder::new(&d);
         let run = RunContext::new("t").with_run("r", 1);
         for shape in shapes() {
             let answered = runtime.block_on(async {

@@ -147,7 +147,7 @@ struct Inner {
     step: Option<u64>,
     attempt: u32,
     takeover: bool,
-    holder: Option<HeldKey>,
+    holder: Option<FencedKey>,
     steps: Mutex<Vec<JournalEntry>>,
     /// The call's arguments, for a verify hook.
     arguments: Option<serde_json::Value>,
@@ -164,7 +164,7 @@ struct Secrets {
 /// A record key held at a fence, in the store that holds it: what a holder writes with
 /// (journal, renewal, outcome, give-back), so that every such write is fenced.
 #[derive(Clone)]
-pub(crate) struct HeldKey {
+pub(crate) struct FencedKey {
     pub store: Arc<dyn Store>,
     pub key: RecordKey,
     pub fence: Fence,
@@ -197,7 +197,7 @@ impl ToolContext {
     pub(crate) fn new(
         parts: ContextParts<'_>,
         attempt: u32,
-        holder: Option<HeldKey>,
+        holder: Option<FencedKey>,
         takeover: bool,
         steps: Vec<JournalEntry>,
     ) -> Self {

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use idem_core::{Fence, RecordKey, Store, StoreError};
 use tokio::runtime::Handle;
 
-use crate::context::HeldKey;
+use crate::context::FencedKey;
 
 /// How often a lease is renewed: every third of it, at most every 10 ms.
 pub(crate) fn period(lease: Duration) -> Duration {
@@ -174,7 +174,7 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 
 /// Keep `key` held at `fence` until the returned registration is dropped. Outside a tokio
 /// runtime nothing renews the lease (the dispatcher always runs inside one).
-pub(crate) fn keep(held: &HeldKey, lease: Duration) -> Registration {
+pub(crate) fn keep(held: &FencedKey, lease: Duration) -> Registration {
     let id = match Handle::try_current() {
         Ok(runtime) => HEARTBEAT.insert(&held.store, &held.key, held.fence, lease, runtime),
         Err(_) => {

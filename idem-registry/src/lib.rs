@@ -20,13 +20,6 @@ pub mod tool;
 #[doc(hidden)]
 pub mod tool_attribute;
 
-/// Validating a model's arguments against a tool's schema, at the path it had before the
-/// [`schema`] module held it.
-#[doc(hidden)]
-pub mod validate {
-    pub use crate::schema::{ArgumentValidator, SchemaError, drop_absent_nulls};
-}
-
 pub use approval::{
     Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,
     Approver,

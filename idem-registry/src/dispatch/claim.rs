@@ -11,17 +11,17 @@ use tracing::Instrument;
 use super::call::Dispatched;
 use super::decide::{self, GiveBack, Reuse};
 use super::error::DispatchError;
-use super::hold::{Held, Hold, give_back};
+use super::guard::{ClaimGuard, WonClaim, give_back};
 use super::key::KeySource;
 use super::observe::EventKind;
-use super::verify::{Settled, UnknownRecord};
-use super::{Dispatcher, RecordedCall, Watch};
-use crate::context::HeldKey;
+use super::verify::{UnknownRecord, Verification};
+use super::{Dispatcher, KeyedCall, Watch};
+use crate::context::FencedKey;
 
 /// What the claim stage ends with, when it does not end the dispatch with an error.
 pub(crate) enum Claimed {
     /// This dispatch holds the key: run the body.
-    Held(Held),
+    WonClaim(WonClaim),
     /// Settled without running: a replay, or the verify hook's answer.
     Settled(Dispatched),
 }
@@ -30,7 +30,7 @@ impl Dispatcher {
     /// `canonical`: the canonical JSON of the (sealed) arguments, stored with the claim.
     pub(super) async fn claim(
         &self,
-        call: &RecordedCall<'_>,
+        call: &KeyedCall<'_>,
         canonical: String,
         watch: &Watch<'_>,
     ) -> Result<Claimed, DispatchError> {
@@ -75,13 +75,13 @@ impl Dispatcher {
                             .map_or(call.ttl, |r| r.ttl),
                         false => call.ttl,
                     };
-                    let held = HeldKey {
+                    let held = FencedKey {
                         store: self.store.clone(),
                         key: request.key,
                         fence,
                     };
-                    return Ok(Claimed::Held(Held {
-                        hold: Hold::new(held, tool.class),
+                    return Ok(Claimed::WonClaim(WonClaim {
+                        hold: ClaimGuard::new(held, tool.class),
                         steps,
                         takeover,
                         ttl,
@@ -166,11 +166,11 @@ impl Dispatcher {
                             .instrument(tracing::info_span!("idem.verify"))
                             .await?
                         {
-                            Settled::Applied(outcome) => {
+                            Verification::Applied(outcome) => {
                                 return call.replay(outcome, differ).map(Claimed::Settled);
                             }
                             // Released, or settled by another worker: claim again.
-                            Settled::Released | Settled::Raced => continue,
+                            Verification::Released | Verification::Raced => continue,
                         }
                     }
                     return Err(DispatchError::OutcomeUnknown {
@@ -285,7 +285,7 @@ impl Drop for PendingClaim {
         runtime.spawn(async move {
             if let Ok((Claim::Acquired { fence, takeover, steps }, request)) = claim.await {
                 let how = GiveBack::abandoned(takeover, !steps.is_empty());
-                let held = HeldKey {
+                let held = FencedKey {
                     store,
                     key: request.key,
                     fence,

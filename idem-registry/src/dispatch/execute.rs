@@ -11,10 +11,10 @@ use super::body::{self, scrub_output, scrub_tool_error};
 use super::call::{Dispatched, RunContext};
 use super::decide::{self, GiveBack, too_deep};
 use super::error::DispatchError;
-use super::hold::{Held, Hold};
+use super::guard::{ClaimGuard, WonClaim};
 use super::key::{random_u64, unkeyed};
 use super::observe::{EventKind, Stage};
-use super::{Dispatcher, RecordedCall, Watch, context_parts};
+use super::{Dispatcher, KeyedCall, Watch, context_parts};
 use crate::context::ToolContext;
 use crate::tool::{ToolDef, TypedArguments};
 
@@ -78,12 +78,12 @@ impl Dispatcher {
     /// outcome recorded or the key given back.
     pub(super) async fn execute_held(
         &self,
-        call: &RecordedCall<'_>,
-        held: Held,
+        call: &KeyedCall<'_>,
+        held: WonClaim,
         mut typed: Option<TypedArguments>,
         watch: &Watch<'_>,
     ) -> Result<Dispatched, DispatchError> {
-        let Held {
+        let WonClaim {
             mut hold,
             mut steps,
             takeover,
@@ -229,8 +229,8 @@ impl Dispatcher {
     /// becomes Unknown.
     async fn record(
         &self,
-        call: &RecordedCall<'_>,
-        mut hold: Hold,
+        call: &KeyedCall<'_>,
+        mut hold: ClaimGuard,
         ttl: std::time::Duration,
         outcome: &Outcome,
         output: Option<&Value>,

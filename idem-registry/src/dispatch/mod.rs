@@ -30,7 +30,7 @@ mod claim;
 mod decide;
 mod error;
 mod execute;
-mod hold;
+mod guard;
 mod key;
 #[cfg(feature = "metrics")]
 mod metrics;
@@ -320,7 +320,7 @@ impl Dispatcher {
             }
         };
         *key = Some(record_key.clone());
-        let call = RecordedCall {
+        let call = KeyedCall {
             tool,
             run,
             args,
@@ -344,7 +344,7 @@ impl Dispatcher {
             .await;
         watch.finished(&call, Stage::Claim, begun);
         match claimed? {
-            claim::Claimed::Held(held) => self.execute_held(&call, held, typed, watch).await,
+            claim::Claimed::WonClaim(held) => self.execute_held(&call, held, typed, watch).await,
             claim::Claimed::Settled(dispatched) => Ok(dispatched),
         }
     }
@@ -438,7 +438,7 @@ fn authorize(tool: &ToolDef, run: &RunContext) -> Result<(), DispatchError> {
 }
 
 /// A call that records, resolved and keyed: what the claim, execute and verify stages read.
-struct RecordedCall<'a> {
+struct KeyedCall<'a> {
     tool: &'a ToolDef,
     run: &'a RunContext,
     args: Cow<'a, Value>,
@@ -454,7 +454,7 @@ struct RecordedCall<'a> {
     approval: Option<Box<crate::approval::Approval>>,
 }
 
-impl RecordedCall<'_> {
+impl KeyedCall<'_> {
     fn parts(&self) -> crate::context::ContextParts<'_> {
         context_parts(self.tool, self.run, &self.downstream)
     }

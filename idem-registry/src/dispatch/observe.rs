@@ -53,7 +53,7 @@ use idem_core::{ErrorKind, RecordKey, ToolClass};
 
 use super::call::{Dispatched, ToolCall};
 use super::error::DispatchError;
-use super::{RecordedCall, key_hash};
+use super::{KeyedCall, key_hash};
 use crate::tool::ToolDef;
 
 /// What happened to a call.
@@ -363,11 +363,11 @@ pub(super) struct Watch<'a> {
 
 impl Watch<'_> {
     /// Tell the observers of an event in the middle of a dispatch.
-    pub(super) fn saw(&self, call: &RecordedCall<'_>, kind: EventKind) {
+    pub(super) fn saw(&self, call: &KeyedCall<'_>, kind: EventKind) {
         self.saw_of(call.tool.class, Some(call.key_hash()), kind);
     }
 
-    /// [`saw`](Self::saw), before the call is a [`RecordedCall`].
+    /// [`saw`](Self::saw), before the call is a [`KeyedCall`].
     pub(super) fn saw_of(&self, class: ToolClass, key: Option<&str>, kind: EventKind) {
         self.observers.emit(&DispatchEvent {
             kind,
@@ -386,7 +386,7 @@ impl Watch<'_> {
     }
 
     /// Tell the observers that a stage of a recorded call, begun at `begun`, ended.
-    pub(super) fn finished(&self, call: &RecordedCall<'_>, stage: Stage, begun: Option<Instant>) {
+    pub(super) fn finished(&self, call: &KeyedCall<'_>, stage: Stage, begun: Option<Instant>) {
         self.finished_stage(call.tool.class, Some(call.key_hash()), stage, begun);
     }
 

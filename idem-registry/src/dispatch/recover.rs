@@ -34,10 +34,10 @@ use serde_json::Value;
 
 use super::call::RunContext;
 use super::error::DispatchError;
-use super::hold::{Held, Hold};
-use super::verify::{Settled, UnknownRecord};
-use super::{Dispatcher, RecordedCall, Watch, arguments, decide};
-use crate::context::HeldKey;
+use super::guard::{ClaimGuard, WonClaim};
+use super::verify::{UnknownRecord, Verification};
+use super::{Dispatcher, KeyedCall, Watch, arguments, decide};
+use crate::context::FencedKey;
 use crate::tool::ToolDef;
 
 /// Which records a recovery pass looks at.
@@ -422,12 +422,12 @@ impl Dispatcher {
             )
             .await;
         match settled {
-            Ok(Settled::Applied(_)) => RecoveryAction::Verified { applied: true },
-            Ok(Settled::Released) if rule.may_rerun() => {
+            Ok(Verification::Applied(_)) => RecoveryAction::Verified { applied: true },
+            Ok(Verification::Released) if rule.may_rerun() => {
                 self.rerun(tool, record, current, rule).await
             }
-            Ok(Settled::Released) => RecoveryAction::Verified { applied: false },
-            Ok(Settled::Raced) => RecoveryAction::Raced,
+            Ok(Verification::Released) => RecoveryAction::Verified { applied: false },
+            Ok(Verification::Raced) => RecoveryAction::Raced,
             Err(e) => RecoveryAction::Reported(Unrecoverable::Failed(e.to_string())),
         }
     }
@@ -461,9 +461,9 @@ impl Dispatcher {
             Err(e) => return RecoveryAction::Reported(Unrecoverable::Failed(e.to_string())),
         };
         let watch = self.watch(tool);
-        let held = Held {
-            hold: Hold::new(
-                HeldKey {
+        let held = WonClaim {
+            hold: ClaimGuard::new(
+                FencedKey {
                     store: self.store.clone(),
                     key: record.key.clone(),
                     fence,
@@ -556,8 +556,8 @@ impl Prepared {
         run: &'a RunContext,
         record: &Record,
         rule: &Reconciled,
-    ) -> RecordedCall<'a> {
-        RecordedCall {
+    ) -> KeyedCall<'a> {
+        KeyedCall {
             tool,
             run,
             args: std::borrow::Cow::Borrowed(&self.args),

@@ -10,12 +10,12 @@ use super::body::{scrub_output, scrub_tool_error};
 use super::decide::{FAILED_VERIFY_PAUSE, too_deep};
 use super::error::DispatchError;
 use super::observe::EventKind;
-use super::{Dispatcher, RecordedCall, Watch};
+use super::{Dispatcher, KeyedCall, Watch};
 use crate::context::ToolContext;
 use crate::tool::Verified;
 
 /// What a verify hook's answer did to an Unknown record.
-pub(crate) enum Settled {
+pub(crate) enum Verification {
     /// Completed with this outcome.
     Applied(Outcome),
     /// Deleted: the call may run.
@@ -44,11 +44,11 @@ impl Dispatcher {
     /// settled it first, nothing changes); an outcome is kept for `ttl`.
     pub(super) async fn verify(
         &self,
-        call: &RecordedCall<'_>,
+        call: &KeyedCall<'_>,
         unknown: UnknownRecord<'_>,
         ttl: std::time::Duration,
         watch: &Watch<'_>,
-    ) -> Result<Settled, DispatchError> {
+    ) -> Result<Verification, DispatchError> {
         let UnknownRecord {
             fence,
             steps,
@@ -58,7 +58,7 @@ impl Dispatcher {
         } = unknown;
         let tool = call.tool;
         let Some(verify) = &tool.verify else {
-            return Ok(Settled::Raced);
+            return Ok(Verification::Raced);
         };
         let arguments = arguments.unwrap_or_else(|| Value::clone(&call.args));
         let ctx = ToolContext::for_verify(call.parts(), steps, arguments.clone());
@@ -105,9 +105,9 @@ impl Dispatcher {
             .await
             .map_err(|e| call.store_error(e))?;
         Ok(match (done, outcome) {
-            (false, _) => Settled::Raced,
-            (true, Some(o)) => Settled::Applied(o),
-            (true, None) => Settled::Released,
+            (false, _) => Verification::Raced,
+            (true, Some(o)) => Verification::Applied(o),
+            (true, None) => Verification::Released,
         })
     }
 }

@@ -32,10 +32,3 @@ pub use policy::{
 };
 pub use registration::{StaticTool, ToolRegistration};
 pub use spec::ToolSpec;
-
-/// The old name of [`PreparedArguments`], kept for code that names it.
-#[doc(hidden)]
-pub use definition::PreparedArguments as Prepared;
-/// The old name of [`TypedArguments`], kept for code that names it.
-#[doc(hidden)]
-pub use definition::TypedArguments as Typed;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use idem_core::{ErrorKind, JournalEntry, Outcome, StoreError, Timestamp, ToolClass};
 
 use super::decide::GiveBack;
-use crate::context::{HeldKey, ToolContext};
+use crate::context::{FencedKey, ToolContext};
 use crate::heartbeat::{self, Registration};
 
 /// A held claim. Dropped while still armed (the dispatch future was dropped mid-body), it
@@ -15,17 +15,17 @@ use crate::heartbeat::{self, Registration};
 /// re-run is released (or, with journaled steps, left to be taken over), any other becomes
 /// Unknown. Every method that settles the key consumes the hold; only the one write that
 /// settles it disarms it, after that write answered.
-pub(crate) struct Hold {
-    held: HeldKey,
+pub(crate) struct ClaimGuard {
+    held: FencedKey,
     class: ToolClass,
     /// The running attempt's context, to see whether steps were journaled.
     attempt: Option<ToolContext>,
     armed: bool,
 }
 
-impl Hold {
-    pub(crate) fn new(held: HeldKey, class: ToolClass) -> Self {
-        Hold {
+impl ClaimGuard {
+    pub(crate) fn new(held: FencedKey, class: ToolClass) -> Self {
+        ClaimGuard {
             held,
             class,
             attempt: None,
@@ -34,7 +34,7 @@ impl Hold {
     }
 
     /// The key, store and fence, for the body's context.
-    pub(crate) fn held(&self) -> &HeldKey {
+    pub(crate) fn held(&self) -> &FencedKey {
         &self.held
     }
 
@@ -92,8 +92,8 @@ impl Hold {
     }
 }
 
-/// Carry out a give-back on a held key (see [`Hold::give_back`]).
-pub(crate) async fn give_back(h: &HeldKey, how: &GiveBack) -> Result<(), StoreError> {
+/// Carry out a give-back on a held key (see [`ClaimGuard::give_back`]).
+pub(crate) async fn give_back(h: &FencedKey, how: &GiveBack) -> Result<(), StoreError> {
     let result = match how {
         GiveBack::Release => h.store.release(&h.key, h.fence).await.map(|_| ()),
         GiveBack::Expire => h
@@ -110,7 +110,7 @@ pub(crate) async fn give_back(h: &HeldKey, how: &GiveBack) -> Result<(), StoreEr
 }
 
 /// Settle `held` as `how` says in a task of its own (the dispatch that held it is gone).
-pub(crate) fn give_back_later(held: HeldKey, how: GiveBack, what: &'static str) {
+pub(crate) fn give_back_later(held: FencedKey, how: GiveBack, what: &'static str) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(key = %held.key, "{what} outside a runtime; the claim's lease will expire");
         return;
@@ -122,7 +122,7 @@ pub(crate) fn give_back_later(held: HeldKey, how: GiveBack, what: &'static str) 
     });
 }
 
-impl Drop for Hold {
+impl Drop for ClaimGuard {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -142,8 +142,8 @@ impl Drop for Hold {
 }
 
 /// A claim this dispatch won.
-pub(crate) struct Held {
-    pub hold: Hold,
+pub(crate) struct WonClaim {
+    pub hold: ClaimGuard,
     /// Steps an earlier holder journaled.
     pub steps: Vec<JournalEntry>,
     /// Whether an earlier holder's lease expired.
