@@ -121,6 +121,12 @@ pub(crate) fn reuse(
     }
 }
 
+/// The lease an orphan's settle delay counts: the longer of the tool's and the one the
+/// record was made under (`made`), since a holder granted that one may still be running.
+pub(crate) fn settle_lease(tool: Duration, made: Option<Duration>) -> Duration {
+    made.map_or(tool, |made| made.max(tool))
+}
+
 /// When a record Unknown since `since` has settled: the settle delay (`verify_after`) later,
 /// for downstream to commit what it accepted. For an orphan (`orphaned`: its holder's lease
 /// lapsed), at least a lease later too, since that holder may still be running until it
@@ -151,6 +157,86 @@ pub(crate) fn verifiable_from(
     lease: Duration,
 ) -> Option<Timestamp> {
     (has_hook && !has_steps).then(|| settled_from(since, orphaned, verify_after, lease))
+}
+
+/// What recovery knows of one record when it decides: its state, read at `now` on the
+/// store's clock, and the rules it is met under.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecoveryFacts {
+    pub state: Found,
+    pub now: Timestamp,
+    /// Whether the class lets the call run again (an idempotent write).
+    pub may_rerun: bool,
+    /// Whether the handler's version changed since the record was made.
+    pub version_changed: bool,
+    pub has_hook: bool,
+    /// Whether the record holds journaled steps of the tool (a partial effect).
+    pub has_steps: bool,
+    pub verify_after: Duration,
+    /// The lease the settle delay counts ([`settle_lease`]).
+    pub lease: Duration,
+}
+
+/// A record's state as recovery reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    Completed,
+    InProgress { lease_until: Timestamp },
+    Unknown { since: Timestamp, orphaned: bool },
+}
+
+/// What a recovery pass does with one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recovery {
+    /// Nothing: it is completed, or its holder's lease is live.
+    Leave,
+    /// Take the orphan over and run it again, under the same downstream key.
+    Rerun,
+    /// Turn the orphan Unknown, as a caller's duplicate would.
+    MarkUnknown,
+    /// Ask the tool's verify hook.
+    Verify,
+    /// Give the Unknown record back (fenced) and run it again.
+    ReleaseAndRerun,
+    /// Nothing may be done before `retry_after`.
+    NotYet { retry_after: Timestamp },
+    /// Only a person can settle it: no hook, or journaled steps make the effect partial.
+    NoVerifyHook,
+    /// A hook of another handler version must not judge it.
+    VersionChanged,
+}
+
+/// Recovery's rule for one record (ARCHITECTURE.md, "Recovery"): an orphan of a class that
+/// may run again is taken over, any other orphan turns Unknown; an Unknown record is asked
+/// of the verify hook once settled, released and run again once settled when its class
+/// allows it and no step was journaled, and otherwise left to a person.
+pub(crate) fn recovery(f: &RecoveryFacts) -> Recovery {
+    let (since, orphaned) = match f.state {
+        Found::Completed => return Recovery::Leave,
+        Found::InProgress { lease_until } if lease_until > f.now => return Recovery::Leave,
+        Found::InProgress { .. } if f.may_rerun => return Recovery::Rerun,
+        Found::InProgress { .. } => return Recovery::MarkUnknown,
+        Found::Unknown { since, orphaned } => (since, orphaned),
+    };
+    let settled_at = settled_from(since, orphaned, f.verify_after, f.lease);
+    let hook_from = verifiable_from(
+        since,
+        orphaned,
+        f.has_hook,
+        f.has_steps,
+        f.verify_after,
+        f.lease,
+    );
+    match hook_from {
+        Some(_) if f.version_changed => Recovery::VersionChanged,
+        Some(at) if at > f.now => Recovery::NotYet { retry_after: at },
+        Some(_) => Recovery::Verify,
+        None if !f.may_rerun || f.has_steps => Recovery::NoVerifyHook,
+        None if settled_at > f.now => Recovery::NotYet {
+            retry_after: settled_at,
+        },
+        None => Recovery::ReleaseAndRerun,
+    }
 }
 
 /// How many times one dispatch asks a verify hook before giving up on an Unknown record.
@@ -225,6 +311,81 @@ pub(crate) fn too_deep(outcome: &Outcome, output: Option<&Value>) -> Option<Stor
     };
     let depth = idem_core::store::nesting(value, limit);
     (depth > limit).then_some(StoreError::TooDeep { depth, limit })
+}
+
+#[cfg(test)]
+mod recovery_tests {
+    use super::*;
+
+    #[test]
+    fn recovery_decides_each_record_by_the_table() {
+        let t = |ms| Timestamp(ms);
+        let s = Duration::from_secs;
+        let base = RecoveryFacts {
+            state: Found::Completed,
+            now: t(1_000_000),
+            may_rerun: true,
+            version_changed: false,
+            has_hook: false,
+            has_steps: false,
+            verify_after: s(300),
+            lease: s(30),
+        };
+        let unknown = |since: u64, orphaned| Found::Unknown {
+            since: t(since),
+            orphaned,
+        };
+        let live = Found::InProgress {
+            lease_until: t(1_000_001),
+        };
+        let lapsed = Found::InProgress {
+            lease_until: t(999_999),
+        };
+        let settled = 1_000_000 - 300_000; // exactly the settle delay ago
+        let fresh = 1_000_000 - 1_000;
+        // (state, may_rerun, hook, steps, version changed) → what recovery does
+        #[rustfmt::skip]
+        let table = [
+            (Found::Completed,       true,  false, false, false, Recovery::Leave),
+            (live,                   false, false, false, false, Recovery::Leave),
+            (lapsed,                 true,  false, false, false, Recovery::Rerun),
+            (lapsed,                 false, true,  false, false, Recovery::MarkUnknown),
+            (unknown(settled, false), false, true,  false, false, Recovery::Verify),
+            (unknown(fresh, false),   false, true,  false, false, Recovery::NotYet { retry_after: t(fresh + 300_000) }),
+            (unknown(settled, false), false, true,  false, true,  Recovery::VersionChanged),
+            (unknown(settled, false), false, false, false, false, Recovery::NoVerifyHook),
+            (unknown(settled, false), true,  true,  true,  false, Recovery::NoVerifyHook),
+            (unknown(settled, false), true,  false, false, false, Recovery::ReleaseAndRerun),
+            (unknown(fresh, false),   true,  false, false, false, Recovery::NotYet { retry_after: t(fresh + 300_000) }),
+            // An orphan settles a lease later at least: here the settle delay is the longer.
+            (unknown(settled, true),  true,  false, false, false, Recovery::ReleaseAndRerun),
+        ];
+        for (state, may_rerun, has_hook, has_steps, version_changed, expected) in table {
+            let facts = RecoveryFacts {
+                state,
+                may_rerun,
+                has_hook,
+                has_steps,
+                version_changed,
+                ..base
+            };
+            assert_eq!(recovery(&facts), expected, "{facts:?}");
+        }
+        // With a lease longer than the settle delay, an orphan waits for the lease.
+        let long = RecoveryFacts {
+            state: unknown(settled, true),
+            lease: s(600),
+            ..base
+        };
+        assert_eq!(
+            recovery(&long),
+            Recovery::NotYet {
+                retry_after: t(settled + 600_000)
+            }
+        );
+        assert_eq!(settle_lease(s(30), Some(s(90))), s(90));
+        assert_eq!(settle_lease(s(30), None), s(30));
+    }
 }
 
 #[cfg(test)]

@@ -493,7 +493,7 @@ impl KeyedCall<'_> {
             self.tool.verify.is_some(),
             tool_steps(steps),
             policy.verify_after,
-            made_lease.map_or(policy.lease, |l| l.max(policy.lease)),
+            decide::settle_lease(policy.lease, made_lease),
         )
     }
 

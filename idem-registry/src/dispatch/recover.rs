@@ -304,13 +304,39 @@ impl Dispatcher {
             None => current.reconcile(&current),
         };
         let reported = |why| Some(RecoveryAction::Reported(why));
-        match &record.state {
-            RecordState::Completed { .. } => None,
-            RecordState::InProgress { lease_until } if *lease_until > now => None,
-            RecordState::InProgress { .. } if rule.may_rerun() => {
-                Some(self.rerun(tool, &record, &current, &rule).await)
-            }
-            RecordState::InProgress { .. } => {
+        let policy = &tool.policy;
+        let (state, since, last_error) = match &record.state {
+            RecordState::Completed { .. } => (decide::Found::Completed, None, ""),
+            RecordState::InProgress { lease_until } => (
+                decide::Found::InProgress {
+                    lease_until: *lease_until,
+                },
+                None,
+                "",
+            ),
+            RecordState::Unknown { since, last_error } => (
+                decide::Found::Unknown {
+                    since: *since,
+                    orphaned: UnknownCause::of(last_error) == UnknownCause::Orphaned,
+                },
+                Some(*since),
+                last_error.as_str(),
+            ),
+        };
+        let facts = decide::RecoveryFacts {
+            state,
+            now,
+            may_rerun: rule.may_rerun(),
+            version_changed: rule.version_changed,
+            has_hook: tool.verify.is_some(),
+            has_steps: super::tool_steps(&record.steps),
+            verify_after: policy.verify_after,
+            lease: decide::settle_lease(policy.lease, record.contract.as_ref().map(|c| c.lease)),
+        };
+        match decide::recovery(&facts) {
+            decide::Recovery::Leave => None,
+            decide::Recovery::Rerun => Some(self.rerun(tool, &record, &current, &rule).await),
+            decide::Recovery::MarkUnknown => {
                 // Turned Unknown by the claim, as a caller's duplicate would.
                 let request = claim_request(tool, &record, &current, OrphanPolicy::MarkUnknown);
                 Some(match self.claim_cancel_safe(request).await {
@@ -327,62 +353,39 @@ impl Dispatcher {
                     Err(e) => RecoveryAction::Reported(Unrecoverable::Failed(e.to_string())),
                 })
             }
-            RecordState::Unknown { since, last_error } => {
-                let tool_steps = super::tool_steps(&record.steps);
-                let policy = &tool.policy;
-                // An orphan's settle delay counts the longer of the two leases: a holder
-                // granted the old one may still be running.
-                let lease = record
-                    .contract
-                    .as_ref()
-                    .map_or(policy.lease, |made| made.lease.max(policy.lease));
-                let orphaned = UnknownCause::of(last_error) == UnknownCause::Orphaned;
-                let settled_at = decide::settled_from(*since, orphaned, policy.verify_after, lease);
-                let hook_from = decide::verifiable_from(
-                    *since,
-                    orphaned,
-                    tool.verify.is_some(),
-                    tool_steps,
-                    policy.verify_after,
-                    lease,
-                );
-                if rule.version_changed && hook_from.is_some() {
-                    let recorded = record.contract.as_ref().map(|c| c.version.clone());
-                    return reported(Unrecoverable::VersionChanged {
-                        recorded: recorded.unwrap_or_default(),
-                        current: current.version.clone(),
-                    });
+            decide::Recovery::Verify => {
+                let since = since?;
+                Some(
+                    self.verify_unknown(tool, &record, since, last_error, &current, &rule)
+                        .await,
+                )
+            }
+            decide::Recovery::NotYet { retry_after } => {
+                reported(Unrecoverable::NotYet { retry_after })
+            }
+            decide::Recovery::NoVerifyHook => reported(Unrecoverable::NoVerifyHook),
+            decide::Recovery::VersionChanged => {
+                let recorded = record.contract.as_ref().map(|c| c.version.clone());
+                reported(Unrecoverable::VersionChanged {
+                    recorded: recorded.unwrap_or_default(),
+                    current: current.version.clone(),
+                })
+            }
+            decide::Recovery::ReleaseAndRerun => {
+                // An idempotent write: give the Unknown record back (fenced: once) and run it
+                // again under the same downstream key; first make sure it can be run again,
+                // so that nothing is released that is then reported.
+                if let Err(why) = Prepared::of(tool, &record) {
+                    return reported(why);
                 }
-                match hook_from {
-                    Some(at) if at > now => reported(Unrecoverable::NotYet { retry_after: at }),
-                    Some(_) => Some(
-                        self.verify_unknown(tool, &record, *since, last_error, &current, &rule)
-                            .await,
-                    ),
-                    // Journaled steps make the effect partial: no release can be judged safe.
-                    None if !rule.may_rerun() || tool_steps => {
-                        reported(Unrecoverable::NoVerifyHook)
-                    }
-                    None if settled_at > now => reported(Unrecoverable::NotYet {
-                        retry_after: settled_at,
-                    }),
-                    None => {
-                        // An idempotent write: give the Unknown record back (fenced: once) and
-                        // run it again under the same downstream key; first make sure it can
-                        // be run again, so that nothing is released that is then reported.
-                        if let Err(why) = Prepared::of(tool, &record) {
-                            return reported(why);
-                        }
-                        match self
-                            .store
-                            .settle_unknown(&record.key, record.fence, None, rule.ttl)
-                            .await
-                        {
-                            Ok(true) => Some(self.rerun(tool, &record, &current, &rule).await),
-                            Ok(false) => Some(RecoveryAction::Raced),
-                            Err(e) => reported(Unrecoverable::Failed(e.to_string())),
-                        }
-                    }
+                match self
+                    .store
+                    .settle_unknown(&record.key, record.fence, None, rule.ttl)
+                    .await
+                {
+                    Ok(true) => Some(self.rerun(tool, &record, &current, &rule).await),
+                    Ok(false) => Some(RecoveryAction::Raced),
+                    Err(e) => reported(Unrecoverable::Failed(e.to_string())),
                 }
             }
         }
