@@ -527,7 +527,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok();
         let waiting = s
             .dispatcher
-            .pending_approvals(&ApprovalFilter {
+            .approvals()
+            .pending(&ApprovalFilter {
                 tenant: Some(options.tenant.clone()),
                 ..ApprovalFilter::default()
             })
@@ -567,7 +568,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tenant: Some("acme-corp".into()),
                 ..ApprovalFilter::default()
             };
-            let pending = operator.pending_approvals(&filter).await?;
+            let pending = operator.approvals().pending(&filter).await?;
             for call in &pending {
                 println!(
                     "operator sees: {} for {} with {}, requested {}",
@@ -576,7 +577,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     call.arguments,
                     call.requested_at.to_rfc3339()
                 );
-                operator.approve_pending(&call.key, &approver, None).await?;
+                operator
+                    .approvals()
+                    .approve(&call.key, &approver, None, None)
+                    .await?;
             }
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(pending.len())
         })

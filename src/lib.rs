@@ -199,7 +199,9 @@ pub mod dispatch {
 /// to a call's page in the inbox.
 pub mod approval {
     pub use idem_registry::approval::*;
-    pub use idem_registry::dispatch::{APPROVAL_STEP, DEFAULT_MAX_APPROVAL_VALIDITY};
+    pub use idem_registry::dispatch::{
+        APPROVAL_STEP, ApprovalDesk, DEFAULT_MAX_APPROVAL_VALIDITY, DecisionError,
+    };
 }
 
 /// Secret arguments: the key they are sealed with, and how they are cut from what is shown.

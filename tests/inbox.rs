@@ -144,7 +144,8 @@ async fn each_person_decides_under_their_own_name() {
         );
     }
     let pending = agent
-        .pending_approvals(&ApprovalFilter::default())
+        .approvals()
+        .pending(&ApprovalFilter::default())
         .await
         .unwrap();
     assert_eq!(pending.len(), 2);
@@ -239,7 +240,8 @@ async fn each_person_decides_under_their_own_name() {
     assert_eq!(denied.status(), 303);
 
     let decided = agent
-        .pending_approvals(&ApprovalFilter {
+        .approvals()
+        .pending(&ApprovalFilter {
             pending_only: false,
             ..ApprovalFilter::default()
         })

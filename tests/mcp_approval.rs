@@ -198,7 +198,8 @@ async fn an_accepted_question_runs_the_call_once_and_its_state_only_once() {
     // The question stands in the store as every pending approval does.
     let pending = setup
         .dispatcher()
-        .pending_approvals(&ApprovalFilter::default())
+        .approvals()
+        .pending(&ApprovalFilter::default())
         .await
         .unwrap();
     assert_eq!(pending.len(), 1);
@@ -222,7 +223,7 @@ async fn an_accepted_question_runs_the_call_once_and_its_state_only_once() {
         pending_only: false,
         ..ApprovalFilter::default()
     };
-    let decided = setup.dispatcher().pending_approvals(&all).await.unwrap();
+    let decided = setup.dispatcher().approvals().pending(&all).await.unwrap();
     assert_eq!(
         decided[0].decision.as_ref().map(|d| d.by.as_str()),
         Some("mcp-user")
@@ -336,7 +337,8 @@ async fn a_yes_to_other_arguments_pending_under_the_key_approves_nothing() {
     // Nothing was approved: the call with cus_a is still pending, and nothing ran.
     let pending = setup
         .dispatcher()
-        .pending_approvals(&ApprovalFilter::default())
+        .approvals()
+        .pending(&ApprovalFilter::default())
         .await
         .unwrap();
     assert_eq!(pending.len(), 1);
@@ -360,7 +362,8 @@ async fn a_no_to_other_arguments_pending_under_the_key_denies_nothing() {
     // Nothing was denied: the call with cus_a, never shown, is still pending.
     let pending = setup
         .dispatcher()
-        .pending_approvals(&ApprovalFilter::default())
+        .approvals()
+        .pending(&ApprovalFilter::default())
         .await
         .unwrap();
     assert_eq!(pending.len(), 1);
@@ -421,12 +424,14 @@ async fn a_client_that_cannot_elicit_gets_the_pending_refusal_for_an_operator() 
     // An operator approves from the store; the re-sent call runs.
     let dispatcher = setup.dispatcher();
     let listed = dispatcher
-        .pending_approvals(&ApprovalFilter::default())
+        .approvals()
+        .pending(&ApprovalFilter::default())
         .await
         .unwrap();
     let approver = support::dispatcher::approver();
     dispatcher
-        .approve_pending(&listed[0].key, &approver, None)
+        .approvals()
+        .approve(&listed[0].key, &approver, None, None)
         .await
         .unwrap();
     let done = complete(&client, call()).await;

@@ -1,11 +1,11 @@
-//! Approvals decided without the agent's tools: `approve_stored` and `deny_stored`, as the
+//! Approvals decided without the agent's tools: `ApprovalDesk::over` (approve and deny), as the
 //! `idem` command line and the approval inbox decide them, with only the store and a key.
 
 mod support;
 
 use std::sync::Arc;
 
-use idem::dispatch::{approve_stored, deny_stored};
+use idem::approval::ApprovalDesk;
 use idem::prelude::*;
 use idem::store::approvals::{ApprovalFilter, DecisionRefused, PendingApproval};
 use idem::{MemoryStore, SecretKey, dispatch::DecisionError};
@@ -55,7 +55,8 @@ async fn pending(store: &Arc<MemoryStore>, call: &ToolCall, run: &RunContext) ->
         "{err:?}"
     );
     let listed = agent
-        .pending_approvals(&ApprovalFilter {
+        .approvals()
+        .pending(&ApprovalFilter {
             tenant: Some(run.tenant.clone()),
             tool: Some(call.name.clone()),
             ..ApprovalFilter::default()
@@ -77,7 +78,8 @@ async fn an_approval_made_without_the_tools_runs_the_call_once() {
     let call = close("c1", json!({"customer": "cus_plain"}));
     let entry = pending(&store, &call, &run).await;
 
-    let decided = approve_stored(&*store, &entry.key, &approver(), None, None)
+    let decided = ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), None, None)
         .await
         .unwrap();
     assert_eq!(decided.decision.unwrap().by, "operator@tests");
@@ -88,7 +90,8 @@ async fn an_approval_made_without_the_tools_runs_the_call_once() {
     assert_eq!(CLOSED.count("cus_plain"), 1);
 
     // Deciding it again is refused, naming who decided.
-    let err = approve_stored(&*store, &entry.key, &approver(), None, None)
+    let err = ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), None, None)
         .await
         .unwrap_err();
     assert!(
@@ -109,7 +112,8 @@ async fn edited_arguments_without_a_default_run_in_their_normal_form() {
 
     // The approver drops the notice: the tool's default is what it means.
     let edited = json!({"customer": "cus_edit"});
-    approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
+    ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), Some(&edited), None)
         .await
         .unwrap();
     let agent = agent(&store);
@@ -137,7 +141,8 @@ async fn edited_arguments_that_do_not_fit_are_refused_when_called_and_nothing_ru
     let entry = pending(&store, &call, &run).await;
 
     let edited = json!({"customer": 7});
-    approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
+    ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), Some(&edited), None)
         .await
         .unwrap();
     let agent = agent(&store);
@@ -166,14 +171,16 @@ async fn sealed_arguments_cannot_be_edited_but_can_be_approved() {
     );
 
     let edited = json!({"cents": 5000, "card": entry.arguments["card"].clone()});
-    let err = approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
+    let err = ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), Some(&edited), None)
         .await
         .unwrap_err();
     assert!(
         matches!(err, DecisionError::SecretsNotEditable(ref tool) if tool == "pay_out"),
         "{err:?}"
     );
-    approve_stored(&*store, &entry.key, &approver(), None, None)
+    ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), None, None)
         .await
         .unwrap();
     let paid = agent(&store).dispatch(&call, &run).await.unwrap();
@@ -187,15 +194,10 @@ async fn a_denial_made_without_the_tools_is_replayed_with_its_reason() {
     let call = close("c4", json!({"customer": "cus_deny"}));
     let entry = pending(&store, &call, &run).await;
 
-    deny_stored(
-        &*store,
-        &entry.key,
-        "lee@desk",
-        "customer asked to keep it",
-        None,
-    )
-    .await
-    .unwrap();
+    ApprovalDesk::over(&*store)
+        .deny(&entry.key, "lee@desk", "customer asked to keep it", None)
+        .await
+        .unwrap();
     let agent = agent(&store);
     for _ in 0..2 {
         let err = agent.dispatch(&call, &run).await.unwrap_err();
@@ -208,7 +210,8 @@ async fn a_denial_made_without_the_tools_is_replayed_with_its_reason() {
         );
     }
     assert_eq!(CLOSED.count("cus_deny"), 0);
-    let err = approve_stored(&*store, &entry.key, &approver(), None, None)
+    let err = ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), None, None)
         .await
         .unwrap_err();
     assert!(
@@ -232,7 +235,8 @@ async fn a_tool_with_secrets_is_approved_as_called_even_when_its_secret_was_left
 
     // An approver without the tools types the code into an edit: refused, nothing stored.
     let edited = json!({"cents": 100, "otp": "991234"});
-    let err = approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
+    let err = ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), Some(&edited), None)
         .await
         .unwrap_err();
     assert!(
@@ -241,14 +245,16 @@ async fn a_tool_with_secrets_is_approved_as_called_even_when_its_secret_was_left
     );
     let stored = serde_json::to_string(
         &agent(&store)
-            .pending_approvals(&ApprovalFilter::default())
+            .approvals()
+            .pending(&ApprovalFilter::default())
             .await
             .unwrap(),
     )
     .unwrap();
     assert!(!stored.contains("991234"), "{stored}");
     // As called, it is approved and runs.
-    approve_stored(&*store, &entry.key, &approver(), None, None)
+    ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), None, None)
         .await
         .unwrap();
     let wired = agent(&store).dispatch(&call, &run).await.unwrap();
@@ -276,7 +282,8 @@ async fn edits_to_a_tool_with_secrets_are_never_handed_to_the_model() {
             .unwrap()
     );
     let edited = json!({"cents": 100, "otp": "991234"});
-    approve_stored(&*store, &entry.key, &approver(), Some(&edited), None)
+    ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), Some(&edited), None)
         .await
         .unwrap();
     let err = agent(&store).dispatch(&call, &run).await.unwrap_err();
@@ -295,25 +302,24 @@ async fn a_decision_lands_only_on_the_request_that_was_shown() {
     let entry = pending(&store, &call, &run).await;
     let other = idem::key::Fingerprint::of_canonical("{\"customer\":\"cus_other\"}");
 
-    let denied = deny_stored(&*store, &entry.key, "lee@desk", "not this one", Some(other)).await;
+    let denied = ApprovalDesk::over(&*store)
+        .deny(&entry.key, "lee@desk", "not this one", Some(other))
+        .await;
     assert!(
         matches!(denied, Err(DecisionError::Refused(DecisionRefused::NotShown(ref key))) if *key == entry.key),
         "{denied:?}"
     );
-    let approved = approve_stored(&*store, &entry.key, &approver(), None, Some(other)).await;
+    let approved = ApprovalDesk::over(&*store)
+        .approve(&entry.key, &approver(), None, Some(other))
+        .await;
     assert!(
         matches!(approved, Err(DecisionError::NotShown(_))),
         "{approved:?}"
     );
     // Still pending: the request shown can be decided.
     assert!(pending(&store, &call, &run).await.decision.is_none());
-    deny_stored(
-        &*store,
-        &entry.key,
-        "lee@desk",
-        "this one",
-        Some(entry.fingerprint),
-    )
-    .await
-    .unwrap();
+    ApprovalDesk::over(&*store)
+        .deny(&entry.key, "lee@desk", "this one", Some(entry.fingerprint))
+        .await
+        .unwrap();
 }

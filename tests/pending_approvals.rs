@@ -56,7 +56,8 @@ fn refund(id: &str, cents: u64) -> ToolCall {
 
 async fn pending_of(operator: &Dispatcher, tenant: &str) -> Vec<PendingApproval> {
     operator
-        .pending_approvals(&ApprovalFilter {
+        .approvals()
+        .pending(&ApprovalFilter {
             tenant: Some(tenant.into()),
             ..ApprovalFilter::default()
         })
@@ -92,7 +93,8 @@ async fn flow(store: Arc<dyn Store>, tenant: &str) {
 
     // 2. The operator approves it; the agent's retry, carrying nothing, runs it once.
     let decided = operator
-        .approve_pending(&a.key, &approver(), None)
+        .approvals()
+        .approve(&a.key, &approver(), None, None)
         .await
         .unwrap();
     let decision = decided.decision.as_ref().unwrap();
@@ -114,16 +116,20 @@ async fn flow(store: Arc<dyn Store>, tenant: &str) {
     let shown: Approval = serde_json::from_str(&step.value).unwrap();
     assert_eq!(shown.approver(), "operator@tests");
     // Approving twice is refused; so is denying what was approved.
-    let twice = operator.approve_pending(&a.key, &approver(), None).await;
+    let twice = operator
+        .approvals()
+        .approve(&a.key, &approver(), None, None)
+        .await;
     assert!(matches!(twice, Err(DecisionError::Refused(_))), "{twice:?}");
-    let late = operator.deny_pending(&a.key, "bob", "no").await;
+    let late = operator.approvals().deny(&a.key, "bob", "no", None).await;
     assert!(matches!(late, Err(DecisionError::Refused(_))), "{late:?}");
 
     // 3. A denial is replayed as a denial, with its reason, and never runs.
     required(&agent, &refund("call-b", 700), &run).await;
     let b = pending_of(&operator, tenant).await.remove(0);
     operator
-        .deny_pending(&b.key, "bob@support", "refund already issued by hand")
+        .approvals()
+        .deny(&b.key, "bob@support", "refund already issued by hand", None)
         .await
         .unwrap();
     for _ in 0..2 {
@@ -140,7 +146,10 @@ async fn flow(store: Arc<dyn Store>, tenant: &str) {
         }
     }
     // Deny then approve: refused.
-    let after = operator.approve_pending(&b.key, &approver(), None).await;
+    let after = operator
+        .approvals()
+        .approve(&b.key, &approver(), None, None)
+        .await;
     assert!(matches!(after, Err(DecisionError::Refused(_))), "{after:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
@@ -150,7 +159,8 @@ async fn flow(store: Arc<dyn Store>, tenant: &str) {
     let c = pending_of(&operator, tenant).await.remove(0);
     let bad = json!({"payment": "pay_1", "cents": 0});
     let refused = operator
-        .approve_pending(&c.key, &approver(), Some(&bad))
+        .approvals()
+        .approve(&c.key, &approver(), Some(&bad), None)
         .await;
     assert!(
         matches!(refused, Err(DecisionError::InvalidArguments(_))),
@@ -158,7 +168,8 @@ async fn flow(store: Arc<dyn Store>, tenant: &str) {
     );
     let edited = json!({"payment": "pay_1", "cents": 9_000});
     operator
-        .approve_pending(&c.key, &approver(), Some(&edited))
+        .approvals()
+        .approve(&c.key, &approver(), Some(&edited), None)
         .await
         .unwrap();
     match agent
@@ -195,7 +206,8 @@ async fn flow(store: Arc<dyn Store>, tenant: &str) {
     )
     .unwrap();
     forged_operator
-        .approve_pending(&d.key, &forger, None)
+        .approvals()
+        .approve(&d.key, &forger, None, None)
         .await
         .unwrap();
     let err = agent
@@ -273,7 +285,10 @@ async fn a_request_expires_and_cannot_be_approved_after() {
         pending_of(&operator, "t").await.is_empty(),
         "an expired request is not pending"
     );
-    let late = operator.approve_pending(&x.key, &approver(), None).await;
+    let late = operator
+        .approvals()
+        .approve(&x.key, &approver(), None, None)
+        .await;
     assert!(matches!(late, Err(DecisionError::Refused(_))), "{late:?}");
     // The agent calling again makes a new request.
     required(&agent, &refund("call-x", 5), &run).await;
@@ -288,7 +303,8 @@ async fn a_denial_stands_until_it_expires() {
     required(&agent, &refund("call-y", 5), &run).await;
     let y = pending_of(&operator, "t").await.remove(0);
     operator
-        .deny_pending(&y.key, "ops", "not today")
+        .approvals()
+        .deny(&y.key, "ops", "not today", None)
         .await
         .unwrap();
     clock.advance(Duration::from_secs(3600));
@@ -305,9 +321,12 @@ async fn a_denial_stands_until_it_expires() {
 async fn deciding_a_call_never_requested_is_refused() {
     let (_, operator, _, _) = on_clock();
     let nowhere = RecordKey::from_stored("no-such-call");
-    let err = operator.approve_pending(&nowhere, &approver(), None).await;
+    let err = operator
+        .approvals()
+        .approve(&nowhere, &approver(), None, None)
+        .await;
     assert!(matches!(err, Err(DecisionError::Refused(_))), "{err:?}");
-    let err = operator.deny_pending(&nowhere, "ops", "no").await;
+    let err = operator.approvals().deny(&nowhere, "ops", "no", None).await;
     assert!(
         err.as_ref()
             .is_err_and(|e| e.to_string().contains("no approval was requested")),
@@ -343,7 +362,8 @@ async fn a_store_outage_between_approval_and_execution_runs_nothing() {
     required(&agent, &refund("call-z", 5), &run).await;
     let z = pending_of(&operator, "t").await.remove(0);
     operator
-        .approve_pending(&z.key, &approver(), None)
+        .approvals()
+        .approve(&z.key, &approver(), None, None)
         .await
         .unwrap();
     hooked.hook.0.store(true, Ordering::SeqCst);
@@ -393,7 +413,10 @@ async fn an_entry_whose_arguments_do_not_match_its_fingerprint_is_not_approved()
             .await
             .unwrap()
     );
-    let err = operator.approve_pending(&real.key, &approver(), None).await;
+    let err = operator
+        .approvals()
+        .approve(&real.key, &approver(), None, None)
+        .await;
     assert!(matches!(err, Err(DecisionError::Tampered(_))), "{err:?}");
     assert!(
         agent
@@ -432,7 +455,8 @@ async fn a_store_failure_after_the_approval_runs_nothing() {
     required(&agent, &refund("call-j", 5), &run).await;
     let j = pending_of(&operator, "t").await.remove(0);
     operator
-        .approve_pending(&j.key, &approver(), None)
+        .approvals()
+        .approve(&j.key, &approver(), None, None)
         .await
         .unwrap();
     // Reading the decision fails, then journaling the approval after the claim fails.

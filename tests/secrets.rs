@@ -215,7 +215,8 @@ async fn an_approval_request_shows_the_secret_sealed() {
     assert!(!request.arguments.to_string().contains("1234"));
     // So does the pending approval the store keeps for operators.
     let pending = d
-        .pending_approvals(&idem::store::approvals::ApprovalFilter::default())
+        .approvals()
+        .pending(&idem::store::approvals::ApprovalFilter::default())
         .await
         .unwrap();
     assert_eq!(pending.len(), 1);

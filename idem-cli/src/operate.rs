@@ -18,7 +18,7 @@ use idem_core::Timestamp;
 use idem_core::store::ListCursor;
 use idem_core::store::approvals::{self, ApprovalFilter, PendingApproval};
 use idem_registry::Approver;
-use idem_registry::dispatch::{approve_stored, deny_stored, not_yet_run, pending_stored};
+use idem_registry::dispatch::ApprovalDesk;
 use serde_json::{Value, json};
 
 use crate::exit::{Exit, Failure};
@@ -257,7 +257,8 @@ impl Operator {
         &self,
         filter: &ApprovalFilter,
     ) -> Result<Vec<PendingApproval>, Failure> {
-        pending_stored(&*self.store, filter)
+        ApprovalDesk::over(&*self.store)
+            .pending(filter)
             .await
             .map_err(|e| self.failed(e))
     }
@@ -267,7 +268,8 @@ impl Operator {
         &self,
         entries: Vec<PendingApproval>,
     ) -> Result<Vec<PendingApproval>, Failure> {
-        not_yet_run(&*self.store, entries)
+        ApprovalDesk::over(&*self.store)
+            .awaiting(entries)
             .await
             .map_err(|e| self.failed(e))
     }
@@ -328,7 +330,8 @@ impl Operator {
         approver: &Approver,
         edited: Option<&Value>,
     ) -> Result<PendingApproval, Failure> {
-        approve_stored(&*self.store, &entry.key, approver, edited, Some(shown))
+        ApprovalDesk::over(&*self.store)
+            .approve(&entry.key, approver, edited, Some(shown))
             .await
             .map_err(|e| Failure::decision(&self.name, e))
     }
@@ -356,7 +359,8 @@ impl Operator {
                 ),
             ));
         }
-        deny_stored(&*self.store, &entry.key, by, reason, Some(shown))
+        ApprovalDesk::over(&*self.store)
+            .deny(&entry.key, by, reason, Some(shown))
             .await
             .map_err(|e| Failure::decision(&self.name, e))
     }

@@ -363,7 +363,8 @@ impl McpServer {
                 let approver = &elicitation.approver;
                 let shown = Some(request.fingerprint);
                 self.dispatcher
-                    .approve_pending_as_shown(&record_key, approver, None, shown)
+                    .approvals()
+                    .approve(&record_key, approver, None, shown)
                     .await
             }
             Answer::Decline => {
@@ -371,7 +372,8 @@ impl McpServer {
                 let reason = "declined in the MCP client";
                 let shown = request.fingerprint;
                 self.dispatcher
-                    .deny_pending_as_shown(&record_key, by, reason, shown)
+                    .approvals()
+                    .deny(&record_key, by, reason, Some(shown))
                     .await
             }
             Answer::Dismissed => {

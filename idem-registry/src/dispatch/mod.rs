@@ -28,6 +28,7 @@ mod body;
 mod call;
 mod claim;
 mod decide;
+mod desk;
 mod error;
 mod execute;
 mod guard;
@@ -50,12 +51,10 @@ use tracing::Instrument;
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::MetricsObserver;
-pub use approve::{
-    APPROVAL_STEP, DecisionError, approve_stored, deny_stored, editable, not_yet_run,
-    pending_stored,
-};
+pub use approve::APPROVAL_STEP;
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, ResendWindow, RunContext, ToolCall};
+pub use desk::{ApprovalDesk, DecisionError};
 pub use error::DispatchError;
 pub use key::KeySource;
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};

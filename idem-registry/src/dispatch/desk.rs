@@ -1,0 +1,258 @@
+//! The approval desk: the one place a pending approval is decided. A person (through the
+//! `idem` command line, the inbox, an MCP client's elicitation, or code) lists what waits,
+//! approves it as shown, with or without an edit, or denies it as shown; every decision is a
+//! compare-and-swap on the store's entry, so a decision lands once and only on the call the
+//! person saw.
+//!
+//! A desk opened by a dispatcher ([`Dispatcher::approvals`]) has the tools: an edit is
+//! normalised and checked against the tool's schema, and an entry of a tool it does not
+//! know is refused. A desk over a store alone ([`ApprovalDesk::over`]) serves a process that
+//! has the store and an approval key but not the agent's registry (the command line, the
+//! inbox): an edit is taken as given, canonicalised, and checked when the agent calls with
+//! it (a call that does not fit is refused, and nothing runs).
+
+use idem_core::store::approvals::{
+    self, ApprovalFilter, DecisionRefused, PendingApproval, Verdict,
+};
+use idem_core::{Fingerprint, IdempotencyKey, RecordKey, Store, StoreError};
+use serde_json::Value;
+
+use super::Dispatcher;
+use super::approve::fingerprint_of;
+use super::arguments;
+use super::error::DispatchError;
+use crate::approval::{ApprovalRequest, Approver};
+use crate::registry::Registry;
+
+/// Lists and decides pending approvals (see the [module docs](self)).
+///
+/// ```
+/// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+/// use std::sync::Arc;
+/// use idem::dispatch::ApprovalDesk;
+/// use idem_core::store::approvals::ApprovalFilter;
+/// use idem_core::store::memory::MemoryStore;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let store = MemoryStore::new();
+/// let desk = ApprovalDesk::over(&store);
+/// assert!(desk.pending(&ApprovalFilter::default()).await.unwrap().is_empty());
+/// # }
+/// ```
+#[derive(Clone, Copy)]
+pub struct ApprovalDesk<'a> {
+    store: &'a dyn Store,
+    /// The tools, for a desk a dispatcher opened.
+    registry: Option<&'a Registry>,
+}
+
+impl Dispatcher {
+    /// The approval desk over this dispatcher's store, with its tools: edits are checked
+    /// against the tool's schema.
+    pub fn approvals(&self) -> ApprovalDesk<'_> {
+        ApprovalDesk {
+            store: &*self.store,
+            registry: Some(&self.registry),
+        }
+    }
+}
+
+impl<'a> ApprovalDesk<'a> {
+    /// A desk over `store` alone, without the agent's tools.
+    pub fn over(store: &'a dyn Store) -> Self {
+        ApprovalDesk {
+            store,
+            registry: None,
+        }
+    }
+
+    /// The pending approvals `filter` admits (by default every tenant's calls still
+    /// awaiting a decision), oldest first. A call that ran meanwhile with an approval its run
+    /// carried has a record with its arguments: it awaits nothing, and is not listed as
+    /// pending.
+    pub async fn pending(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<Vec<PendingApproval>, StoreError> {
+        let listed = approvals::list(self.store, filter).await?;
+        if filter.pending_only {
+            return self.awaiting(listed).await;
+        }
+        Ok(listed)
+    }
+
+    /// Of `entries`, those whose call has not run meanwhile with an approval its run carried
+    /// (a record with their arguments): the ones still awaiting a decision.
+    pub async fn awaiting(
+        &self,
+        entries: Vec<PendingApproval>,
+    ) -> Result<Vec<PendingApproval>, StoreError> {
+        let mut awaiting = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let ran = self.store.get(&entry.key).await?;
+            if ran.is_none_or(|r| r.fingerprint != entry.fingerprint) {
+                awaiting.push(entry);
+            }
+        }
+        Ok(awaiting)
+    }
+
+    /// Whether an approver may edit the arguments of `entry`: not those of a tool with
+    /// secret parameters, nor any holding a secret's seal (an entry from before entries
+    /// said so).
+    pub fn editable(entry: &PendingApproval) -> bool {
+        !entry.secret_parameters && !crate::redact::holds_seal(&entry.arguments)
+    }
+
+    /// Approve the call pending under `key`, signed by `approver`, valid until the request
+    /// expires. With `edited` arguments the approval binds those instead: the agent's call
+    /// with the original arguments is then refused with `ApprovalEdited`, which carries
+    /// them, and runs once called with them. The arguments of a tool with secret parameters
+    /// cannot be edited ([`DecisionError::SecretsNotEditable`]: the approver sees only their
+    /// seals). With `shown`, only the call whose arguments have that fingerprint (the one
+    /// the approver was shown) is approved, as [`DecisionError::NotShown`] tells otherwise.
+    pub async fn approve(
+        &self,
+        key: &RecordKey,
+        approver: &Approver,
+        edited: Option<&Value>,
+        shown: Option<Fingerprint>,
+    ) -> Result<PendingApproval, DecisionError> {
+        let registry = self.registry;
+        let tool = |name: &str| {
+            registry
+                .map(|r| {
+                    r.get(name)
+                        .ok_or_else(|| DecisionError::UnknownTool(name.to_owned()))
+                })
+                .transpose()
+        };
+        let edit = |entry: &PendingApproval, edited: &Value| match tool(&entry.tool)? {
+            Some(tool) => {
+                if !tool.secrets.is_empty() {
+                    return Err(DecisionError::SecretsNotEditable(entry.tool.clone()));
+                }
+                Ok(arguments::validate(tool, edited)
+                    .map_err(|e| DecisionError::InvalidArguments(Box::new(e)))?
+                    .arguments
+                    .into_owned())
+            }
+            None => {
+                if !Self::editable(entry) || crate::redact::holds_seal(edited) {
+                    return Err(DecisionError::SecretsNotEditable(entry.tool.clone()));
+                }
+                Ok(edited.clone())
+            }
+        };
+        decide_approval(
+            self.store,
+            key,
+            approver,
+            edited,
+            shown,
+            |entry| tool(&entry.tool).map(|_| ()),
+            edit,
+        )
+        .await
+    }
+
+    /// Deny the call pending under `key`: the agent's calls with its key are refused with
+    /// `ApprovalDenied` and `reason` until the request expires. With `shown`, only the call
+    /// whose arguments have that fingerprint is denied, checked in the same swap as the
+    /// decision: a person who declined one call never denies another made under its key
+    /// since.
+    pub async fn deny(
+        &self,
+        key: &RecordKey,
+        by: &str,
+        reason: &str,
+        shown: Option<Fingerprint>,
+    ) -> Result<PendingApproval, DecisionError> {
+        let verdict = Verdict::Denied {
+            reason: reason.to_owned(),
+        };
+        Ok(approvals::decide_as_shown(self.store, key, by, &verdict, shown).await??)
+    }
+}
+
+/// Approve the entry under `key`: `known` checks the entry's tool may be decided here,
+/// `edit` turns edited arguments into the ones approved.
+async fn decide_approval(
+    store: &dyn Store,
+    key: &RecordKey,
+    approver: &Approver,
+    edited: Option<&Value>,
+    shown: Option<Fingerprint>,
+    known: impl FnOnce(&PendingApproval) -> Result<(), DecisionError>,
+    edit: impl FnOnce(&PendingApproval, &Value) -> Result<Value, DecisionError>,
+) -> Result<PendingApproval, DecisionError> {
+    let entry = approvals::get(store, key)
+        .await?
+        .ok_or_else(|| DecisionError::Refused(DecisionRefused::NotRequested(key.clone())))?;
+    if shown.is_some_and(|shown| shown != entry.fingerprint) {
+        return Err(DecisionError::NotShown(key.clone()));
+    }
+    known(&entry)?;
+    // The approver approves what they are shown: arguments whose fingerprint is not the
+    // entry's were put there by someone else.
+    if fingerprint_of(&entry.arguments) != entry.fingerprint {
+        return Err(DecisionError::Tampered(key.clone()));
+    }
+    let (arguments, fingerprint) = match edited {
+        None => (entry.arguments.clone(), entry.fingerprint),
+        Some(edited) => {
+            let normal = edit(&entry, edited)?;
+            let fingerprint = fingerprint_of(&normal);
+            (normal, fingerprint)
+        }
+    };
+    let request = ApprovalRequest {
+        namespace: entry.namespace.clone(),
+        tenant: entry.tenant.clone(),
+        tool: entry.tool.clone(),
+        key: IdempotencyKey::new(&entry.downstream_key),
+        fingerprint,
+        arguments: arguments.clone(),
+    };
+    let approval = approver.approve_until(&request, entry.expires_at);
+    let verdict = Verdict::Approved {
+        approval: serde_json::to_string(&approval).unwrap_or_default(),
+        arguments,
+        fingerprint,
+    };
+    Ok(approvals::decide_as_shown(store, key, approver.identity(), &verdict, shown).await??)
+}
+
+/// Why an operator's decision was not recorded.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecisionError {
+    /// The store refused the decision (not requested, already decided, expired).
+    #[error(transparent)]
+    Refused(#[from] DecisionRefused),
+    /// The store could not be reached or answered an error.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The pending call's tool is not in this dispatcher's registry.
+    #[error("tool `{0}` of the pending call is not registered with this dispatcher")]
+    UnknownTool(String),
+    /// The edited arguments do not fit the tool.
+    #[error("the edited arguments are refused: {0}")]
+    InvalidArguments(Box<DispatchError>),
+    /// The stored entry's arguments are not the ones its fingerprint covers: it was altered
+    /// in the store, and approving it would approve arguments the approver never saw.
+    #[error(
+        "the pending approval under key {0} was altered in the store: its arguments do not match its fingerprint; deny it and investigate"
+    )]
+    Tampered(RecordKey),
+    /// The call pending under the key has other arguments than the approver was shown.
+    #[error(
+        "the call pending approval under key {0} has other arguments than the ones shown to the approver: nothing was approved"
+    )]
+    NotShown(RecordKey),
+    /// The tool has secret parameters: its arguments cannot be edited by an approver.
+    #[error(
+        "`{0}` has secret parameters, which an approver sees only as seals: approve or deny the call as made"
+    )]
+    SecretsNotEditable(String),
+}
