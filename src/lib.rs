@@ -85,7 +85,7 @@
 //! ## Testing with a manual clock
 //!
 //! Leases, settle delays and expiry are decided on the store's clock. In tests, give a
-//! [`MemoryStore`] a [`ManualClock`] (or any [`Clock`]) and move time instead of sleeping:
+//! [`MemoryStore`] a [`ManualClock`](store::ManualClock) (or any [`Clock`](store::Clock)) and move time instead of sleeping:
 //!
 //! ```
 //! use std::sync::Arc;

@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // The modules form layers, each using only those below it: `error` and `pointer` at the
 // bottom; `args`; `schema` (knowing nothing of tools); `tool`; `registry`; then `export`,
 // `redact`, `context`, `approval` and the dispatcher. `scripts/check_layers.py` fails on any

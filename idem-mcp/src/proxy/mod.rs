@@ -40,7 +40,7 @@
 //! - **Restarts.** When a child upstream exits, the next call starts it again (logged on
 //!   standard error); calls in flight when it exited are ambiguous.
 //! - **Irreversible tools** wait for an operator's approval (see
-//!   [`Dispatcher::approve_pending`]): the proxy needs an approval key for them
+//!   [`ApprovalDesk::approve`]): the proxy needs an approval key for them
 //!   ([`APPROVAL_KEY_ENV`]), and so do the operators who sign.
 //! - **Secret parameters** (`secret = ["/token"]`) are sealed with a key
 //!   ([`SECRET_KEY_ENV`]) before anything is hashed or stored.
@@ -79,7 +79,7 @@
 //! upstream's, or its single text as `{"result": "..."}`) and its JSON as text; the
 //! upstream's `outputSchema` is not passed on.
 //!
-//! [`Dispatcher::approve_pending`]: idem_registry::Dispatcher::approve_pending
+//! [`ApprovalDesk::approve`]: idem_registry::dispatch::ApprovalDesk::approve
 
 mod config;
 mod effect;

@@ -236,7 +236,7 @@ impl Dispatcher {
     /// writing the store: the checks a dispatch makes before its approve stage (the tool,
     /// its arguments, scopes, key material) and their errors. A door that asks a person
     /// before the call runs (MCP elicitation) shows this, and decides it with
-    /// [`approve_pending_as_shown`](Self::approve_pending_as_shown).
+    /// [`ApprovalDesk::approve`](super::ApprovalDesk::approve) with what it showed.
     pub fn approval_request(
         &self,
         call: &ToolCall,

@@ -24,7 +24,15 @@ use super::error::DispatchError;
 use crate::approval::{ApprovalRequest, Approver};
 use crate::registry::Registry;
 
-/// Lists and decides pending approvals (see the [module docs](self)).
+/// The one place a pending approval is decided: it lists what waits, approves a call as the
+/// person saw it, with or without an edit, or denies it as they saw it; each decision is a
+/// compare-and-swap on the store's entry, so it lands once and only on the call shown.
+///
+/// Opened by a dispatcher ([`Dispatcher::approvals`]) it has the tools: an edit is
+/// normalised and checked against the tool's schema, and an entry of a tool it does not
+/// know is refused. Over a store alone ([`ApprovalDesk::over`]) it serves a process that has
+/// the store and an approval key but not the agent's registry (the command line, the inbox):
+/// an edit is taken as given, canonicalised, and checked when the agent calls with it.
 ///
 /// ```
 /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
