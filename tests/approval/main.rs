@@ -1,0 +1,10 @@
+//! Approvals: signed approvals carried by a run, pending approvals decided in the store, and operators who decide without the agent's tools.
+//!
+//! One test binary, a module a theme (each was its own binary before).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod approvals;
+mod operator_approvals;
+mod pending_approvals;
