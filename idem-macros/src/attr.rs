@@ -14,7 +14,7 @@ pub(crate) const CLASSES: [&str; 4] = [
     "irreversible",
 ];
 
-const KEYS: [&str; 16] = [
+const KEYS: [&str; 20] = [
     "class",
     "version",
     "name",
@@ -30,6 +30,10 @@ const KEYS: [&str; 16] = [
     "verify",
     "verify_after_secs",
     "on_key_reuse",
+    "authorize",
+    "approve_when",
+    "precondition",
+    "compensate",
     "crate",
 ];
 
@@ -74,6 +78,14 @@ pub(crate) struct Attr {
     /// `on_key_reuse` was given (and valid), whichever policy.
     pub key_reuse_given: bool,
     pub krate: Option<syn::Path>,
+    /// `authorize = f`.
+    pub authorize: Option<syn::Path>,
+    /// `approve_when = f`.
+    pub approve_when: Option<syn::Path>,
+    /// `precondition = f`.
+    pub precondition: Option<syn::Path>,
+    /// `compensate = f`.
+    pub compensate: Option<syn::Path>,
 }
 
 impl Attr {
@@ -250,6 +262,26 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                     "`verify` names an async function `fn(&ToolContext) -> Result<Verified, ToolError>`: `verify = check_sent`",
                 ),
             },
+            "authorize" | "approve_when" | "precondition" | "compensate" => {
+                let Expr::Path(p) = value else {
+                    errors.spanned(
+                        value,
+                        format!("`{key}` names a function: {}", example(&key)),
+                    );
+                    continue;
+                };
+                if p.qself.is_some() {
+                    errors.spanned(value, format!("`{key}` names a function: {}", example(&key)));
+                    continue;
+                }
+                let path = Some(p.path.clone());
+                match key.as_str() {
+                    "authorize" => attr.authorize = path,
+                    "approve_when" => attr.approve_when = path,
+                    "precondition" => attr.precondition = path,
+                    _ => attr.compensate = path,
+                }
+            }
             "on_key_reuse" => {
                 let Some(lit) = string(value, &key, errors) else {
                     continue;
@@ -314,6 +346,29 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                 );
             }
         }
+        // A read makes no effect: nothing to approve, guard or undo.
+        for (key, given) in [
+            ("approve_when", attr.approve_when.is_some()),
+            ("precondition", attr.precondition.is_some()),
+            ("compensate", attr.compensate.is_some()),
+        ] {
+            if given {
+                errors.at(
+                    span_of(key),
+                    format!(
+                        "`{key}` has no effect on a `read` tool, which makes no effect: \
+                         remove it, or give the tool the class of a write"
+                    ),
+                );
+            }
+        }
+    } else if matches!(attr.class, Some(Class::Irreversible)) && attr.approve_when.is_some() {
+        errors.at(
+            span_of("approve_when"),
+            "`approve_when` has no effect on an `irreversible` tool, every call of which needs \
+             approval: remove it, or give the tool the class `non_idempotent_write` to ask only \
+             for the calls it selects",
+        );
     } else if attr.key_reuse_given && attr.natural_key.is_none() {
         let policy = if attr.reject_on_key_reuse {
             "reject"
@@ -520,6 +575,10 @@ fn example(key: &str) -> String {
         "backoff_ms" => "`backoff_ms = 100`".into(),
         "verify_after_secs" => "`verify_after_secs = 300`".into(),
         "version" => "`version = \"2\"`".into(),
+        "authorize" => "`authorize = own_orders_only`".into(),
+        "approve_when" => "`approve_when = large_refund`".into(),
+        "precondition" => "`precondition = still_open`".into(),
+        "compensate" => "`compensate = cancel_step`".into(),
         other => format!("`{other} = 30`"),
     }
 }

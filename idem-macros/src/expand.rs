@@ -404,6 +404,26 @@ fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream>
         settings
             .push(quote!(#s::Verify(|__idem_ctx| ::std::boxed::Box::pin(async move { #call }))));
     }
+    if let Some(path) = &attr.authorize {
+        let p = respan(p, path.span());
+        let call = quote_spanned!(path.span()=> #p::authorize(&#path, __idem_v, __idem_run));
+        settings.push(quote!(#s::Authorize(|__idem_v, __idem_run| #call)));
+    }
+    if let Some(path) = &attr.approve_when {
+        let p = respan(p, path.span());
+        let call = quote_spanned!(path.span()=> #p::approve_when(&#path, __idem_v, __idem_run));
+        settings.push(quote!(#s::ApproveWhen(|__idem_v, __idem_run| #call)));
+    }
+    if let Some(path) = &attr.precondition {
+        let p = respan(p, path.span());
+        let call = quote_spanned!(path.span()=> #p::precondition(&#path, __idem_ctx, __idem_v));
+        settings.push(quote!(#s::Precondition(|__idem_ctx, __idem_v| #call)));
+    }
+    if let Some(path) = &attr.compensate {
+        let p = respan(p, path.span());
+        let call = quote_spanned!(path.span()=> #p::compensate(&#path, __idem_ctx, __idem_undo));
+        settings.push(quote!(#s::Compensate(|__idem_ctx, __idem_undo| #call)));
+    }
     for param in tool.args().filter(|param| param.secret.is_some()) {
         // The argument's JSON name, escaped as RFC 6901 says.
         let name = json_name(param).replace('~', "~0").replace('/', "~1");

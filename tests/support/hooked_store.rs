@@ -165,4 +165,16 @@ impl<H: Hook> Store for Hooked<H> {
         self.hook.before(Op::Approvals, None).await?;
         self.inner.approval_texts(f).await
     }
+    async fn append_run_entry(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.inner.append_run_entry(tenant, run_id, text, ttl).await
+    }
+    async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.run_entries(tenant, run_id).await
+    }
 }

@@ -530,4 +530,21 @@ pub trait Store: Send + Sync + fmt::Debug {
         &self,
         filter: &approvals::ApprovalFilter,
     ) -> Result<Vec<(RecordKey, String)>, StoreError>;
+
+    /// Run accounts: append `text` (one entry of a run's account, as JSON text the
+    /// dispatcher writes) to the account of `tenant`'s run `run_id`, kept at least `ttl`
+    /// from now on the store's clock (a store may keep a whole run's account until `ttl`
+    /// after its last entry). Entries are never changed once appended.
+    async fn append_run_entry(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Run accounts: the text of every unexpired entry of `tenant`'s run `run_id`, in the
+    /// order they were appended (by concurrent appenders: the order the store committed
+    /// them). A run nobody appended to has none.
+    async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError>;
 }

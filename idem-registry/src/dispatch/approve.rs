@@ -42,7 +42,7 @@ impl Dispatcher {
         args: &Value,
         watch: &super::observe::Watch<'_>,
     ) -> Result<Approved, DispatchError> {
-        if !tool.class.requires_approval() {
+        if !tool.needs_approval(args, run) {
             return Ok(Approved::NotNeeded);
         }
         let key = keyed

@@ -97,6 +97,17 @@ pub(crate) async fn run(
         }
         None => (tool.handler)(ctx, args, typed),
     };
+    guard(downstream, body, lease).await
+}
+
+/// Run a body's future as the call's (for code it calls to find the call's key), catching
+/// panics (a panic is ambiguous), and for a holder stopping when the heartbeat reports the
+/// key lost.
+pub(crate) async fn guard(
+    downstream: IdempotencyKey,
+    body: BodyFuture<'_>,
+    lease: Option<Registration>,
+) -> Result<Value, ToolError> {
     // The call is the task's while the body runs, for code the body calls (an HTTP
     // middleware) to send its key.
     let body = crate::context::CurrentCall::scope(downstream, body);

@@ -1,7 +1,7 @@
 //! The call vocabulary: a call as the model emitted it, the run it belongs to, and what a
 //! dispatch gives back.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use idem_core::{IdempotencyKey, ToolClass};
 use serde_json::Value;
@@ -108,14 +108,23 @@ impl ToolCall {
     }
 }
 
-/// The run a call belongs to: who it acts for, what they may do, what was approved.
+/// The run a call belongs to: whose records it keeps (the tenant), whom it acts for and within
+/// which limits, what it may do (scopes), and what was approved. A tool's authorization
+/// check and its approval rule read the run beside the call's arguments
+/// ([`ToolBuilder::authorize`](crate::ToolBuilder::authorize),
+/// [`Rule`](crate::tool::Rule)).
 ///
 /// ```
 /// # use idem_registry as idem;
 /// use idem::RunContext;
 ///
-/// let run = RunContext::new("tenant-42").with_run("run-7", 3).grant("tickets:write");
+/// let run = RunContext::new("tenant-42")
+///     .with_run("run-7", 3)
+///     .grant("tickets:write")
+///     .acting_for("cus_123")
+///     .with_limit("refund", 50);
 /// assert_eq!(run.tenant, "tenant-42");
+/// assert_eq!(run.limit("refund"), Some(&serde_json::json!(50)));
 /// ```
 // No `Default`: a forgotten tenant would silently put every caller's records in one scope.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,8 +137,16 @@ pub struct RunContext {
     pub tenant: String,
     /// Scopes granted to the principal.
     pub scopes: BTreeSet<String>,
-    /// Approvals for irreversible calls.
+    /// Approvals for calls that need one.
     pub approvals: Vec<Approval>,
+    /// Whom the run acts for (a customer, an account, a user), as the tool's rules compare
+    /// it with the call's arguments: `"/customer_id"` must equal it, say. `None`: nobody in
+    /// particular, and a rule that needs it refuses the call.
+    pub acting_for: Option<String>,
+    /// The run's limits by name ("refund" up to 50, say), as the tool's rules compare them
+    /// with the call's arguments. A rule naming a limit the run does not carry refuses the
+    /// call (authorization) or asks a person (approval).
+    pub limits: BTreeMap<String, Value>,
 }
 
 impl RunContext {
@@ -141,7 +158,27 @@ impl RunContext {
             tenant: tenant.into(),
             scopes: BTreeSet::new(),
             approvals: Vec::new(),
+            acting_for: None,
+            limits: BTreeMap::new(),
         }
+    }
+
+    /// Say whom the run acts for (see [`RunContext::acting_for`](Self::acting_for)).
+    pub fn acting_for(mut self, who: impl Into<String>) -> Self {
+        self.acting_for = Some(who.into());
+        self
+    }
+
+    /// Set a limit of the run, by name: a number for the `at_most`-style rules, any JSON
+    /// value for `equals`.
+    pub fn with_limit(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.limits.insert(name.into(), value.into());
+        self
+    }
+
+    /// A limit of the run, by name.
+    pub fn limit(&self, name: &str) -> Option<&Value> {
+        self.limits.get(name)
     }
 
     /// Set the run id and step.

@@ -42,7 +42,7 @@ impl Dispatcher {
             tenant: call.run.tenant.clone(),
             fingerprint: call.fingerprint,
             lease: tool.policy.lease,
-            orphans: tool.class.orphan_policy(),
+            orphans: orphan_policy(tool),
             arguments: Some(canonical),
             contract: Some(contract.clone()),
         };
@@ -65,6 +65,22 @@ impl Dispatcher {
                     steps,
                     takeover,
                 } => {
+                    // A tool with a compensation takes every orphan over, to resume a
+                    // compensation its holder left; any other orphan of a class that never
+                    // runs again turns Unknown, as the store would have made it.
+                    if takeover
+                        && !tool.class.reexecution_is_safe()
+                        && !super::compensate::compensating(&steps)
+                    {
+                        let marked = self
+                            .store
+                            .mark_unknown(&request.key, fence, idem_core::ORPHANED)
+                            .await;
+                        match marked {
+                            Ok(()) | Err(StoreError::Fenced { .. }) => continue,
+                            Err(e) => return Err(call.store_error(e)),
+                        }
+                    }
                     watch.saw(call, EventKind::Claimed { takeover });
                     // A record taken over keeps the contract it was made under, and is kept
                     // for the longer of the two TTLs once completed.
@@ -236,6 +252,16 @@ impl Dispatcher {
             std::task::Poll::Ready(answer)
         })
         .await
+    }
+}
+
+/// What the store does with an orphan of this tool: the class's rule, except that a tool
+/// with a compensation takes every orphan over (the claim stage then turns one that was not
+/// compensating Unknown itself).
+pub(super) fn orphan_policy(tool: &crate::tool::ToolDef) -> idem_core::OrphanPolicy {
+    match tool.compensate {
+        Some(_) => idem_core::OrphanPolicy::TakeOver,
+        None => tool.class.orphan_policy(),
     }
 }
 

@@ -45,6 +45,15 @@ pub enum DispatchError {
         /// The scopes not granted.
         missing: Vec<String>,
     },
+    /// The call fails one of the tool's authorization checks or rules, which read its
+    /// arguments and the run (whom it acts for, its limits); nothing was recorded or run.
+    #[error("`{tool}` may not be called so in this run: {rule}")]
+    NotAuthorized {
+        /// The tool.
+        tool: String,
+        /// The rule that failed, in words (never an argument's value).
+        rule: String,
+    },
     /// A write call came with no key material (no explicit key, call id, run/step or
     /// natural key); it was not executed.
     #[error(
@@ -247,6 +256,7 @@ impl DispatchError {
             DispatchError::UnknownTool { .. } => "unknown_tool",
             DispatchError::InvalidArguments { .. } => "invalid_arguments",
             DispatchError::PermissionDenied { .. } => "permission_denied",
+            DispatchError::NotAuthorized { .. } => "not_authorized",
             DispatchError::SecretKeyMissing { .. } => "secret_key_missing",
             DispatchError::MissingKey { .. } => "missing_key",
             DispatchError::ApprovalRequired { .. } => "approval_required",

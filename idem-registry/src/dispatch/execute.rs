@@ -90,6 +90,13 @@ impl Dispatcher {
             ttl,
         } = held;
         let tool = call.tool;
+        // A compensation was under way when its holder stopped: resume it, never the body.
+        if tool.compensate.is_some() && super::compensate::compensating(&steps) {
+            let journaled = ToolError::terminal("the call failed");
+            return self
+                .compensate_held(call, hold, ttl, steps, takeover, 0, journaled, watch)
+                .await;
+        }
         // The record shows which approval authorised the call, before anything runs.
         if let Some(approval) = &call.approval {
             let h = hold.held();
@@ -191,6 +198,11 @@ impl Dispatcher {
                 attempts: attempt,
                 deduplicated: false,
             };
+            if super::compensate::compensates(tool, error.kind(), &steps) {
+                return self
+                    .compensate_held(call, hold, ttl, steps, takeover, attempt, error, watch)
+                    .await;
+            }
             if decide::records_failure(error.kind(), call.approval.is_some(), !steps.is_empty()) {
                 self.record(
                     call,
@@ -227,7 +239,7 @@ impl Dispatcher {
     /// Record an outcome as the holder. If it cannot be recorded, give the key back so that
     /// nothing stays held: the effect happened, so a write whose re-execution is not safe
     /// becomes Unknown.
-    async fn record(
+    pub(super) async fn record(
         &self,
         call: &KeyedCall<'_>,
         mut hold: ClaimGuard,

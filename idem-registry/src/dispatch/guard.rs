@@ -127,16 +127,23 @@ impl Drop for ClaimGuard {
         if !self.armed {
             return;
         }
-        let has_steps = self
+        let journal = self
             .attempt
             .as_ref()
-            .is_some_and(|c| !c.journal().is_empty());
-        let how = GiveBack::after(
-            self.class,
-            ErrorKind::Ambiguous,
-            has_steps,
-            "the dispatch was cancelled while the tool was running",
-        );
+            .map(|c| c.journal())
+            .unwrap_or_default();
+        let has_steps = !journal.is_empty();
+        // A compensation under way is left to be taken over and resumed.
+        let how = if super::compensate::compensating(&journal) {
+            GiveBack::Expire
+        } else {
+            GiveBack::after(
+                self.class,
+                ErrorKind::Ambiguous,
+                has_steps,
+                "the dispatch was cancelled while the tool was running",
+            )
+        };
         give_back_later(self.held.clone(), how, "a call was cancelled");
     }
 }

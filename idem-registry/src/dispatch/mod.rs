@@ -22,11 +22,13 @@
 //! outside does so at three seams: [`Observer`]s of dispatch events, [`Execution`] around the
 //! body, and store layers (`idem_core::store::layer`) around the store.
 
+mod account;
 mod approve;
 mod arguments;
 mod body;
 mod call;
 mod claim;
+mod compensate;
 mod decide;
 mod desk;
 mod error;
@@ -51,9 +53,11 @@ use tracing::Instrument;
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::MetricsObserver;
+pub use account::{AccountEntry, CallOutcome, DEFAULT_ACCOUNT_RETENTION, RunAccount, run_account};
 pub use approve::APPROVAL_STEP;
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, ResendWindow, RunContext, ToolCall};
+pub use compensate::{COMPENSATING_STEP, UNDO_PREFIX, undone_steps};
 pub use desk::{ApprovalDesk, DecisionError};
 pub use error::DispatchError;
 pub use key::KeySource;
@@ -103,19 +107,21 @@ pub struct Dispatcher {
     max_approval_validity: Duration,
     observers: Observers,
     execution: Option<Arc<dyn Execution>>,
+    /// How long run accounts are kept, if they are (`account.rs`).
+    accounts: Option<Duration>,
 }
 
 /// A dispatcher that cannot be made as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SetupError {
-    /// An irreversible tool, and no key to verify its approvals with: every call to it
-    /// would be refused.
+    /// A tool whose calls may need approval (every irreversible one, and one with an
+    /// approval rule), and no key to verify its approvals with: those calls would be refused.
     #[error(
-        "tool `{tool}` is irreversible and this dispatcher has no approval key to verify its approvals with: build it with `Dispatcher::approving(registry, store, ApprovalKeys::new([key]))` (see `idem::approval`)"
+        "tool `{tool}` has calls that need approval and this dispatcher has no approval key to verify its approvals with: build it with `Dispatcher::approving(registry, store, ApprovalKeys::new([key]))` (see `idem::approval`)"
     )]
     NoApprovalKeys {
-        /// The first irreversible tool of the registry.
+        /// The first tool of the registry that may need approval.
         tool: String,
     },
 }
@@ -163,7 +169,7 @@ impl Dispatcher {
         keys: ApprovalKeys,
     ) -> Result<Self, SetupError> {
         if keys.is_empty()
-            && let Some(tool) = registry.iter().find(|t| t.class.requires_approval())
+            && let Some(tool) = registry.iter().find(|t| t.may_need_approval())
         {
             return Err(SetupError::NoApprovalKeys {
                 tool: tool.name.to_string(),
@@ -179,6 +185,7 @@ impl Dispatcher {
             max_approval_validity: DEFAULT_MAX_APPROVAL_VALIDITY,
             observers: Observers::tracing(),
             execution: None,
+            accounts: None,
         })
     }
 
@@ -286,6 +293,9 @@ impl Dispatcher {
             Err(_) => self.registry.get(&call.name),
         };
         span.in_scope(|| watch.ended(tool, key.as_ref(), &result));
+        if self.accounts.is_some() {
+            self.account(call, run, key.as_ref(), &result).await;
+        }
         result
     }
 
@@ -357,7 +367,7 @@ impl Dispatcher {
     /// A call keyed by its re-send window (`window`) is kept for the window, at most the TTL.
     fn record_ttl(&self, tool: &ToolDef, window: Option<Duration>) -> Duration {
         let ttl = window.map_or(tool.policy.ttl, |w| w.min(tool.policy.ttl));
-        if tool.class.requires_approval() {
+        if tool.may_need_approval() {
             ttl.max(self.max_approval_validity)
         } else {
             ttl
@@ -408,7 +418,7 @@ impl Dispatcher {
             typed,
         } = arguments::validate(tool, &call.arguments)?;
         if scopes == Scopes::Checked {
-            authorize(tool, run)?;
+            authorize(tool, run, &args)?;
         }
         let keyed = self.key(tool, call, run, &args)?;
         Ok(Checked {
@@ -420,20 +430,34 @@ impl Dispatcher {
     }
 }
 
-/// The authorize stage: the run holds every scope the tool requires.
-fn authorize(tool: &ToolDef, run: &RunContext) -> Result<(), DispatchError> {
+/// The authorize stage: the run holds every scope the tool requires, and the call passes
+/// every authorization check and rule of the tool (which read its arguments and the run).
+fn authorize(tool: &ToolDef, run: &RunContext, args: &Value) -> Result<(), DispatchError> {
     let scopes = &tool.policy.scopes;
-    if scopes.iter().all(|s| run.scopes.contains(s)) {
-        return Ok(());
+    if !scopes.iter().all(|s| run.scopes.contains(s)) {
+        return Err(DispatchError::PermissionDenied {
+            tool: tool.name.to_string(),
+            missing: scopes
+                .iter()
+                .filter(|s| !run.scopes.contains(*s))
+                .cloned()
+                .collect(),
+        });
     }
-    Err(DispatchError::PermissionDenied {
-        tool: tool.name.to_string(),
-        missing: scopes
-            .iter()
-            .filter(|s| !run.scopes.contains(*s))
-            .cloned()
-            .collect(),
-    })
+    for check in &tool.authorize {
+        if let Err(rule) = check(args, run) {
+            // The refusal may quote what the check was given: no secret leaves in it.
+            let rule = match tool.secrets.is_empty() {
+                true => rule,
+                false => crate::redact::scrub(&rule, args, &tool.secrets),
+            };
+            return Err(DispatchError::NotAuthorized {
+                tool: tool.name.to_string(),
+                rule,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A call that records, resolved and keyed: what the claim, execute and verify stages read.
@@ -523,10 +547,10 @@ fn context_parts<'a>(
     }
 }
 
-/// Whether a journal holds steps of the tool's own (the approval a record journals is the
-/// dispatcher's, not a step of the tool's).
+/// Whether a journal holds steps of the tool's own (the approval a record journals, and a
+/// compensation's entries, are the dispatcher's: `idem:`).
 fn tool_steps(steps: &[idem_core::JournalEntry]) -> bool {
-    steps.iter().any(|s| s.step != APPROVAL_STEP)
+    !compensate::undoable(steps).is_empty()
 }
 
 /// Replay a recorded outcome.

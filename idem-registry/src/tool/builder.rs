@@ -9,14 +9,18 @@ use std::sync::Arc;
 use idem_core::{ToolClass, ToolError};
 use serde_json::Value;
 
+use super::controls::{
+    ApprovalSelector, Authorizer, Compensator, Precondition, Rule, Undo, guarded, precondition_of,
+};
 use super::definition::{
-    Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, TypedArguments, Verified,
-    Verifier,
+    Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, ToolRules, TypedArguments,
+    Verified, Verifier,
 };
 use super::name::check_name;
 use super::policy::{ExplicitSettings, ToolPolicy};
 use crate::args::require_object;
 use crate::context::ToolContext;
+use crate::dispatch::RunContext;
 use crate::error::{ArgumentError, RegistryError};
 use crate::schema::check_argument_pointer;
 
@@ -53,6 +57,11 @@ impl ToolDef {
             location: None,
             version: Cow::Borrowed(idem_core::DEFAULT_VERSION),
             explicit: ExplicitSettings::default(),
+            authorize: Vec::new(),
+            approve_when: Vec::new(),
+            rules: ToolRules::default(),
+            precondition: None,
+            compensate: None,
         }
     }
 }
@@ -74,6 +83,11 @@ pub struct ToolBuilder {
     version: Cow<'static, str>,
     /// The policy settings the tool's author wrote out, for [`ToolPolicy::check`].
     explicit: ExplicitSettings,
+    authorize: Vec<Authorizer>,
+    approve_when: Vec<ApprovalSelector>,
+    rules: ToolRules,
+    precondition: Option<Precondition>,
+    compensate: Option<Compensator>,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -268,6 +282,126 @@ impl ToolBuilder {
         self
     }
 
+    /// An authorization check over each call's arguments and its run, in the authorize stage
+    /// (before any record or effect): `Err` is the refusal the model reads
+    /// ([`DispatchError::NotAuthorized`](crate::DispatchError::NotAuthorized)); say which
+    /// rule failed, not the arguments' values. Every check given must pass, beside the
+    /// tool's scopes and rules.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{RunContext, ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let cancel = ToolDef::builder("cancel_order", ToolClass::IdempotentWrite)
+    ///     .description("Cancel one of the customer's orders.")
+    ///     .input_schema(json!({"type": "object", "properties": {"customer_id": {"type": "string"}}}))
+    ///     .authorize(|args: &Value, run: &RunContext| {
+    ///         match args["customer_id"].as_str() == run.acting_for.as_deref() {
+    ///             true => Ok(()),
+    ///             false => Err("only the orders of the customer this run acts for".into()),
+    ///         }
+    ///     })
+    ///     .handler(|_: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = cancel;
+    /// ```
+    pub fn authorize(
+        mut self,
+        f: impl Fn(&Value, &RunContext) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.authorize.push(Arc::new(f));
+        self
+    }
+
+    /// An authorization [`Rule`] over one argument: it must hold, or the call is refused
+    /// naming it. Checked against the schema by [`build`](Self::build).
+    pub fn authorize_rule(mut self, rule: Rule) -> Self {
+        self.rules.authorize.push(rule);
+        self
+    }
+
+    /// Select the calls that need a person's approval, for a write of any class: a call `f`
+    /// selects goes the whole approval path (signed, single use, pending in the store, the
+    /// CLI, the inbox, MCP elicitation); the others run without. An `irreversible` tool
+    /// needs it for every call already, so there it is refused.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{RunContext, ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let refund = ToolDef::builder("refund", ToolClass::NonIdempotentWrite)
+    ///     .description("Refund part of an order.")
+    ///     .input_schema(json!({"type": "object", "properties": {"amount": {"type": "integer"}}}))
+    ///     // Refunds over 50 wait for a person.
+    ///     .approve_when(|args: &Value, _run: &RunContext| args["amount"].as_u64() > Some(50))
+    ///     .handler(|_: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(refund.needs_approval(&json!({"amount": 5000}), &RunContext::new("shop")));
+    /// assert!(!refund.needs_approval(&json!({"amount": 5}), &RunContext::new("shop")));
+    /// ```
+    pub fn approve_when(
+        mut self,
+        f: impl Fn(&Value, &RunContext) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.approve_when.push(Arc::new(f));
+        self
+    }
+
+    /// An approval [`Rule`]: a call for which it holds (or which it cannot judge) needs a
+    /// person's approval, as with [`approve_when`](Self::approve_when).
+    pub fn approve_rule(mut self, rule: Rule) -> Self {
+        self.rules.approve_when.push(rule);
+        self
+    }
+
+    /// A check made after the claim and before every attempt of the body, given the
+    /// context and the arguments: that the world is still as the model saw it (the
+    /// resource's version still the one it read). A failed check (`Err` of a terminal or
+    /// not-applied [`ToolError`], saying what changed) is the call's outcome: *not applied*,
+    /// recorded and replayed like any refusal of the body, never counted as an effect. A
+    /// check that could not be made (a retryable or ambiguous error) applied nothing and is
+    /// retried as a retryable error. Only for a write.
+    ///
+    /// Where the API takes an expected version (`If-Match`, `expected_version`), send it with
+    /// the write too: only the API's compare-and-set closes the window between the check
+    /// and the effect; the precondition tells the model early, and in its words.
+    pub fn precondition<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), ToolError>> + Send + 'static,
+    {
+        self.precondition = Some(precondition_of(f));
+        self
+    }
+
+    /// A precondition given as a function of borrowed arguments (what `#[tool]` uses).
+    pub(crate) fn precondition_boxed(
+        mut self,
+        f: fn(ToolContext, &Value) -> super::BoxFuture<'static, Result<(), ToolError>>,
+    ) -> Self {
+        self.precondition = Some(Arc::new(f));
+        self
+    }
+
+    /// How to undo one completed step ([`ToolContext::step`]) of the tool, given the
+    /// step's journaled output and key ([`Undo`]). When a later step fails for good, the
+    /// completed steps are undone in reverse order, each exactly once (journaled, resumed by
+    /// whoever takes the call over after a crash), and the call is recorded as compensated,
+    /// naming what was undone. A compensation that fails, or whose outcome is unknown,
+    /// leaves the record Unknown for a person. Only for a write.
+    pub fn compensate<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolContext, Undo) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), ToolError>> + Send + 'static,
+    {
+        self.compensate = Some(Arc::new(move |ctx, undo| Box::pin(f(ctx, undo))));
+        self
+    }
+
     /// Where the tool was defined.
     pub fn location(mut self, file: &'static str, line: u32) -> Self {
         self.location = Some(Location { file, line });
@@ -350,6 +484,58 @@ impl ToolBuilder {
         if let Err(e) = self.policy.check(self.class, &written) {
             return Err(RegistryError::invalid(name, e.to_string()));
         }
+        let class = self.class;
+        let writes_only = [
+            (
+                "approve_when",
+                !self.approve_when.is_empty() || !self.rules.approve_when.is_empty(),
+            ),
+            ("precondition", self.precondition.is_some()),
+            ("compensate", self.compensate.is_some()),
+        ];
+        if !class.records()
+            && let Some((control, _)) = writes_only.iter().find(|(_, set)| *set)
+        {
+            return Err(RegistryError::invalid(
+                name,
+                format!(
+                    "`{control}` has no effect on a `read` tool, which makes no effect: remove it, or give the tool the class of a write"
+                ),
+            ));
+        }
+        if class.requires_approval() && writes_only[0].1 {
+            return Err(RegistryError::invalid(
+                name,
+                "`approve_when` has no effect on an `irreversible` tool, every call of which needs approval: remove it, or give the tool the class `non_idempotent_write` to ask only for the calls it selects",
+            ));
+        }
+        for (use_, rules) in [
+            ("authorize", &self.rules.authorize),
+            ("approve_when", &self.rules.approve_when),
+        ] {
+            for rule in rules {
+                rule.check(use_, &input_schema)
+                    .map_err(|reason| RegistryError::invalid(&name, reason))?;
+            }
+        }
+        let mut authorize = self.authorize;
+        for rule in self.rules.authorize.iter().cloned() {
+            authorize.push(Arc::new(move |args: &Value, run: &RunContext| {
+                rule.holds(args, run)
+            }));
+        }
+        let mut approve_when = self.approve_when;
+        for rule in self.rules.approve_when.iter().cloned() {
+            approve_when.push(Arc::new(move |args: &Value, run: &RunContext| {
+                // A condition that cannot be judged asks a person.
+                rule.selects(args, run)
+            }));
+        }
+        let has_precondition = self.precondition.is_some();
+        let handler = match self.precondition {
+            Some(check) => guarded(handler, check),
+            None => handler,
+        };
         let prepare = self.prepare.unwrap_or_else(|| {
             Arc::new(|v: &Value| {
                 require_object(v).map(|()| PreparedArguments::untyped(Cow::Borrowed(v)))
@@ -370,6 +556,11 @@ impl ToolBuilder {
             natural_key: self.natural_key,
             verify: self.verify,
             secrets: self.secrets,
+            authorize,
+            approve_when,
+            rules: Arc::new(self.rules),
+            has_precondition,
+            compensate: self.compensate,
             location: self.location,
             version: self.version,
             contract: Arc::default(),

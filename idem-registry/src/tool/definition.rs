@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use idem_core::{ToolClass, ToolError};
 use serde_json::Value;
 
+use super::controls::{ApprovalSelector, Authorizer, Compensator, Rule};
 use super::policy::ToolPolicy;
 use crate::context::ToolContext;
 use crate::error::ArgumentError;
@@ -111,6 +112,15 @@ pub type Verifier = Arc<
 /// by the clones of its definition.
 pub(crate) type CompiledValidator = Arc<OnceLock<Result<ArgumentValidator, SchemaError>>>;
 
+/// The rules a tool was given as data ([`Rule`]), kept with its definition.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolRules {
+    /// Authorization rules: each must hold.
+    pub authorize: Vec<Rule>,
+    /// Approval rules: a call for which one holds needs a person.
+    pub approve_when: Vec<Rule>,
+}
+
 /// Where a tool was defined, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
@@ -141,6 +151,16 @@ pub struct ToolDef {
     pub(crate) verify: Option<Verifier>,
     /// JSON Pointers of the secret arguments (see [`crate::redact`]).
     pub(crate) secrets: Vec<String>,
+    /// Who may make a call, read from the call: functions and rules, all of which must pass.
+    pub(crate) authorize: Vec<Authorizer>,
+    /// Which calls need a person's approval besides every irreversible one: any that selects.
+    pub(crate) approve_when: Vec<ApprovalSelector>,
+    /// The rules written as data, for exports and operators.
+    pub(crate) rules: Arc<ToolRules>,
+    /// Whether a precondition guards each attempt (it is composed into the handler).
+    pub(crate) has_precondition: bool,
+    /// How a completed step of the tool is undone when a later one fails for good.
+    pub(crate) compensate: Option<Compensator>,
     pub(crate) location: Option<Location>,
     /// The handler's version (`#[tool(version = "...")]`, [`ToolBuilder::version`](crate::ToolBuilder::version)).
     pub(crate) version: Cow<'static, str>,
@@ -241,5 +261,32 @@ impl ToolDef {
     /// The JSON Pointers of its secret arguments (see [`crate::redact`]).
     pub fn secrets(&self) -> &[String] {
         &self.secrets
+    }
+
+    /// The rules it was given as data.
+    pub fn rules(&self) -> &ToolRules {
+        &self.rules
+    }
+
+    /// Whether some calls of it (not only every call of an irreversible tool) may need a
+    /// person's approval.
+    pub fn may_need_approval(&self) -> bool {
+        self.class.requires_approval() || !self.approve_when.is_empty()
+    }
+
+    /// Whether this call needs a person's approval: every call of an irreversible tool, and
+    /// the calls its approval rule selects.
+    pub fn needs_approval(&self, args: &Value, run: &crate::dispatch::RunContext) -> bool {
+        self.class.requires_approval() || self.approve_when.iter().any(|f| f(args, run))
+    }
+
+    /// Whether a precondition is checked before each attempt.
+    pub fn has_precondition(&self) -> bool {
+        self.has_precondition
+    }
+
+    /// Whether the tool undoes its completed steps when a later one fails for good.
+    pub fn has_compensation(&self) -> bool {
+        self.compensate.is_some()
     }
 }

@@ -5,6 +5,8 @@
 //! - `arguments`: what a definition checks of a call's arguments (its compiled schema);
 //! - `builder`: [`ToolBuilder`], a definition built in code;
 //! - `spec`: [`ToolSpec`], a definition read from data;
+//! - `controls`: what a tool layers around dedupe, read from the call: authorization and
+//!   approval ([`Rule`]s or functions), its precondition, its compensation ([`Undo`]);
 //! - `policy`: [`ToolPolicy`] and its one check, [`ToolPolicy::check`], which every way of
 //!   defining a tool goes through;
 //! - `name`: the rule every tool name follows;
@@ -15,6 +17,7 @@
 
 mod arguments;
 mod builder;
+mod controls;
 mod definition;
 mod name;
 mod policy;
@@ -22,9 +25,11 @@ mod registration;
 mod spec;
 
 pub use builder::ToolBuilder;
+pub(crate) use controls::typed_args;
+pub use controls::{ApprovalSelector, Authorizer, Compensator, Precondition, Rule, Undo};
 pub use definition::{
-    BoxFuture, Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, TypedArguments,
-    Verified, Verifier,
+    BoxFuture, Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, ToolRules,
+    TypedArguments, Verified, Verifier,
 };
 pub use name::check_name;
 pub use policy::{

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::builder::ToolBuilder;
+use super::controls::Rule;
 use super::definition::ToolDef;
 use super::policy::{ExplicitSettings, ToolPolicy};
 use crate::context::ToolContext;
@@ -39,6 +40,37 @@ use crate::schema::check_argument_pointer;
 /// let def = spec.into_def(|_ctx, args| async move { Ok(args) }).unwrap();
 /// assert!(def.has_natural_key());
 /// assert_eq!(def.policy().ttl.as_secs(), 7 * 24 * 3600);
+/// ```
+///
+/// Rules read the call and the run: here a refund must be for the customer the run acts for,
+/// and one above the run's limit waits for a person.
+///
+/// ```
+/// # use idem_registry as idem;
+/// use idem::ToolSpec;
+///
+/// let spec: ToolSpec = serde_json::from_value(serde_json::json!({
+///     "name": "refund",
+///     "class": "non_idempotent_write",
+///     "description": "Refund part of an order.",
+///     "input_schema": {"type": "object", "properties": {
+///         "customer_id": {"type": "string"}, "amount": {"type": "integer"}}},
+///     "authorize": [{"pointer": "/customer_id", "equals": {"run": "acting_for"}}],
+///     "approve_when": [{"pointer": "/amount", "above": {"limit": "refund"}}]
+/// })).unwrap();
+/// let def = spec.into_def(|_ctx, args| async move { Ok(args) }).unwrap();
+/// assert!(def.may_need_approval());
+///
+/// // A rule on an argument the schema lacks is refused, naming the tool and the rule.
+/// let bad: ToolSpec = serde_json::from_value(serde_json::json!({
+///     "name": "refund",
+///     "class": "non_idempotent_write",
+///     "description": "Refund part of an order.",
+///     "input_schema": {"type": "object", "properties": {"amount": {"type": "integer"}}},
+///     "authorize": [{"pointer": "/customer", "equals": {"run": "acting_for"}}]
+/// })).unwrap();
+/// let err = bad.into_def(|_ctx, args| async move { Ok(args) }).unwrap_err().to_string();
+/// assert!(err.contains("refund") && err.contains("`/customer`"), "{err}");
 /// ```
 #[derive(Debug, Clone, Deserialize)]
 // The derived deserialiser is `ToolSpec::deserialize`; the trait's (below) wraps it to name
@@ -106,6 +138,17 @@ pub struct ToolSpec {
     /// `#[tool(version)]`; see [`idem_core::contract`].
     #[serde(default)]
     pub version: Option<String>,
+    /// Authorization rules over the arguments and the run ([`Rule`]): each must hold, or the
+    /// call is refused naming it, before anything is recorded or run; as
+    /// `#[tool(authorize)]` does with a function. A rule on a pointer the schema lacks, or a
+    /// comparison the argument's type cannot make, is refused at registration.
+    #[serde(default)]
+    pub authorize: Vec<Rule>,
+    /// Approval rules ([`Rule`]): a call for which one holds (or which one cannot judge)
+    /// needs a person's approval, as `#[tool(approve_when)]`; for a write that is not
+    /// `irreversible` (which always needs one).
+    #[serde(default)]
+    pub approve_when: Vec<Rule>,
 }
 
 impl<'de> Deserialize<'de> for ToolSpec {
@@ -241,6 +284,12 @@ impl ToolSpec {
             .handler(handler);
         for pointer in self.secret {
             builder = builder.secret(pointer);
+        }
+        for rule in self.authorize {
+            builder = builder.authorize_rule(rule);
+        }
+        for rule in self.approve_when {
+            builder = builder.approve_rule(rule);
         }
         if let Some(version) = self.version {
             builder = builder.version(version);

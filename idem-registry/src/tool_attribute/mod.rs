@@ -28,8 +28,9 @@ pub use idem_core::ToolClass;
 // The proof traits too, though the expansion does not name them: rustc names them in its
 // errors by their shortest public path, `idem::__private::ToolParam`.
 pub use proofs::{
-    IntoToolError, NaturalKeyFn, SendFuture, ToolOutput, ToolParam, ToolReturn, VerifyHook, output,
-    param, param_with_codec, send, tool_error, verify,
+    ApproveWhenFn, AuthorizeFn, CompensateFn, IntoToolError, NaturalKeyFn, PreconditionFn,
+    SendFuture, ToolOutput, ToolParam, ToolReturn, VerifyHook, approve_when, authorize, compensate,
+    output, param, param_with_codec, precondition, send, tool_error, verify,
 };
 pub use {inventory, schemars, serde};
 
@@ -88,6 +89,14 @@ pub enum Setting {
     Verify(fn(ToolContext) -> BoxFuture<'static, Result<Verified, ToolError>>),
     /// `#[secret]` on the parameter at this JSON Pointer.
     Secret(&'static str),
+    /// `authorize`, its check called with the arguments and the run.
+    Authorize(fn(&Value, &crate::dispatch::RunContext) -> Result<(), String>),
+    /// `approve_when`.
+    ApproveWhen(fn(&Value, &crate::dispatch::RunContext) -> bool),
+    /// `precondition`.
+    Precondition(fn(ToolContext, &Value) -> BoxFuture<'static, Result<(), ToolError>>),
+    /// `compensate`.
+    Compensate(fn(ToolContext, crate::tool::Undo) -> BoxFuture<'static, Result<(), ToolError>>),
 }
 
 /// One tool's schemas, built on first use.
@@ -152,6 +161,10 @@ impl Declaration {
                 Setting::NaturalKey(key) => builder = builder.natural_key(key),
                 Setting::Verify(hook) => builder = builder.verify(move |ctx, _| hook(ctx)),
                 Setting::Secret(pointer) => builder = builder.secret(pointer),
+                Setting::Authorize(check) => builder = builder.authorize(check),
+                Setting::ApproveWhen(select) => builder = builder.approve_when(select),
+                Setting::Precondition(check) => builder = builder.precondition_boxed(check),
+                Setting::Compensate(undo) => builder = builder.compensate(undo),
             }
         }
         builder

@@ -253,3 +253,130 @@ impl<F: Fn(&serde_json::Value) -> Option<String>> NaturalKeyFn for F {
         self(args)
     }
 }
+
+/// An `authorize = ...` check.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's authorization check",
+    label = "an authorization check is `fn(args: &A, run: &RunContext) -> Result<(), String>`, `A` a `Deserialize` type of the arguments it reads",
+    note = "`Err` says which rule failed, in words the model can act on (never an argument's value), e.g. `Err(\"only the orders of the customer this run acts for\".into())`"
+)]
+pub trait AuthorizeFn<A> {
+    /// Check a call.
+    fn check(&self, args: &A, run: &crate::dispatch::RunContext) -> Result<(), String>;
+}
+
+impl<A, F: Fn(&A, &crate::dispatch::RunContext) -> Result<(), String>> AuthorizeFn<A> for F {
+    fn check(&self, args: &A, run: &crate::dispatch::RunContext) -> Result<(), String> {
+        self(args, run)
+    }
+}
+
+/// Run an authorization check on the arguments read as its type: arguments it cannot read
+/// are refused (fail closed).
+pub fn authorize<A: serde::de::DeserializeOwned, F: AuthorizeFn<A>>(
+    f: &F,
+    args: &serde_json::Value,
+    run: &crate::dispatch::RunContext,
+) -> Result<(), String> {
+    let typed = crate::tool::typed_args::<A>("authorization check", args)?;
+    f.check(&typed, run)
+}
+
+/// An `approve_when = ...` selector.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot select a tool's calls for approval",
+    label = "an approval selector is `fn(args: &A, run: &RunContext) -> bool`, `A` a `Deserialize` type of the arguments it reads",
+    note = "it returns `true` for the calls that need a person's approval, e.g. `args.amount > 50`"
+)]
+pub trait ApproveWhenFn<A> {
+    /// Whether the call needs approval.
+    fn select(&self, args: &A, run: &crate::dispatch::RunContext) -> bool;
+}
+
+impl<A, F: Fn(&A, &crate::dispatch::RunContext) -> bool> ApproveWhenFn<A> for F {
+    fn select(&self, args: &A, run: &crate::dispatch::RunContext) -> bool {
+        self(args, run)
+    }
+}
+
+/// Ask an approval selector about the arguments read as its type: arguments it cannot read
+/// need a person (fail safe).
+pub fn approve_when<A: serde::de::DeserializeOwned, F: ApproveWhenFn<A>>(
+    f: &F,
+    args: &serde_json::Value,
+    run: &crate::dispatch::RunContext,
+) -> bool {
+    match crate::tool::typed_args::<A>("approval rule", args) {
+        Ok(typed) => f.select(&typed, run),
+        Err(_) => true,
+    }
+}
+
+/// A `precondition = ...` check.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's precondition",
+    label = "a precondition is `async fn(ctx: ToolContext, args: A) -> Result<(), ToolError>`, `A` a `Deserialize` type of the arguments it reads",
+    note = "it checks, before every attempt, that the world is as the model saw it, and says what changed: `Err(ToolError::terminal(\"the ticket was closed since you read it\"))`"
+)]
+pub trait PreconditionFn<A> {
+    /// The check's future.
+    type Future: std::future::Future<Output = Result<(), ToolError>> + Send + 'static;
+    /// Check.
+    fn check(&self, ctx: crate::context::ToolContext, args: A) -> Self::Future;
+}
+
+impl<A, F, Fut> PreconditionFn<A> for F
+where
+    F: Fn(crate::context::ToolContext, A) -> Fut,
+    Fut: std::future::Future<Output = Result<(), ToolError>> + Send + 'static,
+{
+    type Future = Fut;
+    fn check(&self, ctx: crate::context::ToolContext, args: A) -> Fut {
+        self(ctx, args)
+    }
+}
+
+/// Run a precondition on the arguments read as its type.
+pub fn precondition<A: serde::de::DeserializeOwned, F: PreconditionFn<A>>(
+    f: &F,
+    ctx: crate::context::ToolContext,
+    args: &serde_json::Value,
+) -> crate::tool::BoxFuture<'static, Result<(), ToolError>> {
+    match crate::tool::typed_args::<A>("precondition", args) {
+        Ok(typed) => Box::pin(f.check(ctx, typed)),
+        Err(why) => Box::pin(std::future::ready(Err(ToolError::not_applied(why)))),
+    }
+}
+
+/// A `compensate = ...` function.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's compensation",
+    label = "a compensation is `async fn(ctx: ToolContext, undo: Undo) -> Result<(), ToolError>`",
+    note = "it undoes the completed step `undo.step`, whose journaled value is `undo.output`, sending `ctx.downstream_key()` with the undoing request"
+)]
+pub trait CompensateFn {
+    /// The compensation's future.
+    type Future: std::future::Future<Output = Result<(), ToolError>> + Send + 'static;
+    /// Undo one step.
+    fn undo(&self, ctx: crate::context::ToolContext, undo: crate::tool::Undo) -> Self::Future;
+}
+
+impl<F, Fut> CompensateFn for F
+where
+    F: Fn(crate::context::ToolContext, crate::tool::Undo) -> Fut,
+    Fut: std::future::Future<Output = Result<(), ToolError>> + Send + 'static,
+{
+    type Future = Fut;
+    fn undo(&self, ctx: crate::context::ToolContext, undo: crate::tool::Undo) -> Fut {
+        self(ctx, undo)
+    }
+}
+
+/// Run a compensation.
+pub fn compensate<F: CompensateFn>(
+    f: &F,
+    ctx: crate::context::ToolContext,
+    undo: crate::tool::Undo,
+) -> crate::tool::BoxFuture<'static, Result<(), ToolError>> {
+    Box::pin(f.undo(ctx, undo))
+}

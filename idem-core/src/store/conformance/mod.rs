@@ -40,6 +40,7 @@ mod holders;
 mod instances;
 mod operators;
 mod outcomes;
+mod runs;
 mod subject;
 mod tenants;
 
@@ -144,6 +145,15 @@ pub const CASES: &[(&str, CaseFn)] = &[
     }),
     ("two_instances_race_and_one_claim_wins", |s| {
         Box::pin(instances::two_instances_race_and_one_claim_wins(s))
+    }),
+    ("run_entries_come_back_in_order_and_apart", |s| {
+        Box::pin(runs::run_entries_come_back_in_order_and_apart(s))
+    }),
+    ("concurrent_run_entries_all_land", |s| {
+        Box::pin(runs::concurrent_run_entries_all_land(s))
+    }),
+    ("expired_run_entries_are_not_returned", |s| {
+        Box::pin(runs::expired_run_entries_are_not_returned(s))
     }),
     (
         "a_completed_record_keeps_its_fingerprint_across_a_cold_start",

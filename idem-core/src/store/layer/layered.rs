@@ -122,6 +122,24 @@ pub enum Operation<'a> {
     },
     /// [`Store::approval_texts`].
     ApprovalTexts(&'a ApprovalFilter),
+    /// [`Store::append_run_entry`].
+    AppendRunEntry {
+        /// The tenant.
+        tenant: &'a str,
+        /// The run.
+        run_id: &'a str,
+        /// The entry.
+        text: &'a str,
+        /// How long it is kept.
+        ttl: Duration,
+    },
+    /// [`Store::run_entries`].
+    RunEntries {
+        /// The tenant.
+        tenant: &'a str,
+        /// The run.
+        run_id: &'a str,
+    },
 }
 
 impl Operation<'_> {
@@ -150,6 +168,8 @@ impl Operation<'_> {
             Operation::SwapApproval { .. } => "swap_approval",
             Operation::RemoveApproval { .. } => "remove_approval",
             Operation::ApprovalTexts(_) => "approval_texts",
+            Operation::AppendRunEntry { .. } => "append_run_entry",
+            Operation::RunEntries { .. } => "run_entries",
         }
     }
 
@@ -181,7 +201,9 @@ impl Operation<'_> {
             Operation::List(_)
             | Operation::PurgeExpired(_)
             | Operation::Now
-            | Operation::ApprovalTexts(_) => None,
+            | Operation::ApprovalTexts(_)
+            | Operation::AppendRunEntry { .. }
+            | Operation::RunEntries { .. } => None,
         }
     }
 }
@@ -530,5 +552,45 @@ impl<S: Store, L: Layer> Store for Layered<S, L> {
     {
         let op = Operation::ApprovalTexts(filter);
         self.layer.around(&op, || self.inner.approval_texts(filter))
+    }
+
+    fn append_run_entry<'s, 'a, 'b, 'c, 'f>(
+        &'s self,
+        tenant: &'a str,
+        run_id: &'b str,
+        text: &'c str,
+        ttl: Duration,
+    ) -> StoreFuture<'f, ()>
+    where
+        's: 'f,
+        'a: 'f,
+        'b: 'f,
+        'c: 'f,
+        Self: 'f,
+    {
+        let op = Operation::AppendRunEntry {
+            tenant,
+            run_id,
+            text,
+            ttl,
+        };
+        let next = || self.inner.append_run_entry(tenant, run_id, text, ttl);
+        self.layer.around(&op, next)
+    }
+
+    fn run_entries<'s, 'a, 'b, 'f>(
+        &'s self,
+        tenant: &'a str,
+        run_id: &'b str,
+    ) -> StoreFuture<'f, Vec<String>>
+    where
+        's: 'f,
+        'a: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        let op = Operation::RunEntries { tenant, run_id };
+        self.layer
+            .around(&op, || self.inner.run_entries(tenant, run_id))
     }
 }

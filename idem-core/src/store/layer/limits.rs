@@ -137,6 +137,13 @@ impl Limits {
                 outcome: Some(outcome),
                 ..
             } => settled(outcome),
+            // An account entry is the dispatcher's, bounded as an outcome is.
+            Operation::AppendRunEntry { text, .. } if text.len() > self.max_outcome_bytes => {
+                Err(StoreError::TooLarge {
+                    bytes: text.len(),
+                    limit: self.max_outcome_bytes,
+                })
+            }
             Operation::Claim(request) => match (self.max_argument_bytes, &request.arguments) {
                 (Some(limit), Some(arguments)) if arguments.len() > limit => {
                     Err(StoreError::TooLarge {

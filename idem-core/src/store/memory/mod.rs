@@ -58,7 +58,13 @@ pub struct MemoryBackend {
     clock: Arc<dyn Clock>,
     /// Pending approvals' texts by record key (few, and decided by people: one lock).
     approvals: Mutex<std::collections::BTreeMap<String, String>>,
+    /// Run accounts by tenant and run: each entry with when it expires, in append order.
+    runs: Mutex<RunAccounts>,
 }
+
+/// Run accounts, by tenant and run id.
+type RunAccounts =
+    std::collections::HashMap<(String, String), Vec<(crate::record::Timestamp, String)>>;
 
 impl fmt::Debug for MemoryBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -99,6 +105,7 @@ impl MemoryStore {
             per_shard: DEFAULT_CAPACITY.div_ceil(SHARDS),
             clock: Arc::new(SystemClock),
             approvals: Mutex::default(),
+            runs: Mutex::default(),
         };
         Limits::default().layer(backend)
     }

@@ -185,6 +185,14 @@ impl Store for MemoryBackend {
                 }
             });
         }
+        // Run accounts past their time go too (they are not records: not counted).
+        lock(&self.runs).retain(|(tenant, _), entries| {
+            if filter.tenant.as_deref().is_some_and(|t| t != tenant) {
+                return true;
+            }
+            entries.retain(|(expires, _)| *expires > now);
+            !entries.is_empty()
+        });
         Ok(purged)
     }
 
@@ -227,6 +235,36 @@ impl Store for MemoryBackend {
         Ok(lock(&self.approvals)
             .iter()
             .map(|(k, t)| (RecordKey::from_stored(k.clone()), t.clone()))
+            .collect())
+    }
+
+    async fn append_run_entry(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let mut runs = lock(&self.runs);
+        let entries = runs
+            .entry((tenant.to_owned(), run_id.to_owned()))
+            .or_default();
+        entries.retain(|(expires, _)| *expires > now);
+        entries.push((now.plus(ttl), text.to_owned()));
+        Ok(())
+    }
+
+    async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError> {
+        let now = self.clock.now();
+        let runs = lock(&self.runs);
+        let Some(entries) = runs.get(&(tenant.to_owned(), run_id.to_owned())) else {
+            return Ok(Vec::new());
+        };
+        Ok(entries
+            .iter()
+            .filter(|(expires, _)| *expires > now)
+            .map(|(_, text)| text.clone())
             .collect())
     }
 }

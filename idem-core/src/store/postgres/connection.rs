@@ -8,7 +8,9 @@ use deadpool_postgres::Pool;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{self, Row};
 
-use super::statements::{APPROVALS_TABLE, LATER_COLUMNS, LATER_INDEXES, approvals_ddl, ddl};
+use super::statements::{
+    APPROVALS_TABLE, LATER_COLUMNS, LATER_INDEXES, RUNS_TABLE, approvals_ddl, ddl, runs_ddl,
+};
 use crate::store::StoreError;
 
 /// Whether a relation (table or index) of that qualified name exists.
@@ -129,6 +131,13 @@ impl Connections {
             let has_approvals = yes(&tx, HAS_RELATION, &[&approvals]).await?;
             if !has_approvals {
                 tx.batch_execute(&approvals_ddl(schema))
+                    .await
+                    .map_err(db_error)?;
+            }
+            // A schema from before run accounts.
+            let runs = format!("\"{schema}\".{RUNS_TABLE}");
+            if !yes(&tx, HAS_RELATION, &[&runs]).await? {
+                tx.batch_execute(&runs_ddl(schema))
                     .await
                     .map_err(db_error)?;
             }

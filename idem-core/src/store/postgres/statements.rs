@@ -51,12 +51,35 @@ CREATE INDEX IF NOT EXISTS records_open ON "{schema}".records (created_at, key)
     WHERE state <> 'completed';
 {later}
 {approvals}
+{runs}
 "#,
         later = LATER_INDEXES
             .iter()
             .map(|(_, index)| index(schema))
             .collect::<String>(),
         approvals = approvals_ddl(schema),
+        runs = runs_ddl(schema),
+    )
+}
+
+/// The name of the run accounts' table, unqualified.
+pub(super) const RUNS_TABLE: &str = "run_entries";
+
+/// The run accounts' table ([`Store::append_run_entry`](crate::Store::append_run_entry)):
+/// entries in the order they were appended, each with when it expires. [`ddl`] creates it;
+/// set-up adds it to a schema made by an older idem.
+pub(super) fn runs_ddl(schema: &str) -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS "{schema}".{RUNS_TABLE} (
+    seq        bigserial PRIMARY KEY,
+    tenant     text NOT NULL,
+    run_id     text NOT NULL,
+    expires_at bigint NOT NULL,
+    entry      text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_entries_run ON "{schema}".{RUNS_TABLE} (tenant, run_id, seq);
+"#
     )
 }
 
@@ -134,6 +157,9 @@ pub(super) struct Statements {
     pub(super) delete_approval: String,
     pub(super) approval_texts_of_tenant: String,
     pub(super) approval_texts: String,
+    pub(super) append_run_entry: String,
+    pub(super) run_entries: String,
+    pub(super) purge_run_entries: String,
 }
 
 impl Statements {
@@ -351,6 +377,19 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
             "SELECT a.key, a.body FROM {approvals} AS a \
              WHERE $1::text IS NULL OR a.tool = $1::text"
         );
+        let runs = format!("\"{schema}\".{RUNS_TABLE}");
+        let append_run_entry = format!(
+            "INSERT INTO {runs} (tenant, run_id, expires_at, entry) \
+             VALUES ($1::text, $2::text, {NOW} + $3::bigint, $4::text)"
+        );
+        let run_entries = format!(
+            "SELECT r.entry FROM {runs} AS r WHERE r.tenant = $1::text AND r.run_id = $2::text \
+             AND r.expires_at > {NOW} ORDER BY r.seq"
+        );
+        let purge_run_entries = format!(
+            "DELETE FROM {runs} AS r WHERE r.expires_at <= {NOW} \
+             AND ($1::text IS NULL OR r.tenant = $1::text)"
+        );
         Statements {
             claim,
             complete,
@@ -374,6 +413,9 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
             delete_approval,
             approval_texts_of_tenant,
             approval_texts,
+            append_run_entry,
+            run_entries,
+            purge_run_entries,
         }
     }
 }

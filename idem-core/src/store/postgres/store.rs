@@ -276,6 +276,10 @@ impl Store for PostgresBackend {
             .db
             .execute(&self.sql.purge, &[&limit, &retention, &filter.tenant])
             .await?;
+        // Run accounts past their time go too (they are not records: not counted).
+        self.db
+            .execute(&self.sql.purge_run_entries, &[&filter.tenant])
+            .await?;
         Ok(usize::try_from(purged).unwrap_or(usize::MAX))
     }
 
@@ -369,6 +373,34 @@ impl Store for PostgresBackend {
                     .try_get(1)
                     .map_err(|e| StoreError::corrupt(&key, format!("pending approval: {e}")))?;
                 Ok((key, text))
+            })
+            .collect()
+    }
+
+    async fn append_run_entry(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        self.db
+            .execute(&self.sql.append_run_entry, &[&tenant, &run_id, &ttl, &text])
+            .await?;
+        Ok(())
+    }
+
+    async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError> {
+        let rows = self
+            .db
+            .query(&self.sql.run_entries, &[&tenant, &run_id])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                row.try_get(0).map_err(|e| {
+                    StoreError::Unavailable(format!("unreadable run account entry: {e}"))
+                })
             })
             .collect()
     }

@@ -322,6 +322,52 @@ impl RedisBackend {
         approval_value(key, &value)
     }
 
+    /// Append `text` to a run's account, and keep the account at least `ttl` from now.
+    pub(super) async fn append_run(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        text: &str,
+        ttl: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        // One script: the entry and the account's expiry change together.
+        const APPEND: &str = "redis.call('RPUSH', KEYS[1], ARGV[1]) \
+            if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then \
+            redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 1";
+        let name = super::keys::run_account(&self.prefix, tenant, run_id);
+        let ttl = ttl.as_millis().clamp(1, i64::MAX as u128) as i64;
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(APPEND).arg(1).arg(&name).arg(text).arg(ttl);
+        let cmd = &cmd;
+        let _: Value = self
+            .conn
+            .call(Resend::IfNeverSent, move |mut conn| async move {
+                cmd.query_async(&mut conn).await
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// A run's account, in append order.
+    pub(super) async fn read_run(
+        &self,
+        tenant: &str,
+        run_id: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let name = super::keys::run_account(&self.prefix, tenant, run_id);
+        let name = name.as_str();
+        self.conn
+            .call(Resend::AfterDrop, move |mut conn| async move {
+                redis::cmd("LRANGE")
+                    .arg(name)
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await
+    }
+
     /// The record keys in the index of pending approvals.
     pub(super) async fn approval_keys(&self) -> Result<Vec<RecordKey>, StoreError> {
         let index = approval_index(&self.prefix);

@@ -47,6 +47,22 @@ pub(super) fn approval_index(prefix: &str) -> String {
     format!("{prefix}:approvals")
 }
 
+/// The list that holds `tenant`'s run `run_id`'s account: named by a digest of both, so no
+/// two runs share one whatever their ids hold, and no `SCAN` for records finds it.
+pub(super) fn run_account(prefix: &str, tenant: &str, run_id: &str) -> String {
+    use sha2::Digest;
+    let mut digest = sha2::Sha256::new();
+    digest.update((tenant.len() as u64).to_be_bytes());
+    digest.update(tenant.as_bytes());
+    digest.update(run_id.as_bytes());
+    let hex: String = digest
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{prefix}:run:{hex}")
+}
+
 pub(super) fn check_prefix(prefix: &str) -> Result<(), StoreError> {
     if prefix.contains(['{', '}']) {
         return Err(StoreError::Unavailable(format!(

@@ -433,6 +433,20 @@ impl Store for RedisBackend {
         }
         Ok(out)
     }
+
+    async fn append_run_entry(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.append_run(tenant, run_id, text, ttl).await
+    }
+
+    async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError> {
+        self.read_run(tenant, run_id).await
+    }
 }
 
 fn unexpected(key: &RecordKey, status: &str) -> StoreError {

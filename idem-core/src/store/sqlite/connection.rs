@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
-use super::statements::{ADD_CONTRACT, ADD_TENANT, APPROVALS_SCHEMA, SCHEMA, SCHEMA_VERSION};
+use super::statements::{
+    ADD_CONTRACT, ADD_TENANT, APPROVALS_SCHEMA, RUNS_SCHEMA, SCHEMA, SCHEMA_VERSION,
+};
 use crate::record::Timestamp;
 use crate::store::StoreError;
 
@@ -70,6 +72,7 @@ impl Synchronous {
 pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<(), Failure> {
     migrate_records(conn, path)?;
     conn.execute_batch(APPROVALS_SCHEMA)?;
+    conn.execute_batch(RUNS_SCHEMA)?;
     Ok(())
 }
 

@@ -44,6 +44,32 @@ CREATE TABLE IF NOT EXISTS idem_approvals (
 CREATE INDEX IF NOT EXISTS idem_approvals_tenant_tool ON idem_approvals (tenant, tool);
 ";
 
+/// The run accounts ([`Store::append_run_entry`](crate::Store::append_run_entry)): entries
+/// in the order they were appended, each with when it expires. Created at every open, as
+/// [`APPROVALS_SCHEMA`].
+pub(super) const RUNS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS idem_run_entries (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant     TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    entry      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idem_run_entries_run ON idem_run_entries (tenant, run_id, seq);
+";
+
+/// Append an entry to a run's account.
+pub(super) const INSERT_RUN_ENTRY: &str =
+    "INSERT INTO idem_run_entries (tenant, run_id, expires_at, entry) VALUES (?1, ?2, ?3, ?4)";
+
+/// A run's unexpired entries, in append order.
+pub(super) const RUN_ENTRIES: &str = "SELECT entry FROM idem_run_entries \
+     WHERE tenant = ?1 AND run_id = ?2 AND expires_at > ?3 ORDER BY seq";
+
+/// Drop the run entries past their time (of one tenant, when `?2` names it).
+pub(super) const PURGE_RUN_ENTRIES: &str =
+    "DELETE FROM idem_run_entries WHERE expires_at <= ?1 AND (?2 IS NULL OR tenant = ?2)";
+
 /// What version 2 added to a version 1 table (where the column comes last, as in [`SCHEMA`]).
 pub(super) const ADD_TENANT: &str =
     "ALTER TABLE idem_records ADD COLUMN tenant TEXT NOT NULL DEFAULT ''";

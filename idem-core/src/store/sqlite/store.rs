@@ -18,7 +18,8 @@ use super::codec::{load, load_many, put};
 use super::connection::{CheckpointReservation, Database, Failure};
 use super::statements::{
     APPROVAL_TEXT, APPROVAL_TEXTS, APPROVAL_TEXTS_OF_TENANT, DELETE_APPROVAL, DELETE_ONE,
-    EVICT_ON_CLAIM, INSERT_APPROVAL, LIST_ATTENTION, LIST_STATE, PURGE_EXPIRED, UPDATE_APPROVAL,
+    EVICT_ON_CLAIM, INSERT_APPROVAL, INSERT_RUN_ENTRY, LIST_ATTENTION, LIST_STATE, PURGE_EXPIRED,
+    PURGE_RUN_ENTRIES, RUN_ENTRIES, UPDATE_APPROVAL,
 };
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp};
@@ -173,12 +174,16 @@ impl Job for Purge<'_> {
         // `since + retention <= now`, kept exact: a retention longer than the clock's reading
         // gives a cutoff before the epoch, which no record reaches.
         let unknown_since = signed_millis(now).saturating_sub(retention);
-        Ok(conn.prepare_cached(PURGE_EXPIRED)?.execute(params![
+        let purged = conn.prepare_cached(PURGE_EXPIRED)?.execute(params![
             signed_millis(now),
             unknown_since,
             filter.tenant,
             limit
-        ])?)
+        ])?;
+        // Run accounts past their time go too (they are not records: not counted).
+        conn.prepare_cached(PURGE_RUN_ENTRIES)?
+            .execute(params![signed_millis(now), filter.tenant])?;
+        Ok(purged)
     }
 
     fn detached(&self) -> Self::Owned {
@@ -307,6 +312,65 @@ impl Job for ApprovalTexts<'_> {
 
     fn detached(&self) -> Self::Owned {
         ApprovalTexts(t::owned(&*self.0))
+    }
+}
+
+/// [`Store::append_run_entry`]: one row, expiring `ttl` from the store's clock.
+struct AppendRunEntry<'a> {
+    tenant: Cow<'a, str>,
+    run_id: Cow<'a, str>,
+    text: Cow<'a, str>,
+    ttl: Duration,
+}
+
+impl Job for AppendRunEntry<'_> {
+    type Output = ();
+    type Owned = AppendRunEntry<'static>;
+
+    fn run(&self, conn: &Connection, now: Timestamp) -> Result<(), Failure> {
+        conn.prepare_cached(INSERT_RUN_ENTRY)?.execute(params![
+            &*self.tenant,
+            &*self.run_id,
+            signed_millis(now.plus(self.ttl)),
+            &*self.text
+        ])?;
+        Ok(())
+    }
+
+    fn detached(&self) -> Self::Owned {
+        AppendRunEntry {
+            tenant: t::owned(&*self.tenant),
+            run_id: t::owned(&*self.run_id),
+            text: t::owned(&*self.text),
+            ttl: self.ttl,
+        }
+    }
+}
+
+/// [`Store::run_entries`]: a run's unexpired entries, in append order.
+struct RunEntries<'a> {
+    tenant: Cow<'a, str>,
+    run_id: Cow<'a, str>,
+}
+
+impl Job for RunEntries<'_> {
+    type Output = Vec<String>;
+    type Owned = RunEntries<'static>;
+
+    fn run(&self, conn: &Connection, now: Timestamp) -> Result<Vec<String>, Failure> {
+        let mut stmt = conn.prepare_cached(RUN_ENTRIES)?;
+        let rows = stmt.query_map(
+            params![&*self.tenant, &*self.run_id, signed_millis(now)],
+            |row| row.get::<_, String>(0),
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn detached(&self) -> Self::Owned {
+        RunEntries {
+            tenant: t::owned(&*self.tenant),
+            run_id: t::owned(&*self.run_id),
+        }
     }
 }
 
@@ -495,5 +559,29 @@ impl Store for SqliteBackend {
     ) -> Result<Vec<(RecordKey, String)>, StoreError> {
         self.run(Access::Read, ApprovalTexts(Cow::Borrowed(filter)))
             .await
+    }
+
+    async fn append_run_entry(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let job = AppendRunEntry {
+            tenant: Cow::Borrowed(tenant),
+            run_id: Cow::Borrowed(run_id),
+            text: Cow::Borrowed(text),
+            ttl,
+        };
+        self.run(Access::Write, job).await
+    }
+
+    async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError> {
+        let job = RunEntries {
+            tenant: Cow::Borrowed(tenant),
+            run_id: Cow::Borrowed(run_id),
+        };
+        self.run(Access::Read, job).await
     }
 }

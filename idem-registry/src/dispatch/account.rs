@@ -1,0 +1,425 @@
+//! A run's account: every call of a run with what became of it, kept in the store so that
+//! any process can tell it (the host, the agent loop, an MCP client, `idem runs show`).
+//!
+//! A dispatcher that keeps accounts ([`Dispatcher::with_run_accounts`]) appends one entry
+//! per dispatch of a call whose run has an id, after the dispatch ended: its tool, call id,
+//! step and key, and its outcome then. Reading the account ([`Dispatcher::run_account`])
+//! brings entries whose outcome could still change (Unknown, pending approval, in progress)
+//! up to date from the call's record, so the account says what the store knows now: an
+//! Unknown call a verify hook settled since reads as applied. A call dispatched again under
+//! its call id (a re-send, a retry after an approval) is one call of the account, with its
+//! latest outcome; another call the model made with the same key is a call of its own
+//! (replayed). Entries hold no arguments and no outputs: an account is safe to show the
+//! model and an operator.
+
+use std::fmt;
+use std::time::Duration;
+
+use idem_core::store::approvals;
+use idem_core::{Outcome, RecordKey, RecordState, StoreError, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use super::Dispatcher;
+use super::call::{Dispatched, RunContext, ToolCall};
+use super::error::DispatchError;
+
+/// How long a run's account is kept unless [`Dispatcher::with_run_accounts`] says: a week.
+pub const DEFAULT_ACCOUNT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// What became of one call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CallOutcome {
+    /// The body ran and its effect is recorded (or a verify hook found it applied).
+    Applied,
+    /// A recorded outcome was replayed: no effect happened in this call.
+    Replayed,
+    /// Nothing was applied: refused before the body (authorization, arguments, approval
+    /// denied, a reused key), by the body or its precondition, or given back.
+    Refused {
+        /// Why, as the caller was told.
+        why: String,
+    },
+    /// The effect may or may not have happened.
+    Unknown {
+        /// Since when (the store's clock).
+        since: Timestamp,
+        /// When a verify hook may settle it; `None`: a person must.
+        retry_after: Option<Timestamp>,
+        /// Why.
+        why: String,
+    },
+    /// Waiting for a person's approval; nothing ran.
+    PendingApproval,
+    /// A later step failed for good and the completed ones were undone.
+    Compensated {
+        /// The steps undone, in the order they were.
+        undone: Vec<String>,
+        /// The failure that was compensated, as the caller was told.
+        why: String,
+    },
+    /// Another dispatch held the call when this one stopped waiting.
+    InProgress,
+}
+
+impl CallOutcome {
+    /// Its name, as the account and the CLI print it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CallOutcome::Applied => "applied",
+            CallOutcome::Replayed => "replayed",
+            CallOutcome::Refused { .. } => "refused",
+            CallOutcome::Unknown { .. } => "unknown",
+            CallOutcome::PendingApproval => "pending_approval",
+            CallOutcome::Compensated { .. } => "compensated",
+            CallOutcome::InProgress => "in_progress",
+        }
+    }
+
+    /// Whether the record may still change it.
+    fn unsettled(&self) -> bool {
+        matches!(
+            self,
+            CallOutcome::Unknown { .. } | CallOutcome::PendingApproval | CallOutcome::InProgress
+        )
+    }
+
+    /// What a dispatch's result says of the call.
+    fn of(result: &Result<Dispatched, DispatchError>) -> CallOutcome {
+        match result {
+            Ok(d) if d.deduplicated => CallOutcome::Replayed,
+            Ok(_) => CallOutcome::Applied,
+            Err(DispatchError::ToolFailed { error, .. }) => match compensated(error) {
+                Some(undone) => CallOutcome::Compensated {
+                    undone,
+                    why: error.message().to_owned(),
+                },
+                None => CallOutcome::Refused {
+                    why: error.message().to_owned(),
+                },
+            },
+            Err(DispatchError::OutcomeUnknown {
+                since,
+                retry_after,
+                reason,
+                ..
+            }) => CallOutcome::Unknown {
+                since: *since,
+                retry_after: *retry_after,
+                why: reason.clone(),
+            },
+            Err(DispatchError::ApprovalRequired { .. }) => CallOutcome::PendingApproval,
+            Err(DispatchError::InProgress { .. }) => CallOutcome::InProgress,
+            Err(e) => CallOutcome::Refused { why: e.to_string() },
+        }
+    }
+
+    /// What a record says of its call now, if it settled it.
+    fn of_record(state: &RecordState, steps: &[idem_core::JournalEntry]) -> CallOutcome {
+        match state {
+            RecordState::Completed {
+                outcome: Outcome::Success(_),
+                ..
+            } => CallOutcome::Applied,
+            RecordState::Completed {
+                outcome: Outcome::Failure(error),
+                ..
+            } => match compensated(error) {
+                Some(_) => CallOutcome::Compensated {
+                    undone: super::compensate::undone_steps(steps),
+                    why: error.message().to_owned(),
+                },
+                None => CallOutcome::Refused {
+                    why: error.message().to_owned(),
+                },
+            },
+            RecordState::Unknown { since, last_error } => CallOutcome::Unknown {
+                since: *since,
+                retry_after: None,
+                why: last_error.clone(),
+            },
+            RecordState::InProgress { .. } => CallOutcome::InProgress,
+        }
+    }
+}
+
+/// The steps a compensated failure undid, if it is one.
+fn compensated(error: &idem_core::ToolError) -> Option<Vec<String>> {
+    let undone = error.details()?.get("compensated")?;
+    serde_json::from_value(undone.clone()).ok()
+}
+
+/// One call of a run, as its account keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AccountEntry {
+    /// When the dispatch ended (the store's clock).
+    pub at: Timestamp,
+    /// The tool.
+    pub tool: String,
+    /// The provider's call id, if the call had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// The run's step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    /// The key handed downstream, if the call had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The record key, to bring the outcome up to date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<RecordKey>,
+    /// What became of the call.
+    #[serde(flatten)]
+    pub outcome: CallOutcome,
+}
+
+/// Every call of one run, in the order their dispatches ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunAccount {
+    /// The tenant.
+    pub tenant: String,
+    /// The run.
+    pub run_id: String,
+    /// Its calls.
+    pub calls: Vec<AccountEntry>,
+}
+
+impl RunAccount {
+    /// How many calls had each outcome, by name, in the order of [`CallOutcome`].
+    pub fn counts(&self) -> Vec<(&'static str, usize)> {
+        let mut counts: Vec<(&'static str, usize)> = Vec::new();
+        for call in &self.calls {
+            let name = call.outcome.name();
+            match counts.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((name, 1)),
+            }
+        }
+        counts
+    }
+
+    /// The calls that need a person: Unknown with no verify hook to settle them, or waiting
+    /// for an approval.
+    pub fn needing_a_person(&self) -> impl Iterator<Item = &AccountEntry> {
+        self.calls.iter().filter(|c| {
+            matches!(
+                c.outcome,
+                CallOutcome::Unknown {
+                    retry_after: None,
+                    ..
+                } | CallOutcome::PendingApproval
+            )
+        })
+    }
+}
+
+/// The account as a model or a person reads it: one line per call, then a summary.
+impl fmt::Display for RunAccount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "run `{}` ({} calls)", self.run_id, self.calls.len())?;
+        for (i, c) in self.calls.iter().enumerate() {
+            let id = c
+                .call_id
+                .as_deref()
+                .map(|i| format!(" [{i}]"))
+                .unwrap_or_default();
+            write!(f, "{}. {}{id}: {}", i + 1, c.tool, c.outcome.name())?;
+            match &c.outcome {
+                CallOutcome::Refused { why } => write!(f, ": {why}")?,
+                CallOutcome::Unknown {
+                    retry_after, why, ..
+                } => match retry_after {
+                    Some(at) => write!(f, ": {why} (may be settled from {})", at.to_rfc3339())?,
+                    None => write!(f, ": {why} (a person must settle it)")?,
+                },
+                CallOutcome::Compensated { undone, .. } => {
+                    write!(f, ": undone {}", undone.join(", "))?
+                }
+                CallOutcome::PendingApproval => write!(f, ": waiting for a person")?,
+                _ => {}
+            }
+            writeln!(f)?;
+        }
+        let counts: Vec<String> = self
+            .counts()
+            .into_iter()
+            .map(|(n, c)| format!("{c} {n}"))
+            .collect();
+        write!(f, "in all: {}", counts.join(", "))
+    }
+}
+
+impl Dispatcher {
+    /// Keep an account of every run (calls whose [`RunContext`] has a run id), each kept for
+    /// `retention` after its last call: one store write more per dispatch of such a call.
+    /// Read it with [`Dispatcher::run_account`].
+    pub fn with_run_accounts(mut self, retention: Duration) -> Self {
+        self.accounts = Some(retention);
+        self
+    }
+
+    /// Whether this dispatcher keeps run accounts.
+    pub fn keeps_run_accounts(&self) -> bool {
+        self.accounts.is_some()
+    }
+
+    /// Append the dispatch of `call` to its run's account, if accounts are kept and the run
+    /// has an id. A store that cannot take it is logged, not the caller's failure: the
+    /// call's outcome stands.
+    pub(super) async fn account(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+        record: Option<&RecordKey>,
+        result: &Result<Dispatched, DispatchError>,
+    ) {
+        let (Some(retention), Some(run_id)) = (self.accounts, run.run_id.as_deref()) else {
+            return;
+        };
+        let at = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
+        let key = match result {
+            Ok(d) => d.key.as_ref().map(|k| k.as_str().to_owned()),
+            Err(_) => record.and_then(|r| {
+                idem_core::IdempotencyKey::of_record(r).map(|k| k.as_str().to_owned())
+            }),
+        };
+        let entry = AccountEntry {
+            at,
+            tool: call.name.clone(),
+            call_id: call.call_id.clone(),
+            step: run.step,
+            key,
+            record: record.cloned(),
+            outcome: CallOutcome::of(result),
+        };
+        let text = match serde_json::to_string(&entry) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "a run's account entry could not be written as JSON");
+                return;
+            }
+        };
+        if let Err(e) = self
+            .store
+            .append_run_entry(&run.tenant, run_id, &text, retention)
+            .await
+        {
+            tracing::warn!(error = %e, run = run_id, "a call could not be added to its run's account");
+        }
+    }
+
+    /// The account of `tenant`'s run `run_id`: every call dispatched in it, in order, with
+    /// its outcome as the store knows it now. A run nobody dispatched in has no calls.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use idem::{Dispatcher, MemoryStore, Registry, RunContext, ToolCall};
+    /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let note = ToolDef::builder("add_note", ToolClass::NonIdempotentWrite)
+    ///     .description("Add a note.")
+    ///     .input_schema(json!({"type": "object"}))
+    ///     .handler(|_: ToolContext, _: Value| async move { Ok::<_, ToolError>(json!("ok")) })
+    ///     .build()
+    ///     .unwrap();
+    /// let registry = Registry::builder().add(note).build().unwrap();
+    /// let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new()))
+    ///     .unwrap()
+    ///     .with_run_accounts(Duration::from_secs(3600));
+    /// let run = RunContext::new("tenant-a").with_run("run-1", 0);
+    /// let call = ToolCall::new("add_note", json!({"text": "hi"})).with_call_id("c1");
+    /// dispatcher.dispatch(&call, &run).await.unwrap();
+    /// dispatcher.dispatch(&call, &run).await.unwrap();
+    /// let account = dispatcher.run_account("tenant-a", "run-1").await.unwrap();
+    /// assert_eq!(account.counts(), vec![("applied", 1), ("replayed", 1)]);
+    /// # }
+    /// ```
+    pub async fn run_account(&self, tenant: &str, run_id: &str) -> Result<RunAccount, StoreError> {
+        run_account(&*self.store, tenant, run_id).await
+    }
+}
+
+/// The account of `tenant`'s run `run_id` in `store` (what [`Dispatcher::run_account`]
+/// reads, for an operator without the tools).
+pub async fn run_account(
+    store: &dyn idem_core::Store,
+    tenant: &str,
+    run_id: &str,
+) -> Result<RunAccount, StoreError> {
+    let mut calls = Vec::new();
+    for text in store.run_entries(tenant, run_id).await? {
+        let entry: AccountEntry = match serde_json::from_str(&text) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, run = run_id, "an entry of a run's account could not be read");
+                continue;
+            }
+        };
+        // The same call dispatched again (a re-send, the loop's retry after an approval) is
+        // one call: its latest word, unless that is a replay of its own outcome.
+        let same = calls.iter_mut().find(|c: &&mut AccountEntry| {
+            entry.call_id.is_some() && c.call_id == entry.call_id && c.tool == entry.tool
+        });
+        if let Some(earlier) = same {
+            if entry.outcome != CallOutcome::Replayed || earlier.outcome.unsettled() {
+                earlier.outcome = entry.outcome;
+                earlier.at = entry.at;
+                earlier.record = entry.record.or(earlier.record.take());
+                earlier.key = entry.key.or(earlier.key.take());
+            }
+            continue;
+        }
+        calls.push(entry);
+    }
+    for entry in &mut calls {
+        if entry.outcome.unsettled()
+            && let Some(key) = &entry.record
+        {
+            entry.outcome = now_outcome(store, key, entry.outcome.clone()).await?;
+        }
+    }
+    Ok(RunAccount {
+        tenant: tenant.to_owned(),
+        run_id: run_id.to_owned(),
+        calls,
+    })
+}
+
+/// What the store says now of a call whose outcome was `then`.
+async fn now_outcome(
+    store: &dyn idem_core::Store,
+    key: &RecordKey,
+    then: CallOutcome,
+) -> Result<CallOutcome, StoreError> {
+    if let Some(record) = store.get(key).await? {
+        let now = CallOutcome::of_record(&record.state, &record.steps);
+        return Ok(match (now, then) {
+            // The record does not know when a hook may be asked: keep what the call was told.
+            (CallOutcome::Unknown { since, why, .. }, CallOutcome::Unknown { retry_after, .. }) => {
+                CallOutcome::Unknown {
+                    since,
+                    retry_after,
+                    why,
+                }
+            }
+            (now, _) => now,
+        });
+    }
+    if then == CallOutcome::PendingApproval
+        && let Some(entry) = approvals::get(store, key).await?
+        && let Some(decision) = entry.decision
+        && let approvals::Verdict::Denied { reason } = decision.verdict
+    {
+        return Ok(CallOutcome::Refused {
+            why: format!("denied by {}: {reason}", decision.by),
+        });
+    }
+    Ok(then)
+}
