@@ -40,6 +40,10 @@
 //!   a person approves there, and the client's retry runs the call once.
 //! - `--inbox-link-secs SECS`: how long the inbox shows such a link (default 3600).
 //!
+//! Beside its tools the server serves `idem_run_account`, a read-only tool that tells the
+//! model what became of the calls of its session (or of the run its `_meta` names): applied,
+//! replayed, refused and why, unknown, waiting for a person.
+//!
 //! `add_note` answers after `delay_ms`, like a slow downstream system: a client can cancel it
 //! mid-call, or send it twice at once under one key, and see it run once. With `IDEM_NOTES`
 //! naming a file, each execution of `add_note` or `delete_account` appends a line to it.
@@ -139,14 +143,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // example). A deployment reads it from a secret manager.
     let key = ApprovalKey::new("mcp-2026-12", *b"example-approval-key-not-secret!")?;
     let keys = ApprovalKeys::new([key.clone()]);
-    let dispatcher =
-        Dispatcher::approving(Registry::linked()?, store, keys)?.with_namespace("mcp-example");
+    // Every call is accounted for (a client that sends no run id: under its session), and
+    // the model can read the account with the `idem_run_account` tool.
+    let dispatcher = Dispatcher::approving(Registry::linked()?, store, keys)?
+        .with_namespace("mcp-example")
+        .with_run_accounts(Duration::from_secs(24 * 3600));
     // A client that can elicit asks its user, showing the exact call; the user's yes is an
     // approval signed with the key. Other clients' calls wait for an operator.
     let mut server = McpServer::new(dispatcher, "local")?
         .approve_by_elicitation(Approver::new("the MCP client's user", key.clone()))
         .resend_window(options.resend_window)
-        .resend_scope(options.resend_scope);
+        .resend_scope(options.resend_scope)
+        .expose_run_account()?;
     if let Some(inbox) = &options.inbox {
         server = server.approve_in_inbox_for(inbox, key, options.inbox_link_validity);
     }

@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "mcp-venv"
 PACKAGES = ["mcp==2.3.0"]  # brings httpx2, its HTTP client
 KEY = "io.idem/idempotency-key"
-TOOLS = ["add_note", "create_ticket", "delete_account", "get_weather"]
+TOOLS = ["add_note", "create_ticket", "delete_account", "get_weather", "idem_run_account"]
 # What bounds every wait: generous, so that only a hang fails by it.
 PATIENCE = 60
 
@@ -220,6 +220,18 @@ async def check_stdio(binary, db):
             expect(False, "an unknown tool is a protocol error")
         except MCPError as e:
             expect("unknown tool" in str(e), f"an unknown tool is a protocol error ({e})")
+
+        # The model asks what became of this session's calls: the store's account of them.
+        expect(by_name["idem_run_account"].annotations.read_only_hint is True,
+               "the run account tool is read-only")
+        account = await client.call_tool("idem_run_account", {})
+        calls = (account.structured_content or {}).get("calls", [])
+        outcomes = [(c.get("tool"), c.get("outcome")) for c in calls]
+        expect(outcomes == [("create_ticket", "applied"), ("create_ticket", "replayed"),
+                            ("create_ticket", "refused"), ("delete_account", "pending_approval")],
+               f"the run account tool tells this session's calls as they went: {outcomes}")
+        expect("in all: 1 applied, 1 replayed, 1 refused, 1 pending_approval"
+               in text_of(account), f"and says it in words ({text_of(account)[-80:]})")
     return problems
 
 

@@ -166,6 +166,11 @@ async function writeTwiceOverStdio() {
     expect(JSON.stringify(again.structuredContent) === JSON.stringify(first.structuredContent),
       'with the first result');
     expect(notesIn(notebook, 'twice over stdio') === 1, 'one execution in the notebook');
+    // The account of the session: the call applied once, its re-send replayed.
+    const account = await c.callTool({ name: 'idem_run_account', arguments: {} });
+    const outcomes = (account.structuredContent?.calls ?? []).map((call) => call.outcome);
+    expect(JSON.stringify(outcomes) === JSON.stringify(['applied', 'replayed']),
+      `idem_run_account tells the session's calls: ${JSON.stringify(outcomes)}`);
   } finally {
     await c.close();
   }

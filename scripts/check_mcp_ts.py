@@ -7,7 +7,8 @@ and runs scripts/check_mcp_ts.mjs with Node, which checks, counting `add_note`'s
 its notebook:
 
 - Over stdio: a write sent twice (two request ids, no key) runs once, the second result's
-  `_meta["io.idem/deduplicated"] === true` with the first's output.
+  `_meta["io.idem/deduplicated"] === true` with the first's output; `idem_run_account` then
+  tells the session's calls: applied, replayed.
 - `--model-key add_note`: the tool lists an optional `idempotency_key`; two calls with one id
   are one execution, a new id a new one, an empty id an error result that runs nothing.
 - Over Streamable HTTP (the SDK's sessions, `Mcp-Session-Id`): a write re-issued on its

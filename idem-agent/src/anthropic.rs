@@ -87,4 +87,8 @@ impl Shape for Anthropic {
             .collect();
         vec![json!({"role": "user", "content": results})]
     }
+
+    fn user_text(&self, text: &str) -> Value {
+        json!({"role": "user", "content": [{"type": "text", "text": text}]})
+    }
 }

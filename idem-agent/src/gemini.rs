@@ -96,4 +96,8 @@ impl Shape for Gemini {
             .collect();
         vec![json!({"role": "user", "parts": parts})]
     }
+
+    fn user_text(&self, text: &str) -> Value {
+        json!({"role": "user", "parts": [{"text": text}]})
+    }
 }

@@ -50,6 +50,13 @@ pub trait Shape: Send + Sync {
 
     /// The messages that answer `answered` (in the calls' order), to send next.
     fn messages(&self, answered: &[CallReport]) -> Vec<Value>;
+
+    /// A message of the user's role holding `text` (what [`Responder::account`] sends): by
+    /// default `{"role": "user", "content": text}`, as OpenAI's Chat Completions and
+    /// Responses APIs take it.
+    fn user_text(&self, text: &str) -> Value {
+        serde_json::json!({"role": "user", "content": text})
+    }
 }
 
 /// Answers a model's tool calls through a dispatcher, up to a bound of them at once.
@@ -133,6 +140,50 @@ impl<'d> Responder<'d> {
             messages: shape.messages(&reports),
             calls: reports,
         })
+    }
+
+    /// The run's account as a message the model can read: every tool call of the run so far
+    /// and what became of it (applied, replayed, refused and why, unknown, waiting for a
+    /// person, undone), from the store rather than from what the model remembers. Send it
+    /// before the model reports to a person, so that it reports what happened. The
+    /// dispatcher must keep run accounts (`Dispatcher::with_run_accounts`).
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; pub use idem_core::store::memory::MemoryStore; }
+    /// # use std::sync::Arc;
+    /// use idem::agent::{Anthropic, Responder};
+    /// # use idem::{Dispatcher, MemoryStore, Registry, RunContext};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let registry = Registry::builder().build().unwrap();
+    /// let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new()))
+    ///     .unwrap()
+    ///     .with_run_accounts(std::time::Duration::from_secs(24 * 3600));
+    /// let run = RunContext::new("tenant-a").with_run("run-1", 4);
+    /// let message = Responder::new(&dispatcher).account(&Anthropic, &run).await.unwrap();
+    /// assert_eq!(message["role"], "user");
+    /// assert!(message["content"][0]["text"].as_str().unwrap().contains("run `run-1` (0 calls)"));
+    /// # }
+    /// ```
+    pub async fn account(
+        &self,
+        shape: &(impl Shape + ?Sized),
+        run: &RunContext,
+    ) -> Result<Value, AgentError> {
+        let Some(run_id) = run.run_id.as_deref() else {
+            return Err(AgentError::NoRun);
+        };
+        if !self.dispatcher.keeps_run_accounts() {
+            return Err(AgentError::NoAccounts);
+        }
+        let account = self
+            .dispatcher
+            .run_account(&run.tenant, run_id)
+            .await
+            .map_err(AgentError::Account)?;
+        let text = format!(
+            "The account of this run's tool calls, as recorded (what happened, which may differ from what was intended; report from it):\n{account}"
+        );
+        Ok(shape.user_text(&text))
     }
 
     async fn answer_one(
@@ -224,6 +275,14 @@ pub enum AgentError {
         "an agent loop's calls are keyed by their run: give the RunContext a run id and a step with `with_run(run_id, step)`"
     )]
     NoRun,
+    /// [`Responder::account`] on a dispatcher that keeps no run accounts.
+    #[error(
+        "this dispatcher keeps no run accounts: build it with `Dispatcher::with_run_accounts(retention)`"
+    )]
+    NoAccounts,
+    /// The store could not tell the run's account.
+    #[error("the run's account could not be read: {0}")]
+    Account(idem_core::StoreError),
     /// The dispatcher's error for the host ([`DispatchError::is_for_host`]) on a call. The
     /// other calls of the response have finished: answer it again once the cause is fixed,
     /// and those that completed are replayed.

@@ -332,7 +332,9 @@ fn refusal(answer: &Answer) -> ToolExecutionError {
     let kind = match answer {
         Answer::Refused(DispatchError::InvalidArguments { .. }) => ToolErrorKind::InvalidArgs,
         Answer::Refused(DispatchError::UnknownTool { .. }) => ToolErrorKind::NotFound,
-        Answer::Refused(DispatchError::PermissionDenied { .. }) => ToolErrorKind::PermissionDenied,
+        Answer::Refused(
+            DispatchError::PermissionDenied { .. } | DispatchError::NotAuthorized { .. },
+        ) => ToolErrorKind::PermissionDenied,
         _ => ToolErrorKind::Other,
     };
     let mut error = ToolExecutionError::new(kind, answer.message().unwrap_or_default())

@@ -55,6 +55,9 @@ enum Command {
     /// Irreversible calls waiting for a person: list, show, approve, deny.
     #[command(after_help = EXIT_CODES)]
     Approvals(cli::ApprovalsArgs),
+    /// A run's account: every call of it and what became of it.
+    #[command(after_help = EXIT_CODES)]
+    Runs(cli::RunsArgs),
     /// Counts by state, tool and tenant, the oldest unknown outcome, pending approvals.
     #[command(after_help = EXIT_CODES)]
     Stats(cli::StatsArgs),
@@ -172,6 +175,7 @@ async fn run(command: Command) -> Result<(), Failure> {
     match command {
         Command::Records(args) => cli::records(args).await,
         Command::Approvals(args) => cli::approvals(args).await,
+        Command::Runs(args) => cli::runs(args).await,
         Command::Stats(args) => cli::stats(args).await,
         Command::Ui(args) => ui::serve(args).await,
         #[cfg(feature = "mcp-proxy")]

@@ -1,4 +1,4 @@
-//! `idem records`, `idem approvals` and `idem stats`: the operator's commands, an aligned
+//! `idem records`, `idem approvals`, `idem runs` and `idem stats`: the operator's commands, an aligned
 //! table for people and `--json` for scripts.
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -14,9 +14,11 @@ use crate::present;
 
 mod approvals;
 mod records;
+mod runs;
 
 pub use approvals::{ApprovalsArgs, approvals};
 pub use records::{RecordsArgs, records};
+pub use runs::{RunsArgs, runs};
 
 /// Where the records are, for every operator command.
 #[derive(Args, Clone)]

@@ -18,6 +18,7 @@ use idem_registry::export::{ExportError, Provider};
 use crate::keys;
 use crate::model::{META_KEY, META_RUN, META_STEP, meta_str, result_of};
 
+pub mod account;
 pub mod approval;
 pub mod inbox;
 
@@ -43,6 +44,8 @@ pub struct McpServer {
     pub(crate) keys: Arc<keys::KeySettings>,
     /// This connection's id: the re-send window's scope where the transport has no session.
     pub(crate) connection: Arc<str>,
+    /// Whether the run account tool is served ([`McpServer::expose_run_account`]).
+    pub(crate) account_tool: bool,
 }
 
 /// Who a request over HTTP acts for, from its headers: a tenant, or `None` to refuse it.
@@ -66,6 +69,10 @@ pub enum McpServeError {
     /// The transport failed.
     #[error("the MCP transport failed: {0}")]
     Transport(String),
+    /// The run account tool on a dispatcher that keeps no accounts, or whose registry has a
+    /// tool of its name.
+    #[error("the run account tool cannot be served: {0}")]
+    RunAccount(String),
 }
 
 impl McpServer {
@@ -93,6 +100,7 @@ impl McpServer {
             inbox: None,
             keys: Arc::default(),
             connection: keys::connection_id(),
+            account_tool: false,
         })
     }
 
@@ -321,7 +329,11 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.tenant(&context)?;
-        Ok(ListToolsResult::with_all_items(self.tools.to_vec()))
+        let mut tools = self.tools.to_vec();
+        if self.account_tool {
+            tools.push(account::tool());
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -331,6 +343,14 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let tenant = self.tenant(&context)?;
         let name = request.name.to_string();
+        if self.account_tool && name == account::RUN_ACCOUNT_TOOL {
+            let run = Self::run(tenant, &context.meta)?;
+            let session = self.session_of(&context);
+            return self
+                .run_account(&run, session.as_deref(), request.arguments.as_ref())
+                .await
+                .map(Into::into);
+        }
         let registry = self.dispatcher.registry();
         let Some(class) = registry.get(&name).map(|t| t.class()) else {
             // The client named a tool the server never listed: its mistake, in the
@@ -358,7 +378,14 @@ impl ServerHandler for McpServer {
             false => None,
         };
         let mut call = ToolCall::new(name, arguments);
-        let run = Self::run(tenant, &context.meta)?;
+        let mut run = Self::run(tenant, &context.meta)?;
+        // A client that sends no run id has its session accounted as one.
+        if run.run_id.is_none()
+            && self.dispatcher.keeps_run_accounts()
+            && let Some(session) = self.session_of(&context)
+        {
+            run = run.accounted_as(account::session_run(&session));
+        }
         if let Some(key) = meta_str(&context.meta, META_KEY)? {
             call = call.with_key(key);
         } else if let Some(key) = model_key {

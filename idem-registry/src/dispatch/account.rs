@@ -253,7 +253,8 @@ impl fmt::Display for RunAccount {
 }
 
 impl Dispatcher {
-    /// Keep an account of every run (calls whose [`RunContext`] has a run id), each kept for
+    /// Keep an account of every run (calls whose [`RunContext`] has a run id, or is
+    /// [accounted under one](RunContext::accounted_as)), each kept for
     /// `retention` after its last call: one store write more per dispatch of such a call.
     /// Read it with [`Dispatcher::run_account`].
     pub fn with_run_accounts(mut self, retention: Duration) -> Self {
@@ -276,7 +277,8 @@ impl Dispatcher {
         record: Option<&RecordKey>,
         result: &Result<Dispatched, DispatchError>,
     ) {
-        let (Some(retention), Some(run_id)) = (self.accounts, run.run_id.as_deref()) else {
+        let run_id = run.run_id.as_deref().or(run.account_as.as_deref());
+        let (Some(retention), Some(run_id)) = (self.accounts, run_id) else {
             return;
         };
         let at = self.store.now().await.unwrap_or_else(|_| Timestamp::now());

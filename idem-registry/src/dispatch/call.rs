@@ -147,6 +147,9 @@ pub struct RunContext {
     /// with the call's arguments. A rule naming a limit the run does not carry refuses the
     /// call (authorization) or asks a person (approval).
     pub limits: BTreeMap<String, Value>,
+    /// The run id its calls are accounted under when the run has none (see
+    /// [`RunContext::accounted_as`]).
+    pub account_as: Option<String>,
 }
 
 impl RunContext {
@@ -160,7 +163,16 @@ impl RunContext {
             approvals: Vec::new(),
             acting_for: None,
             limits: BTreeMap::new(),
+            account_as: None,
         }
+    }
+
+    /// Account this run's calls under `id` when it has no run id of its own (a door whose
+    /// clients send none: an MCP session), without changing how they are keyed. A run with
+    /// a run id is accounted under it.
+    pub fn accounted_as(mut self, id: impl Into<String>) -> Self {
+        self.account_as = Some(id.into());
+        self
     }
 
     /// Say whom the run acts for (see [`RunContext::acting_for`](Self::acting_for)).
