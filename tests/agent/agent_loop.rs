@@ -849,3 +849,37 @@ async fn what_the_host_must_handle_is_an_err() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_runs_account_is_a_message_the_model_reads_in_each_providers_shape() {
+    let effects = Arc::new(Effects::default());
+    let d = fixture_dispatcher(&effects, Arc::new(MemoryStore::new()))
+        .with_run_accounts(std::time::Duration::from_secs(3600));
+    let agent = Responder::new(&d);
+    agent
+        .answer(&OpenAiChat, &fixture("openai-chat/parallel.json"), &run(1))
+        .await
+        .unwrap();
+    // The same response answered again (a replay from a checkpoint): replayed, not run.
+    agent
+        .answer(&OpenAiChat, &fixture("openai-chat/parallel.json"), &run(1))
+        .await
+        .unwrap();
+    let message = agent.account(&OpenAiChat, &run(2)).await.unwrap();
+    assert_eq!(message["role"], "user");
+    let text = message["content"].as_str().unwrap();
+    assert!(text.contains("run `run-7` (3 calls)"), "{text}");
+    assert!(text.contains("get_weather"), "{text}");
+    let anthropic = agent.account(&Anthropic, &run(2)).await.unwrap();
+    assert_eq!(anthropic["content"][0]["type"], "text");
+    let gemini = agent.account(&Gemini, &run(2)).await.unwrap();
+    assert!(gemini["parts"][0]["text"].as_str().unwrap().contains("run `run-7`"));
+
+    // Without accounts, the host is told how to keep them.
+    let plain = fixture_dispatcher(&effects, Arc::new(MemoryStore::new()));
+    let e = Responder::new(&plain)
+        .account(&OpenAiChat, &run(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, AgentError::NoAccounts), "{e:?}");
+}

@@ -465,4 +465,5 @@ mod listing;
 mod prompt_postgres;
 mod refused_stores;
 mod release_and_resolve;
+mod runs;
 mod what_is_shown;
