@@ -82,6 +82,12 @@ pub struct Contract {
     /// How long a holder's lease lasts.
     #[serde(with = "millis")]
     pub lease: Duration,
+    /// Whether the tool undoes its completed steps when a later one fails for good: its
+    /// orphan is taken over whatever its class, for the dispatcher to resume a compensation
+    /// its holder left (an orphan that was not compensating it turns Unknown itself).
+    /// Absent from the JSON when false, as in contracts from before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compensates: bool,
 }
 
 /// What applies to a record made under one contract and met under another
@@ -125,6 +131,7 @@ impl Contract {
             verify: false,
             ttl,
             lease,
+            compensates: false,
         }
     }
 
@@ -139,11 +146,12 @@ impl Contract {
     }
 
     /// Whether a record made under this contract may have its orphan taken over: its class
-    /// takes orphans over. The stores apply it together with the claim's own policy.
+    /// takes orphans over, or its tool compensates (the dispatcher then decides). The stores
+    /// apply it together with the claim's own policy.
     pub fn takes_over(&self) -> bool {
         // As the Redis claim script and the Postgres claim statement say it: a `read` records
         // nothing, so a record claimed as one is held to the strict rule.
-        self.class == ToolClass::IdempotentWrite
+        self.class == ToolClass::IdempotentWrite || self.compensates
     }
 
     /// The contract as the JSON text the stores keep.

@@ -873,7 +873,12 @@ async fn the_runs_account_is_a_message_the_model_reads_in_each_providers_shape()
     let anthropic = agent.account(&Anthropic, &run(2)).await.unwrap();
     assert_eq!(anthropic["content"][0]["type"], "text");
     let gemini = agent.account(&Gemini, &run(2)).await.unwrap();
-    assert!(gemini["parts"][0]["text"].as_str().unwrap().contains("run `run-7`"));
+    assert!(
+        gemini["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("run `run-7`")
+    );
 
     // Without accounts, the host is told how to keep them.
     let plain = fixture_dispatcher(&effects, Arc::new(MemoryStore::new()));

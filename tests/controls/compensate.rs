@@ -189,3 +189,116 @@ async fn a_failed_compensation_is_left_unknown_for_a_person(store: Arc<dyn idem:
 on_stores!(a_failed_compensation_is_left_unknown_for_a_person =>
     sqlite_a_failed_compensation_is_left_unknown_for_a_person,
     postgres_a_failed_compensation_is_left_unknown_for_a_person);
+
+/// Cancel a booked step; while the tenant's world says so, never answer after it (once).
+async fn cancel_or_hang(ctx: ToolContext, undo: Undo) -> Result<(), ToolError> {
+    let hang = std::mem::take(&mut world(ctx.tenant()).hang_after_cancel);
+    cancel_step(ctx, undo).await?;
+    if hang {
+        std::future::pending::<()>().await;
+    }
+    Ok(())
+}
+
+/// Book a flight and a hotel, then a car, once (no step runs twice).
+#[tool(class = "non_idempotent_write", compensate = cancel_or_hang, lease_secs = 1)]
+async fn once_trip(ctx: &ToolContext, trip: String, with_car: bool) -> Result<Value, ToolError> {
+    let tenant = ctx.tenant().to_owned();
+    for what in ["flight", "hotel"] {
+        let _: String = ctx
+            .step(what, || async {
+                Ok(book(&tenant, what, &trip, ctx.downstream_key().as_str()))
+            })
+            .await?;
+    }
+    match with_car {
+        true => Err(ToolError::not_applied("no car is available on those dates")),
+        false => Ok(json!("booked")),
+    }
+}
+
+async fn a_non_idempotent_booking_stopped_mid_compensation_is_resumed_by_the_next_call(
+    store: Arc<dyn idem::Store>,
+) {
+    let tenant = fresh_tenant("compensate_resume");
+    let d = shop(store.clone());
+    let run = RunContext::new(tenant.as_str());
+    let call = ToolCall::new("once_trip", json!({"trip": "nice", "with_car": true}))
+        .with_call_id("call_resume");
+    // The worker stops while undoing the hotel, after the agency cancelled it: the dispatch
+    // is dropped (as a worker that died would leave it), its record held under a lease.
+    world(&tenant).hang_after_cancel = true;
+    let stopped = tokio::time::timeout(
+        std::time::Duration::from_millis(500),
+        d.dispatch(&call, &run),
+    )
+    .await;
+    assert!(stopped.is_err(), "the compensation hangs: {stopped:?}");
+    assert_eq!(world(&tenant).effects("cancel hotel-nice").len(), 1);
+    assert_eq!(world(&tenant).effects("cancel flight-nice").len(), 0);
+
+    // The next call, once the lease lapsed, resumes it: never the body, each undo once.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let resumed = d.dispatch(&call, &run).await.unwrap_err();
+    assert!(
+        resumed
+            .to_string()
+            .contains("the steps it had completed were undone (`hotel`, `flight`)"),
+        "{resumed}"
+    );
+    let ledger: Vec<String> = world(&tenant)
+        .ledger
+        .iter()
+        .map(|e| e.what.clone())
+        .collect();
+    assert_eq!(
+        ledger,
+        [
+            "book flight nice",
+            "book hotel nice",
+            "cancel hotel-nice",
+            "cancel flight-nice"
+        ]
+    );
+
+    // An orphan of the same tool that was not compensating (its worker died in the body)
+    // is not run again: it turns Unknown, as any non-idempotent orphan.
+    let held = ToolCall::new("once_trip", json!({"trip": "lyon", "with_car": false}))
+        .with_call_id("call_orphan");
+    let key = d.record_key(&held, &run).unwrap().unwrap();
+    let request = idem::store::ClaimRequest {
+        key: key.clone(),
+        tool: "once_trip".into(),
+        tenant: tenant.clone(),
+        fingerprint: store.get(&key).await.unwrap().map_or_else(
+            || {
+                let canonical =
+                    idem::key::canonical_json(&json!({"trip": "lyon", "with_car": false}));
+                idem::key::Fingerprint::of_canonical(&canonical)
+            },
+            |r| r.fingerprint,
+        ),
+        lease: std::time::Duration::from_millis(200),
+        orphans: idem::tool::OrphanPolicy::TakeOver,
+        arguments: Some(idem::key::canonical_json(
+            &json!({"trip": "lyon", "with_car": false}),
+        )),
+        contract: None,
+    };
+    assert!(matches!(
+        store.claim(&request).await.unwrap(),
+        idem::store::Claim::Acquired { .. }
+    ));
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let unknown = d.dispatch(&held, &run).await.unwrap_err();
+    assert_eq!(unknown.code(), "outcome_unknown", "{unknown}");
+    assert_eq!(
+        world(&tenant).effects("book flight lyon").len(),
+        0,
+        "not run"
+    );
+}
+
+on_stores!(a_non_idempotent_booking_stopped_mid_compensation_is_resumed_by_the_next_call =>
+    sqlite_a_non_idempotent_booking_stopped_mid_compensation_is_resumed_by_the_next_call,
+    postgres_a_non_idempotent_booking_stopped_mid_compensation_is_resumed_by_the_next_call);

@@ -30,6 +30,8 @@ pub struct World {
     pub tickets: BTreeMap<String, Ticket>,
     /// Cancellations the agency refuses, by booking.
     pub refuse_cancel: Vec<String>,
+    /// Whether the next cancellation, once applied, never answers (a worker stopping there).
+    pub hang_after_cancel: bool,
 }
 
 impl World {

@@ -214,6 +214,7 @@ impl ToolDef {
                 verify: self.verify.is_some(),
                 ttl,
                 lease: self.policy.lease,
+                compensates: self.compensate.is_some(),
             })
         };
         let cached = self.contract.get_or_init(make);

@@ -411,6 +411,46 @@ pub(super) async fn an_orphan_made_under_a_stricter_class_is_not_taken_over(s: S
     );
 }
 
+/// The orphan of a tool that compensates is taken over whatever its class (the dispatcher
+/// resumes a compensation its holder left, or turns the orphan Unknown itself); the same
+/// class without compensation is turned Unknown.
+pub(super) async fn an_orphan_of_a_tool_that_compensates_is_taken_over(s: Subject) {
+    for compensates in [true, false] {
+        let key = fresh_key("contract-compensates");
+        let made = Contract {
+            compensates,
+            ..contract(ToolClass::NonIdempotentWrite)
+        };
+        let req = with_contract(&request(&key, SHORT, OrphanPolicy::TakeOver), made);
+        let fence = acquire(&s, &req).await;
+        s.store
+            .journal(&key, fence, "flight", "\"f-1\"")
+            .await
+            .expect("journal");
+        s.pass(PAST_SHORT).await;
+        match (compensates, s.store.claim(&req).await.expect("claim")) {
+            (
+                true,
+                Claim::Acquired {
+                    takeover, steps, ..
+                },
+            ) => {
+                assert!(takeover, "a take-over");
+                assert_eq!(steps.len(), 1, "with the journal: {steps:?}");
+            }
+            (false, Claim::Existing(r)) => assert_eq!(
+                r.state.unknown_cause(),
+                Some(UnknownCause::Orphaned),
+                "without compensation the orphan turns Unknown, got {:?}",
+                r.state
+            ),
+            (compensates, other) => {
+                panic!("an orphan made with compensates = {compensates}: {other:?}")
+            }
+        }
+    }
+}
+
 /// `request` made under `contract`.
 fn with_contract(request: &ClaimRequest, contract: Contract) -> ClaimRequest {
     ClaimRequest {

@@ -146,6 +146,11 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("two_instances_race_and_one_claim_wins", |s| {
         Box::pin(instances::two_instances_race_and_one_claim_wins(s))
     }),
+    ("an_orphan_of_a_tool_that_compensates_is_taken_over", |s| {
+        Box::pin(holders::an_orphan_of_a_tool_that_compensates_is_taken_over(
+            s,
+        ))
+    }),
     ("run_entries_come_back_in_order_and_apart", |s| {
         Box::pin(runs::run_entries_come_back_in_order_and_apart(s))
     }),

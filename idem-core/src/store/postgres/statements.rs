@@ -215,12 +215,14 @@ ON CONFLICT (key) DO UPDATE SET
         -- A completed record past its expiry: a new call under the same key.
         WHEN t.state = 'completed' AND t.expires_at <= excluded.created_at THEN 'reclaimed'
         -- An orphan with the same arguments: the class decides, the stricter of the claim's
-        -- and the one the record was made under (`Contract::takes_over`: only an
-        -- idempotent_write's orphan is taken over). Other arguments never take a key over.
+        -- and the one the record was made under (`Contract::takes_over`: only the orphan of an
+        -- idempotent_write, or of a tool that compensates, is taken over). Other arguments
+        -- never take a key over.
         WHEN t.state = 'in_progress' AND t.lease_until <= excluded.created_at
              AND t.fingerprint = excluded.fingerprint
             THEN CASE WHEN $5::boolean AND (t.contract IS NULL
-                           OR (t.contract::jsonb ->> 'class') = 'idempotent_write')
+                           OR (t.contract::jsonb ->> 'class') = 'idempotent_write'
+                           OR (t.contract::jsonb ->> 'compensates') = 'true')
                       THEN 'taken_over' ELSE 'marked_unknown' END
         ELSE 'existing' END AS a) AS d)
 RETURNING {COLUMNS}, t.last_claim

@@ -31,12 +31,14 @@ if redis.call('HGET', rk, 'fp') ~= ARGV[3] then
 end
 if state == 'in_progress' and (num('lease_until') or 0) <= now then
   -- The stricter of the claim's policy and the one the record was made under
-  -- (`Contract::takes_over`: only an idempotent_write's orphan is taken over).
+  -- (`Contract::takes_over`: only the orphan of an idempotent_write, or of a tool that
+  -- compensates, is taken over).
   local policy = ARGV[5]
   local made = redis.call('HGET', rk, 'contract')
   if made then
     local ok, contract = pcall(cjson.decode, made)
-    if not ok or type(contract) ~= 'table' or contract.class ~= 'idempotent_write' then
+    if not ok or type(contract) ~= 'table'
+      or (contract.class ~= 'idempotent_write' and contract.compensates ~= true) then
       policy = 'mark_unknown'
     end
   end
