@@ -192,3 +192,40 @@ fn bad_rules_are_refused_when_the_tool_is_built_naming_the_tool_and_the_rule() {
         "{wrong_limit}"
     );
 }
+
+#[derive(Deserialize)]
+struct CardOwner {
+    card: String,
+}
+
+/// A careless check that quotes the card in its refusal.
+fn own_card(args: &CardOwner, run: &RunContext) -> Result<(), String> {
+    match run.acting_for.as_deref() == Some("cus_card") {
+        true => Ok(()),
+        false => Err(format!("card {} is not the customer's", args.card)),
+    }
+}
+
+/// Charge the customer's card.
+#[tool(class = "non_idempotent_write", authorize = own_card)]
+async fn charge_card(#[secret] card: String, cents: u64) -> Result<u64, ToolError> {
+    let _ = card;
+    Ok(cents)
+}
+
+#[tokio::test]
+async fn a_refusal_never_echoes_a_secret_argument() {
+    let d = shop(Arc::new(MemoryStore::new()))
+        .with_secret_key(idem::SecretKey::new(*b"controls-tests-secret-key-32-byt").unwrap());
+    let run = RunContext::new("t").acting_for("cus_other");
+    let call = ToolCall::new(
+        "charge_card",
+        json!({"card": "4242424242424242", "cents": 100}),
+    )
+    .with_call_id("call_card");
+    let refused = d.dispatch(&call, &run).await.unwrap_err();
+    assert_eq!(refused.code(), "not_authorized");
+    let text = refused.to_string();
+    assert!(!text.contains("4242424242424242"), "{text}");
+    assert!(text.contains("is not the customer's"), "{text}");
+}

@@ -302,3 +302,55 @@ async fn a_non_idempotent_booking_stopped_mid_compensation_is_resumed_by_the_nex
 on_stores!(a_non_idempotent_booking_stopped_mid_compensation_is_resumed_by_the_next_call =>
     sqlite_a_non_idempotent_booking_stopped_mid_compensation_is_resumed_by_the_next_call,
     postgres_a_non_idempotent_booking_stopped_mid_compensation_is_resumed_by_the_next_call);
+
+#[test]
+fn exports_tell_the_model_of_the_controls() {
+    use idem::export::Provider;
+    let d = shop(Arc::new(MemoryStore::new()));
+    let mcp = d.registry().export(Provider::Mcp).unwrap();
+    let by_name = |name: &str| {
+        mcp.as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    let trip = by_name("book_trip");
+    assert_eq!(
+        trip["_meta"]["io.idem/controls"],
+        json!({"compensates": true})
+    );
+    assert!(
+        trip["description"]
+            .as_str()
+            .unwrap()
+            .ends_with("If one of its steps fails for good, the steps it completed are undone, and the answer says so."),
+        "{trip}"
+    );
+    let refund = by_name("refund");
+    assert_eq!(
+        refund["_meta"]["io.idem/controls"],
+        json!({"approval": "by_rule"})
+    );
+    let ticket = by_name("set_ticket_status");
+    assert_eq!(
+        ticket["_meta"]["io.idem/controls"],
+        json!({"precondition": true})
+    );
+    // A tool with no control beyond its class is exported as before.
+    assert!(by_name("cancel_order").get("_meta").is_none());
+    let chat = d.registry().export(Provider::OpenAiChat).unwrap();
+    let trip = chat
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "book_trip")
+        .unwrap();
+    assert!(
+        trip["function"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("the steps it completed are undone")
+    );
+}

@@ -240,6 +240,7 @@ pub fn export(tool: &ToolDef, provider: Provider) -> Result<Exported, ExportErro
         Provider::GeminiOpenApi => gemini::open_api(tool)?,
         Provider::Mcp => mcp::export(tool),
     };
+    let value = with_controls(value, tool, provider);
     Ok(Exported {
         tool: value,
         report: PortabilityReport {
@@ -249,6 +250,56 @@ pub fn export(tool: &ToolDef, provider: Provider) -> Result<Exported, ExportErro
             changes: notes.changes,
         },
     })
+}
+
+/// What a model should know of a tool's controls beyond its class, in words appended to its
+/// description for every provider (no provider has a field for them), and for MCP also as
+/// `_meta["io.idem/controls"]`: some calls wait for a person, a precondition may refuse a
+/// call saying what changed, completed steps are undone when a later one fails. A tool with
+/// none of them is exported as before.
+fn with_controls(mut value: Value, tool: &ToolDef, provider: Provider) -> Value {
+    let by_rule = !tool.approve_when.is_empty();
+    let mut sentences = Vec::new();
+    if by_rule {
+        sentences.push(
+            "Some calls of it wait for a person's approval before they run; the answer says so.",
+        );
+    }
+    if tool.has_precondition() {
+        sentences.push("Before it runs it checks that what it changes is still as you last read it; if not, nothing is applied and the answer says what changed.");
+    }
+    if tool.has_compensation() {
+        sentences.push("If one of its steps fails for good, the steps it completed are undone, and the answer says so.");
+    }
+    if sentences.is_empty() {
+        return value;
+    }
+    let description = match provider {
+        Provider::OpenAiChat => value.pointer_mut("/function/description"),
+        _ => value.get_mut("description"),
+    };
+    if let Some(Value::String(text)) = description {
+        let joined = sentences.join(" ");
+        *text = match text.trim_end() {
+            "" => joined,
+            t if t.ends_with(['.', '!', '?']) => format!("{t} {joined}"),
+            t => format!("{t}. {joined}"),
+        };
+    }
+    if provider == Provider::Mcp {
+        let mut controls = serde_json::Map::new();
+        if by_rule {
+            controls.insert("approval".into(), Value::from("by_rule"));
+        }
+        if tool.has_precondition() {
+            controls.insert("precondition".into(), Value::Bool(true));
+        }
+        if tool.has_compensation() {
+            controls.insert("compensates".into(), Value::Bool(true));
+        }
+        value["_meta"] = serde_json::json!({ "io.idem/controls": controls });
+    }
+    value
 }
 
 /// Every tool of a registry in one provider's form; see [`Registry::export_all`].
