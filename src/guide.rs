@@ -17,6 +17,9 @@ pub mod secrets {}
 #[doc = include_str!("../docs/guide/approvals.md")]
 pub mod approvals {}
 
+#[doc = include_str!("../docs/guide/controls.md")]
+pub mod controls {}
+
 #[doc = include_str!("../docs/guide/operating.md")]
 pub mod operating {}
 

@@ -336,9 +336,12 @@ impl Dispatcher {
     ///     .unwrap()
     ///     .with_run_accounts(Duration::from_secs(3600));
     /// let run = RunContext::new("tenant-a").with_run("run-1", 0);
-    /// let call = ToolCall::new("add_note", json!({"text": "hi"})).with_call_id("c1");
+    /// let note = json!({"text": "hi"});
+    /// let call = ToolCall::new("add_note", note.clone()).with_call_id("c1").with_key("note-1");
     /// dispatcher.dispatch(&call, &run).await.unwrap();
-    /// dispatcher.dispatch(&call, &run).await.unwrap();
+    /// // The model calls again "to be sure": another call, the same key.
+    /// let again = ToolCall::new("add_note", note).with_call_id("c2").with_key("note-1");
+    /// dispatcher.dispatch(&again, &run).await.unwrap();
     /// let account = dispatcher.run_account("tenant-a", "run-1").await.unwrap();
     /// assert_eq!(account.counts(), vec![("applied", 1), ("replayed", 1)]);
     /// # }
