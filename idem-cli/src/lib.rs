@@ -52,7 +52,8 @@ enum Command {
     /// The records of calls: list, show, resolve an unknown outcome, release, purge.
     #[command(after_help = EXIT_CODES)]
     Records(cli::RecordsArgs),
-    /// Irreversible calls waiting for a person: list, show, approve, deny.
+    /// Calls waiting for a person's approval (every irreversible call, and those a tool's
+    /// approval rule selects): list, show, approve, deny.
     #[command(after_help = EXIT_CODES)]
     Approvals(cli::ApprovalsArgs),
     /// A run's account: every call of it and what became of it.

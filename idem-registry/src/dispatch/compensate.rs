@@ -50,20 +50,36 @@ pub fn undone_steps(steps: &[JournalEntry]) -> Vec<String> {
         .collect()
 }
 
+/// A held call to compensate: the claim, how long its outcome is kept, its journal, and the
+/// failure it is compensated for.
+pub(super) struct Compensation {
+    pub hold: ClaimGuard,
+    pub ttl: std::time::Duration,
+    pub steps: Vec<JournalEntry>,
+    pub takeover: bool,
+    /// The body's attempts in this dispatch (0 for a resumed compensation).
+    pub attempts: u32,
+    /// Why the call failed (on a resumed compensation, its journal's word wins).
+    pub failure: ToolError,
+}
+
 impl Dispatcher {
     /// Undo the completed steps of `call`, which failed for good with `failure` (or, on a
     /// take-over, with the failure its journal holds), and settle the record.
     pub(super) async fn compensate_held(
         &self,
         call: &KeyedCall<'_>,
-        mut hold: ClaimGuard,
-        ttl: std::time::Duration,
-        steps: Vec<JournalEntry>,
-        takeover: bool,
-        attempts: u32,
-        failure: ToolError,
+        compensation: Compensation,
         watch: &Watch<'_>,
     ) -> Result<Dispatched, DispatchError> {
+        let Compensation {
+            mut hold,
+            ttl,
+            steps,
+            takeover,
+            attempts,
+            failure,
+        } = compensation;
         let tool = call.tool;
         let Some(compensate) = tool.compensate.clone() else {
             unreachable!("the compensate stage runs only for a tool with a compensation")

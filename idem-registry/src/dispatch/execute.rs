@@ -92,10 +92,15 @@ impl Dispatcher {
         let tool = call.tool;
         // A compensation was under way when its holder stopped: resume it, never the body.
         if tool.compensate.is_some() && super::compensate::compensating(&steps) {
-            let journaled = ToolError::terminal("the call failed");
-            return self
-                .compensate_held(call, hold, ttl, steps, takeover, 0, journaled, watch)
-                .await;
+            let compensation = super::compensate::Compensation {
+                hold,
+                ttl,
+                steps,
+                takeover,
+                attempts: 0,
+                failure: ToolError::terminal("the call failed"),
+            };
+            return self.compensate_held(call, compensation, watch).await;
         }
         // The record shows which approval authorised the call, before anything runs.
         if let Some(approval) = &call.approval {
@@ -199,9 +204,15 @@ impl Dispatcher {
                 deduplicated: false,
             };
             if super::compensate::compensates(tool, error.kind(), &steps) {
-                return self
-                    .compensate_held(call, hold, ttl, steps, takeover, attempt, error, watch)
-                    .await;
+                let compensation = super::compensate::Compensation {
+                    hold,
+                    ttl,
+                    steps,
+                    takeover,
+                    attempts: attempt,
+                    failure: error,
+                };
+                return self.compensate_held(call, compensation, watch).await;
             }
             if decide::records_failure(error.kind(), call.approval.is_some(), !steps.is_empty()) {
                 self.record(

@@ -519,13 +519,15 @@ impl ToolBuilder {
             }
         }
         let mut authorize = self.authorize;
-        for rule in self.rules.authorize.iter().cloned() {
+        for rule in &self.rules.authorize {
+            let rule = rule.clone();
             authorize.push(Arc::new(move |args: &Value, run: &RunContext| {
                 rule.holds(args, run)
             }));
         }
         let mut approve_when = self.approve_when;
-        for rule in self.rules.approve_when.iter().cloned() {
+        for rule in &self.rules.approve_when {
+            let rule = rule.clone();
             approve_when.push(Arc::new(move |args: &Value, run: &RunContext| {
                 // A condition that cannot be judged asks a person.
                 rule.selects(args, run)
