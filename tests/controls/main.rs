@@ -18,6 +18,7 @@ mod account;
 mod approval;
 mod authorize;
 mod compensate;
+mod example;
 mod kill;
 mod precondition;
 mod world;

@@ -127,7 +127,7 @@ impl Elicitation {
         let arguments = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
         let minutes = self.validity.as_secs().div_ceil(60);
         let message = format!(
-            "Approve `{}`? It is irreversible. It runs once, with exactly these arguments:\n\n{arguments}\n\nIdempotency key: {}. This question expires in {minutes} min.",
+            "Approve `{}`? It runs once, with exactly these arguments:\n\n{arguments}\n\nIdempotency key: {}. This question expires in {minutes} min.",
             request.tool,
             sent.unwrap_or(request.key.as_str()),
         );

@@ -102,7 +102,7 @@ impl InboxLinks {
             )
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let message = format!(
-            "`{}` is irreversible and needs a person's approval. Open the link to see the exact call and approve or deny it, then let the call be sent again.",
+            "`{}` needs a person's approval. Open the link to see the exact call and approve or deny it, then let the call be sent again.",
             request.tool
         );
         let params = ElicitRequestParams::UrlElicitationParams {

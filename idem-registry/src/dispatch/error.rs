@@ -65,8 +65,10 @@ pub enum DispatchError {
         /// Its class.
         class: ToolClass,
     },
-    /// An irreversible call without an approval for this key and these arguments.
-    #[error("`{}` is irreversible and needs approval for key {} with these exact arguments", request.tool, request.key)]
+    /// A call that needs a person's approval (every irreversible call, and those a tool's
+    /// approval rule selects) without one for this key and these arguments; it is pending
+    /// in the store.
+    #[error("`{}` needs approval from a person for key {} with these exact arguments; nothing ran", request.tool, request.key)]
     ApprovalRequired {
         /// What to approve.
         request: Box<ApprovalRequest>,
