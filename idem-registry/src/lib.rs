@@ -16,6 +16,7 @@ mod heartbeat;
 pub mod pointer;
 pub mod redact;
 pub mod registry;
+pub mod run;
 pub mod schema;
 pub mod tool;
 #[doc(hidden)]

@@ -20,8 +20,9 @@ use idem_core::{Outcome, RecordKey, RecordState, StoreError, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::Dispatcher;
-use super::call::{Dispatched, RunContext, ToolCall};
+use super::call::{Dispatched, ToolCall};
 use super::error::DispatchError;
+use crate::run::RunContext;
 
 /// How long a run's account is kept unless [`Dispatcher::with_run_accounts`] says: a week.
 pub const DEFAULT_ACCOUNT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -9,12 +9,13 @@ use idem_core::store::approvals::{self, ApprovalDecision, PendingApproval, Verdi
 use idem_core::{Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, canonical_json};
 use serde_json::Value;
 
-use super::call::{Dispatched, RunContext, ToolCall};
+use super::call::{Dispatched, ToolCall};
 use super::error::{DispatchError, store_error};
 use super::key::Keyed;
 use super::observe::EventKind;
 use super::{Dispatcher, arguments, decide, replay};
 use crate::approval::{Approval, ApprovalRefusal, ApprovalRequest, Binding};
+use crate::run::RunContext;
 use crate::tool::ToolDef;
 
 /// The journal step under which the record of an approved call keeps its approval (the

@@ -8,7 +8,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::body::{self, scrub_output, scrub_tool_error};
-use super::call::{Dispatched, RunContext};
+use super::call::Dispatched;
 use super::decide::{self, GiveBack, too_deep};
 use super::error::DispatchError;
 use super::guard::{ClaimGuard, WonClaim};
@@ -16,6 +16,7 @@ use super::key::{random_u64, unkeyed};
 use super::observe::{EventKind, Stage};
 use super::{Dispatcher, KeyedCall, Watch, context_parts};
 use crate::context::ToolContext;
+use crate::run::RunContext;
 use crate::tool::{ToolDef, TypedArguments};
 
 impl Dispatcher {

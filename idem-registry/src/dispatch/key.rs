@@ -7,8 +7,9 @@ use idem_core::{Fingerprint, IdempotencyKey, KeyMaterial, LogicalKey, RecordKey,
 use serde_json::Value;
 
 use super::Dispatcher;
-use super::call::{RunContext, ToolCall};
+use super::call::ToolCall;
 use super::error::DispatchError;
+use crate::run::RunContext;
 use crate::tool::ToolDef;
 
 /// A call's keys and fingerprint.

@@ -53,10 +53,11 @@ use tracing::Instrument;
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::MetricsObserver;
+pub use crate::run::RunContext;
 pub use account::{AccountEntry, CallOutcome, DEFAULT_ACCOUNT_RETENTION, RunAccount, run_account};
 pub use approve::APPROVAL_STEP;
 pub use body::{Attempt, BodyFuture, Execution};
-pub use call::{Dispatched, ResendWindow, RunContext, ToolCall};
+pub use call::{Dispatched, ResendWindow, ToolCall};
 pub use compensate::{COMPENSATING_STEP, UNDO_PREFIX, undone_steps};
 pub use desk::{ApprovalDesk, DecisionError};
 pub use error::DispatchError;

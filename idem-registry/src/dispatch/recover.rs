@@ -32,12 +32,12 @@ use idem_core::{
 };
 use serde_json::Value;
 
-use super::call::RunContext;
 use super::error::DispatchError;
 use super::guard::{ClaimGuard, WonClaim};
 use super::verify::{UnknownRecord, Verification};
 use super::{Dispatcher, KeyedCall, Watch, arguments, decide};
 use crate::context::FencedKey;
+use crate::run::RunContext;
 use crate::tool::ToolDef;
 
 /// Which records a recovery pass looks at.

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use super::Dispatcher;
-use super::call::{Dispatched, RunContext, ToolCall};
+use super::call::{Dispatched, ToolCall};
 use super::decide;
 use super::error::DispatchError;
+use crate::run::RunContext;
 
 impl Dispatcher {
     /// Dispatch `call`; while its outcome is Unknown and a verify hook will be asked at a

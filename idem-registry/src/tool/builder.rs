@@ -20,8 +20,8 @@ use super::name::check_name;
 use super::policy::{ExplicitSettings, ToolPolicy};
 use crate::args::require_object;
 use crate::context::ToolContext;
-use crate::dispatch::RunContext;
 use crate::error::{ArgumentError, RegistryError};
+use crate::run::RunContext;
 use crate::schema::check_argument_pointer;
 
 impl ToolDef {

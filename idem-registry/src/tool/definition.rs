@@ -277,7 +277,7 @@ impl ToolDef {
 
     /// Whether this call needs a person's approval: every call of an irreversible tool, and
     /// the calls its approval rule selects.
-    pub fn needs_approval(&self, args: &Value, run: &crate::dispatch::RunContext) -> bool {
+    pub fn needs_approval(&self, args: &Value, run: &crate::run::RunContext) -> bool {
         self.class.requires_approval() || self.approve_when.iter().any(|f| f(args, run))
     }
 

@@ -90,9 +90,9 @@ pub enum Setting {
     /// `#[secret]` on the parameter at this JSON Pointer.
     Secret(&'static str),
     /// `authorize`, its check called with the arguments and the run.
-    Authorize(fn(&Value, &crate::dispatch::RunContext) -> Result<(), String>),
+    Authorize(fn(&Value, &crate::run::RunContext) -> Result<(), String>),
     /// `approve_when`.
-    ApproveWhen(fn(&Value, &crate::dispatch::RunContext) -> bool),
+    ApproveWhen(fn(&Value, &crate::run::RunContext) -> bool),
     /// `precondition`.
     Precondition(fn(ToolContext, &Value) -> BoxFuture<'static, Result<(), ToolError>>),
     /// `compensate`.

@@ -262,11 +262,11 @@ impl<F: Fn(&serde_json::Value) -> Option<String>> NaturalKeyFn for F {
 )]
 pub trait AuthorizeFn<A> {
     /// Check a call.
-    fn check(&self, args: &A, run: &crate::dispatch::RunContext) -> Result<(), String>;
+    fn check(&self, args: &A, run: &crate::run::RunContext) -> Result<(), String>;
 }
 
-impl<A, F: Fn(&A, &crate::dispatch::RunContext) -> Result<(), String>> AuthorizeFn<A> for F {
-    fn check(&self, args: &A, run: &crate::dispatch::RunContext) -> Result<(), String> {
+impl<A, F: Fn(&A, &crate::run::RunContext) -> Result<(), String>> AuthorizeFn<A> for F {
+    fn check(&self, args: &A, run: &crate::run::RunContext) -> Result<(), String> {
         self(args, run)
     }
 }
@@ -276,7 +276,7 @@ impl<A, F: Fn(&A, &crate::dispatch::RunContext) -> Result<(), String>> Authorize
 pub fn authorize<A: serde::de::DeserializeOwned, F: AuthorizeFn<A>>(
     f: &F,
     args: &serde_json::Value,
-    run: &crate::dispatch::RunContext,
+    run: &crate::run::RunContext,
 ) -> Result<(), String> {
     let typed = crate::tool::typed_args::<A>("authorization check", args)?;
     f.check(&typed, run)
@@ -290,11 +290,11 @@ pub fn authorize<A: serde::de::DeserializeOwned, F: AuthorizeFn<A>>(
 )]
 pub trait ApproveWhenFn<A> {
     /// Whether the call needs approval.
-    fn select(&self, args: &A, run: &crate::dispatch::RunContext) -> bool;
+    fn select(&self, args: &A, run: &crate::run::RunContext) -> bool;
 }
 
-impl<A, F: Fn(&A, &crate::dispatch::RunContext) -> bool> ApproveWhenFn<A> for F {
-    fn select(&self, args: &A, run: &crate::dispatch::RunContext) -> bool {
+impl<A, F: Fn(&A, &crate::run::RunContext) -> bool> ApproveWhenFn<A> for F {
+    fn select(&self, args: &A, run: &crate::run::RunContext) -> bool {
         self(args, run)
     }
 }
@@ -304,7 +304,7 @@ impl<A, F: Fn(&A, &crate::dispatch::RunContext) -> bool> ApproveWhenFn<A> for F 
 pub fn approve_when<A: serde::de::DeserializeOwned, F: ApproveWhenFn<A>>(
     f: &F,
     args: &serde_json::Value,
-    run: &crate::dispatch::RunContext,
+    run: &crate::run::RunContext,
 ) -> bool {
     match crate::tool::typed_args::<A>("approval rule", args) {
         Ok(typed) => f.select(&typed, run),
