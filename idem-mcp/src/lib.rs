@@ -12,4 +12,4 @@ pub use model::{
     APPROVAL_INPUT, META_DEDUPLICATED, META_DIFFERING_ARGUMENTS, META_DOWNSTREAM_KEY, META_ERROR,
     META_KEY, META_RETRY_AFTER, META_RUN, META_STEP,
 };
-pub use server::{Authenticate, McpServeError, McpServer, approval, inbox};
+pub use server::{Authenticate, McpServeError, McpServer, account, approval, inbox};

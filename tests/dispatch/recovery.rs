@@ -597,3 +597,60 @@ async fn a_shorter_lease_does_not_shorten_the_settle_delay_of_an_old_record() {
         &RecoveryAction::Verified { applied: false }
     );
 }
+
+/// Holds the first two recovery workers at the write that settles the orphan, until both got
+/// there: both read the record before either acted.
+#[derive(Debug)]
+struct BothBeforeActing {
+    key: RecordKey,
+    arrived: AtomicUsize,
+    barrier: tokio::sync::Barrier,
+}
+
+#[async_trait::async_trait]
+impl support::hooked_store::Hook for BothBeforeActing {
+    async fn before(
+        &self,
+        op: support::hooked_store::Op,
+        key: Option<&RecordKey>,
+    ) -> Result<(), idem::store::StoreError> {
+        use support::hooked_store::Op;
+        let settling = matches!(op, Op::Claim | Op::MarkUnknown) && key == Some(&self.key);
+        if settling && self.arrived.fetch_add(1, Ordering::SeqCst) < 2 {
+            self.barrier.wait().await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_recoverers_only_the_one_that_turned_an_orphan_unknown_says_so() {
+    let (clock, store, downstream) = setup();
+    let deploy = Deploy::of(ToolClass::NonIdempotentWrite);
+    let key = died_holding(&deploy.dispatcher(&downstream, store.clone()), &call()).await;
+    clock.advance(Duration::from_secs(11));
+    let hooked: Arc<dyn Store> = Arc::new(support::hooked_store::Hooked::new(
+        store,
+        BothBeforeActing {
+            key: key.clone(),
+            arrived: AtomicUsize::new(0),
+            barrier: tokio::sync::Barrier::new(2),
+        },
+    ));
+    let d = deploy.dispatcher(&downstream, hooked);
+    let pass =
+        |d: Dispatcher| tokio::spawn(async move { d.recover(&RecoveryOptions::default()).await });
+    let (a, b) = (pass(d.clone()), pass(d.clone()));
+    let mut actions: Vec<String> = [a.await.unwrap().unwrap(), b.await.unwrap().unwrap()]
+        .into_iter()
+        .flat_map(|r| r.records)
+        .map(|r| format!("{:?}", r.action))
+        .collect();
+    actions.sort();
+    assert_eq!(
+        actions,
+        ["MarkedUnknown", "Raced"],
+        "one turned it Unknown; the other lost the race"
+    );
+    assert!(downstream.calls().is_empty(), "never run again");
+}

@@ -339,19 +339,17 @@ impl Dispatcher {
             decide::Recovery::Leave => None,
             decide::Recovery::Rerun => Some(self.rerun(tool, &record, &current, &rule).await),
             decide::Recovery::MarkUnknown => {
-                // Turned Unknown by the claim, as a caller's duplicate would.
-                let request = claim_request(tool, &record, &current, OrphanPolicy::MarkUnknown);
-                Some(match self.claim_cancel_safe(request).await {
-                    Ok((Claim::Existing(r), _)) if r.state.kind() == StateKind::Unknown => {
-                        RecoveryAction::MarkedUnknown
-                    }
-                    Ok((Claim::Existing(_), _)) => RecoveryAction::Raced,
-                    // Only a record without a contract, met by a tool whose class would take
-                    // it over but whose rule says otherwise, could come here: give it back.
-                    Ok((Claim::Acquired { fence, .. }, _)) => {
-                        let _ = self.store.release(&record.key, fence).await;
-                        RecoveryAction::Raced
-                    }
+                // Turned Unknown at the fence it was read at, as a caller's duplicate would
+                // turn it. Its lease had lapsed, so only a claim or its holder's own last
+                // write can change it meanwhile: of two recoverers that read it, the store
+                // lets the first do it, and the other lost the race.
+                let marked = self
+                    .store
+                    .mark_unknown(&record.key, record.fence, idem_core::ORPHANED)
+                    .await;
+                Some(match marked {
+                    Ok(()) => RecoveryAction::MarkedUnknown,
+                    Err(StoreError::Fenced { .. }) => RecoveryAction::Raced,
                     Err(e) => RecoveryAction::Reported(Unrecoverable::Failed(e.to_string())),
                 })
             }
