@@ -1,0 +1,279 @@
+//! Deterministic simulation of the dispatcher over the in-memory store: one seed decides the
+//! workers and duplicate callers, the tools and their classes, when each call is sent, the
+//! faults of every store operation (an error before it, a reply lost after it committed, a
+//! delay) and of every body (an effect then a timeout, nothing applied, a delay past the
+//! lease), and which workers crash (everything but the store is lost). The schedule runs in
+//! turmoil: every worker is a host on one thread, in simulated time, so a seed replays
+//! exactly. After each run the invariants are checked (`check.rs`).
+//!
+//! `scripts/simulate [SEEDS] [--seed N]` runs any number; `cargo test` runs a budget
+//! (`IDEM_SIM_SEEDS`, default [`CI_SEEDS`]). The simulator is tested too: with a defect
+//! planted in the store (`faults::Defect`), it must report a violation.
+
+mod check;
+mod faults;
+mod world;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::prelude::*;
+use idem::store::MemoryStore;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use faults::{Defect, FaultStore};
+use world::{Sim, SimClock};
+
+/// Seeds `cargo test` runs unless `IDEM_SIM_SEEDS` says otherwise.
+const CI_SEEDS: u64 = 300;
+
+/// The tools of the simulation, one per behaviour a class promises.
+const TOOLS: [&str; 4] = ["sim_idem", "sim_steps", "sim_once", "sim_plain"];
+
+/// One call the schedule sends, perhaps several times, from several workers.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub tool: &'static str,
+    /// Its logical id (in the arguments) and explicit key.
+    pub id: String,
+    /// (worker, when) of each send.
+    pub sends: Vec<(usize, Duration)>,
+}
+
+/// What one seed decided.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub workers: usize,
+    pub calls: Vec<Planned>,
+    /// Workers that crash, and when.
+    pub crashes: Vec<(usize, Duration)>,
+}
+
+impl Plan {
+    fn of(seed: u64) -> Plan {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0f_1de);
+        let workers = rng.random_range(2..=4);
+        let calls = (0..rng.random_range(2..=6))
+            .map(|i| Planned {
+                tool: TOOLS[rng.random_range(0..TOOLS.len())],
+                id: format!("c{i}"),
+                sends: (0..rng.random_range(1..=3))
+                    .map(|_| {
+                        (
+                            rng.random_range(0..workers),
+                            Duration::from_millis(rng.random_range(0..3_000)),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mut crashes = Vec::new();
+        for w in 0..workers {
+            if rng.random_bool(0.25) {
+                crashes.push((w, Duration::from_millis(rng.random_range(0..4_000))));
+            }
+        }
+        Plan {
+            workers,
+            calls,
+            crashes,
+        }
+    }
+}
+
+/// The outcome of one seed: the violations found, and a trace of what the providers saw
+/// (equal for equal seeds).
+pub struct Ran {
+    pub violations: Vec<String>,
+    pub trace: Vec<String>,
+}
+
+/// Run one seed, with `defect` planted in the store.
+pub fn run(seed: u64, defect: Defect) -> Ran {
+    let plan = Plan::of(seed);
+    let sim = Sim::new(seed);
+    let clock = Arc::new(SimClock);
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new().with_clock(clock));
+    let store: Arc<dyn Store> = Arc::new(FaultStore::new(memory.clone(), sim.clone(), defect));
+    let dispatcher =
+        Dispatcher::new(Registry::linked().expect("registry"), store).expect("dispatcher");
+    let mut turmoil = turmoil::Builder::new()
+        .rng_seed(seed)
+        .tick_duration(Duration::from_millis(10))
+        .simulation_duration(Duration::from_secs(600))
+        .build();
+    for w in 0..plan.workers {
+        let mine: Vec<(Duration, Planned)> = plan
+            .calls
+            .iter()
+            .flat_map(|c| {
+                c.sends
+                    .iter()
+                    .filter(|(worker, _)| *worker == w)
+                    .map(|(_, at)| (*at, c.clone()))
+            })
+            .collect();
+        let d = dispatcher.clone();
+        // A host, so that it can crash: everything of it but the store is lost.
+        turmoil.host(format!("w{w}"), move || {
+            let (d, mut sends) = (d.clone(), mine.clone());
+            async move {
+                sends.sort_by_key(|(at, c)| (*at, c.id.clone()));
+                let started = tokio::time::Instant::now();
+                let tasks: Vec<_> = sends
+                    .into_iter()
+                    .map(|(at, call)| {
+                        let d = d.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep_until(started + at).await;
+                            let _ = d.dispatch(&tool_call(&call), &RunContext::new("sim")).await;
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    let _ = t.await;
+                }
+                Ok(())
+            }
+        });
+    }
+    let settled = Arc::new(std::sync::Mutex::new(None));
+    {
+        let (d, sim, plan, settled) = (
+            dispatcher.clone(),
+            sim.clone(),
+            plan.clone(),
+            settled.clone(),
+        );
+        let memory = memory.clone();
+        turmoil.client("checker", async move {
+            // The workers' time, then the faults stop and every lease and settle delay lapses.
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            sim.stop_faults();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            let found = check::settle_and_check(&d, &*memory, &sim, &plan).await;
+            *settled.lock().unwrap() = Some(found);
+            Ok(())
+        });
+    }
+    let mut crashes = plan.crashes.clone();
+    crashes.sort_by_key(|(_, at)| *at);
+    let mut failure = None;
+    loop {
+        let elapsed = turmoil.elapsed();
+        while let Some((w, at)) = crashes.first().copied() {
+            if at > elapsed {
+                break;
+            }
+            crashes.remove(0);
+            if turmoil.is_host_running(format!("w{w}")) {
+                turmoil.crash(format!("w{w}"));
+            }
+        }
+        match turmoil.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                failure = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let mut violations = settled.lock().unwrap().take().unwrap_or_else(|| {
+        vec![format!(
+            "the schedule did not finish: {}",
+            failure.unwrap_or_else(|| "no result".into())
+        )]
+    });
+    violations.sort();
+    Ran {
+        violations,
+        trace: sim.trace(),
+    }
+}
+
+/// The call a planned send dispatches.
+fn tool_call(call: &Planned) -> ToolCall {
+    ToolCall::new(call.tool, json!({"call": call.id})).with_key(format!("sim-{}", call.id))
+}
+
+/// Run `seeds` seeds from `first` (stopping at the first seed with a violation when
+/// `first_only`): how many ran, and the violations, each with its seed.
+pub fn run_many(
+    first: u64,
+    seeds: u64,
+    defect: Defect,
+    first_only: bool,
+) -> (u64, Vec<(u64, String)>) {
+    let mut found = Vec::new();
+    for (ran, seed) in (first..first + seeds).enumerate() {
+        for v in run(seed, defect).violations {
+            found.push((seed, v));
+        }
+        if first_only && !found.is_empty() {
+            return (ran as u64 + 1, found);
+        }
+    }
+    (seeds, found)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// The simulation: `IDEM_SIM_SEEDS` schedules from `IDEM_SIM_FIRST` (or the one seed
+/// `IDEM_SIM_SEED`); the last line says `N schedules, V violations`, and each violation its
+/// seed and the command that replays it.
+#[test]
+fn simulate() {
+    let (first, seeds) = match env_u64("IDEM_SIM_SEED") {
+        Some(seed) => (seed, 1),
+        None => (
+            env_u64("IDEM_SIM_FIRST").unwrap_or(0),
+            env_u64("IDEM_SIM_SEEDS").unwrap_or(CI_SEEDS),
+        ),
+    };
+    if seeds == 1 && std::env::var_os("IDEM_SIM_TRACE").is_some() {
+        println!("seed {first}: {:?}", Plan::of(first));
+        for line in run(first, Defect::None).trace {
+            println!("  {line}");
+        }
+    }
+    let (ran, violations) = run_many(first, seeds, Defect::None, false);
+    for (seed, v) in &violations {
+        println!("seed {seed}: {v}\n  replay: scripts/simulate --seed {seed}");
+    }
+    println!("{ran} schedules, {} violations", violations.len());
+    assert!(violations.is_empty(), "{} violations", violations.len());
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    for seed in [3, 17, 42] {
+        let (a, b) = (run(seed, Defect::None), run(seed, Defect::None));
+        assert!(!a.trace.is_empty(), "seed {seed} did something");
+        assert_eq!(a.trace, b.trace, "seed {seed} replays exactly");
+    }
+}
+
+#[test]
+fn a_live_holders_fence_handed_out_again_is_caught() {
+    let (ran, violations) = run_many(1_000, CI_SEEDS, Defect::TakeLiveClaims, true);
+    assert!(
+        !violations.is_empty(),
+        "the planted defect went unseen in {ran} schedules"
+    );
+    println!("caught after {ran} schedule(s): {violations:?}");
+}
+
+#[test]
+fn a_claim_lost_and_reported_as_acquired_is_caught() {
+    let (ran, violations) = run_many(2_000, CI_SEEDS, Defect::LoseClaims, true);
+    assert!(
+        !violations.is_empty(),
+        "the planted defect went unseen in {ran} schedules"
+    );
+    println!("caught after {ran} schedule(s): {violations:?}");
+}
