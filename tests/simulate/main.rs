@@ -27,7 +27,7 @@ use faults::{Defect, FaultStore};
 use world::{Sim, SimClock};
 
 /// Seeds `cargo test` runs unless `IDEM_SIM_SEEDS` says otherwise.
-const CI_SEEDS: u64 = 300;
+const CI_SEEDS: u64 = 200;
 
 /// The tools of the simulation, one per behaviour a class promises.
 const TOOLS: [&str; 4] = ["sim_idem", "sim_steps", "sim_once", "sim_plain"];
@@ -90,12 +90,62 @@ pub struct Ran {
     pub trace: Vec<String>,
 }
 
-/// Run one seed, with `defect` planted in the store.
+/// The in-process stores a schedule runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Memory,
+    /// A fresh file, at `synchronous = NORMAL` so that every operation runs inline on the
+    /// simulation's one thread (at `FULL` a write goes to the blocking pool, whose threads
+    /// the simulation does not schedule).
+    Sqlite,
+}
+
+impl Kind {
+    fn open(self, seed: u64) -> (Arc<dyn Store>, Option<std::path::PathBuf>) {
+        let clock = Arc::new(SimClock);
+        match self {
+            Kind::Memory => (Arc::new(MemoryStore::new().with_clock(clock)), None),
+            Kind::Sqlite => {
+                let path =
+                    std::env::temp_dir().join(format!("idem-sim-{}-{seed}.db", std::process::id()));
+                let store = idem::store::SqliteStore::open(&path)
+                    .and_then(|s| s.with_synchronous(idem::store::Synchronous::Normal))
+                    .and_then(|s| s.with_clock(clock))
+                    .expect("a SQLite store for the simulation");
+                (Arc::new(store), Some(path))
+            }
+        }
+    }
+
+    fn of_env() -> Vec<Kind> {
+        match std::env::var("IDEM_SIM_STORE").as_deref() {
+            Ok("memory") => vec![Kind::Memory],
+            Ok("sqlite") => vec![Kind::Sqlite],
+            _ => vec![Kind::Memory, Kind::Sqlite],
+        }
+    }
+}
+
+/// Run one seed on the memory store, with `defect` planted in it.
 pub fn run(seed: u64, defect: Defect) -> Ran {
+    run_on(Kind::Memory, seed, defect)
+}
+
+/// Run one seed on a store of `kind`, with `defect` planted in it.
+pub fn run_on(kind: Kind, seed: u64, defect: Defect) -> Ran {
+    let (memory, file) = kind.open(seed);
+    let ran = schedule(seed, defect, memory);
+    if let Some(path) = file {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+    ran
+}
+
+fn schedule(seed: u64, defect: Defect, memory: Arc<dyn Store>) -> Ran {
     let plan = Plan::of(seed);
     let sim = Sim::new(seed);
-    let clock = Arc::new(SimClock);
-    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new().with_clock(clock));
     let store: Arc<dyn Store> = Arc::new(FaultStore::new(memory.clone(), sim.clone(), defect));
     let dispatcher =
         Dispatcher::new(Registry::linked().expect("registry"), store).expect("dispatcher");
@@ -199,9 +249,10 @@ fn tool_call(call: &Planned) -> ToolCall {
     ToolCall::new(call.tool, json!({"call": call.id})).with_key(format!("sim-{}", call.id))
 }
 
-/// Run `seeds` seeds from `first` (stopping at the first seed with a violation when
-/// `first_only`): how many ran, and the violations, each with its seed.
+/// Run `seeds` seeds from `first` on a store of `kind` (stopping at the first seed with a
+/// violation when `first_only`): how many ran, and the violations, each with its seed.
 pub fn run_many(
+    kind: Kind,
     first: u64,
     seeds: u64,
     defect: Defect,
@@ -209,7 +260,7 @@ pub fn run_many(
 ) -> (u64, Vec<(u64, String)>) {
     let mut found = Vec::new();
     for (ran, seed) in (first..first + seeds).enumerate() {
-        for v in run(seed, defect).violations {
+        for v in run_on(kind, seed, defect).violations {
             found.push((seed, v));
         }
         if first_only && !found.is_empty() {
@@ -235,15 +286,24 @@ fn simulate() {
             env_u64("IDEM_SIM_SEEDS").unwrap_or(CI_SEEDS),
         ),
     };
-    if seeds == 1 && std::env::var_os("IDEM_SIM_TRACE").is_some() {
-        println!("seed {first}: {:?}", Plan::of(first));
-        for line in run(first, Defect::None).trace {
-            println!("  {line}");
+    let (mut ran, mut violations) = (0, Vec::new());
+    for kind in Kind::of_env() {
+        let store = format!("{kind:?}").to_lowercase();
+        if seeds == 1 && std::env::var_os("IDEM_SIM_TRACE").is_some() {
+            println!("seed {first} on {store}: {:?}", Plan::of(first));
+            for line in run_on(kind, first, Defect::None).trace {
+                println!("  {line}");
+            }
         }
-    }
-    let (ran, violations) = run_many(first, seeds, Defect::None, false);
-    for (seed, v) in &violations {
-        println!("seed {seed}: {v}\n  replay: scripts/simulate --seed {seed}");
+        let (n, found) = run_many(kind, first, seeds, Defect::None, false);
+        for (seed, v) in &found {
+            println!(
+                "seed {seed} on {store}: {v}\n  replay: scripts/simulate --store {store} --seed {seed}"
+            );
+        }
+        println!("{store}: {n} schedules, {} violations", found.len());
+        ran += n;
+        violations.extend(found);
     }
     println!("{ran} schedules, {} violations", violations.len());
     assert!(violations.is_empty(), "{} violations", violations.len());
@@ -251,16 +311,21 @@ fn simulate() {
 
 #[test]
 fn a_seed_replays_exactly() {
-    for seed in [3, 17, 42] {
-        let (a, b) = (run(seed, Defect::None), run(seed, Defect::None));
-        assert!(!a.trace.is_empty(), "seed {seed} did something");
-        assert_eq!(a.trace, b.trace, "seed {seed} replays exactly");
+    for kind in [Kind::Memory, Kind::Sqlite] {
+        for seed in [3, 17, 42] {
+            let (a, b) = (
+                run_on(kind, seed, Defect::None),
+                run_on(kind, seed, Defect::None),
+            );
+            assert!(!a.trace.is_empty(), "seed {seed} did something");
+            assert_eq!(a.trace, b.trace, "seed {seed} on {kind:?} replays exactly");
+        }
     }
 }
 
 #[test]
 fn a_live_holders_fence_handed_out_again_is_caught() {
-    let (ran, violations) = run_many(1_000, CI_SEEDS, Defect::TakeLiveClaims, true);
+    let (ran, violations) = run_many(Kind::Memory, 1_000, CI_SEEDS, Defect::TakeLiveClaims, true);
     assert!(
         !violations.is_empty(),
         "the planted defect went unseen in {ran} schedules"
@@ -270,7 +335,7 @@ fn a_live_holders_fence_handed_out_again_is_caught() {
 
 #[test]
 fn a_claim_lost_and_reported_as_acquired_is_caught() {
-    let (ran, violations) = run_many(2_000, CI_SEEDS, Defect::LoseClaims, true);
+    let (ran, violations) = run_many(Kind::Memory, 2_000, CI_SEEDS, Defect::LoseClaims, true);
     assert!(
         !violations.is_empty(),
         "the planted defect went unseen in {ran} schedules"

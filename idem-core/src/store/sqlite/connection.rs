@@ -172,6 +172,8 @@ pub(super) struct Database {
     /// The last checkpoint copied the whole WAL: the next write may start the WAL over, which
     /// syncs its header, so it goes to the blocking pool.
     restart_pending: AtomicBool,
+    /// The clock every operation reads (the system's unless the store was given another).
+    pub(super) clock: Arc<dyn crate::store::memory::Clock>,
     #[cfg(test)]
     pub(super) counts: Counts,
 }
@@ -208,12 +210,13 @@ impl Session {
     /// write lock is held. Anything but success rolls the transaction back.
     fn transact<T>(
         &mut self,
+        clock: &dyn crate::store::memory::Clock,
         op: &mut impl FnMut(&Connection, Timestamp) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let value = op(&tx, Timestamp::now())?;
+        let value = op(&tx, clock.now())?;
         tx.commit()?;
         Ok(value)
     }
@@ -247,6 +250,11 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 impl Database {
+    /// The clock operations read.
+    fn clock(&self) -> &dyn crate::store::memory::Clock {
+        &*self.clock
+    }
+
     /// Open the file at `path` (creating it and the schema if needed) with the store's
     /// settings: WAL mode, `synchronous = FULL`, no automatic checkpoint, the WAL hook that
     /// counts pages for this store's own checkpoints.
@@ -277,6 +285,7 @@ impl Database {
             pages: Arc::new(AtomicU32::new(0)),
             checkpointing: AtomicBool::new(false),
             restart_pending: AtomicBool::new(false),
+            clock: Arc::new(crate::store::memory::SystemClock),
             #[cfg(test)]
             counts: Counts::default(),
         };
@@ -327,7 +336,8 @@ impl Database {
     ) -> Result<T, StoreError> {
         let mut session = self.lock();
         session.set_waits(true).map_err(|e| self.failed(e))?;
-        let result = self.retrying(|| session.transact(&mut op));
+        let clock = self.clock();
+        let result = self.retrying(|| session.transact(clock, &mut op));
         if result.is_ok() {
             self.restart_pending.store(false, Ordering::Relaxed);
         }
@@ -342,7 +352,8 @@ impl Database {
     ) -> Result<T, StoreError> {
         let mut session = self.lock();
         session.set_waits(true).map_err(|e| self.failed(e))?;
-        self.retrying(|| op(&session.conn, Timestamp::now()))
+        let clock = self.clock();
+        self.retrying(|| op(&session.conn, clock.now()))
     }
 
     /// [`Database::write`] on the calling thread without waiting for anything: `None` when the
@@ -359,7 +370,8 @@ impl Database {
         if let Err(e) = session.set_waits(false) {
             return Some(Err(self.failed(e)));
         }
-        let result = session.transact(&mut op);
+        let clock = self.clock();
+        let result = session.transact(clock, &mut op);
         drop(session);
         match result {
             Err(Failure::Sql(e)) if is_busy(&e) => {
@@ -385,7 +397,7 @@ impl Database {
         if let Err(e) = session.set_waits(false) {
             return Some(Err(self.failed(e)));
         }
-        match op(&session.conn, Timestamp::now()) {
+        match op(&session.conn, self.clock().now()) {
             Err(Failure::Sql(e)) if is_busy(&e) => None,
             Ok(value) => Some(Ok(value)),
             Err(e) => Some(Err(self.settle(e))),

@@ -326,6 +326,45 @@ impl SqliteStore {
         Ok(self)
     }
 
+    /// Read time from `clock` instead of the system's: leases, expiries and Unknown
+    /// outcomes' times, for a test that moves time itself (as
+    /// [`MemoryStore::with_clock`](crate::store::memory::MemoryStore::with_clock)). Give it
+    /// right after opening: a store already shared cannot change its clock
+    /// ([`StoreError::Unavailable`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use idem_core::store::memory::ManualClock;
+    /// use idem_core::store::sqlite::SqliteStore;
+    /// use idem_core::Store;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let path = std::env::temp_dir().join(format!("idem-doc-clock-{}.db", std::process::id()));
+    /// let clock = Arc::new(ManualClock::new());
+    /// let store = SqliteStore::open(&path)?.with_clock(clock.clone())?;
+    /// let before = store.now().await?;
+    /// clock.advance(std::time::Duration::from_secs(60));
+    /// assert_eq!(store.now().await?.as_millis(), before.as_millis() + 60_000);
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm"] {
+    /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    /// # }
+    /// # Ok::<(), idem_core::StoreError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn with_clock(
+        mut self,
+        clock: Arc<dyn crate::store::memory::Clock>,
+    ) -> Result<Self, StoreError> {
+        let Some(db) = Arc::get_mut(&mut self.inner.db) else {
+            return Err(StoreError::Unavailable(
+                "the store is shared already: give it its clock right after opening it".into(),
+            ));
+        };
+        db.clock = clock;
+        Ok(self)
+    }
+
     /// Run every operation on tokio's blocking pool, never inline on the awaiting task.
     ///
     /// By default a read (and, at [`Synchronous::Normal`], a write) that can start at once

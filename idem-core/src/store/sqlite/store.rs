@@ -520,7 +520,7 @@ impl Store for SqliteBackend {
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
-        Ok(Timestamp::now())
+        Ok(self.db.clock.now())
     }
 
     async fn approval_text(&self, key: &RecordKey) -> Result<Option<String>, StoreError> {
