@@ -53,7 +53,7 @@ pub struct Plan {
 
 impl Plan {
     fn of(seed: u64) -> Plan {
-        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0f_1de);
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x0005_eed0_f1de);
         let workers = rng.random_range(2..=4);
         let calls = (0..rng.random_range(2..=6))
             .map(|i| Planned {

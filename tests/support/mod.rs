@@ -4,6 +4,7 @@
 //! - `providers`: fake downstream providers as tools (always timing out, a mail provider);
 //! - `tally`: counts of what probe tools did, by label;
 //! - `hooked_store`: a store that calls a test's hook around the real one's operations;
+//! - `fault_proxy`: a TCP proxy that delays, drops or cuts traffic to a server;
 //! - `ledger`: the downstream service of the multi-process proofs, a ledger file;
 //! - `child`: this test binary run again as a child process, and its result lines;
 //! - `stores`: the durable stores by name, for those children;
@@ -24,6 +25,7 @@ pub mod child;
 #[path = "../../idem-core/tests/support/claims.rs"]
 pub mod claims;
 pub mod dispatcher;
+pub mod fault_proxy;
 pub mod hooked_store;
 pub mod ledger;
 #[cfg(feature = "mcp")]
