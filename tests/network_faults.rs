@@ -12,15 +12,21 @@
 //! The `faults_*` tests run this binary again as worker children running only
 //! [`faults_child`], told their store and calls by `IDEM_FAULTS_CHILD`.
 //!
+//! `faults_redis_cluster` runs a Redis Cluster of its own (three primaries, a replica each)
+//! through a lagging replica, a primary killed with SIGKILL, a graceful `CLUSTER FAILOVER`
+//! and a killed worker, with and without `wait_for_replicas`, and measures what is lost
+//! without it.
+//!
 //! Redis and PostgreSQL need `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL`; without them those tests
-//! say why they are skipped, unless `IDEM_REQUIRE_SERVICES=1` makes that a failure. The
-//! Redis Cluster (its failover, with and without `wait_for_replicas`) is not covered here.
+//! say why they are skipped, unless `IDEM_REQUIRE_SERVICES=1` makes that a failure (the
+//! cluster needs `redis-server`).
 
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use idem::prelude::*;
@@ -31,6 +37,8 @@ use support::child::Child;
 use support::dispatcher::linked;
 use support::fault_proxy::{Fault, FaultProxy};
 use support::ledger::{call_downstream, parse_ledger};
+#[cfg(feature = "redis")]
+use support::redis_cluster::Cluster;
 use support::stores::open_store;
 
 const CHILD_ENV: &str = "IDEM_FAULTS_CHILD";
@@ -158,9 +166,17 @@ async fn faults_child() {
     }
 }
 
-/// One round on `store` (`direct` is the server's address as a store target, `via` the same
-/// through the proxy): the violations found.
-fn round(store: &str, direct: &str, via: &str, scope: &str, proxy: &FaultProxy) -> Vec<String> {
+/// One round on `store` (`via` is where the workers find the server, `direct` where the
+/// checker does): `before` runs before the workers start, `during` while they run (it kills
+/// the first worker); the violations found, each led by the label of its call.
+fn round(
+    store: &str,
+    direct: &str,
+    via: &str,
+    scope: &str,
+    before: impl FnOnce(),
+    during: impl FnOnce(&[Child], &Path),
+) -> Vec<String> {
     let dir = std::env::temp_dir();
     let ledger = dir.join(format!("{scope}.ledger"));
     let spec = Spec {
@@ -169,6 +185,7 @@ fn round(store: &str, direct: &str, via: &str, scope: &str, proxy: &FaultProxy) 
         scope: scope.to_owned(),
         ledger: ledger.clone(),
     };
+    before();
     let children: Vec<Child> = (0..WORKERS)
         .map(|i| {
             Child::spawn(
@@ -181,26 +198,7 @@ fn round(store: &str, direct: &str, via: &str, scope: &str, proxy: &FaultProxy) 
             .expect("spawn a worker")
         })
         .collect();
-    // The faults, while the workers run.
-    let pause = |ms: u64| std::thread::sleep(Duration::from_millis(ms));
-    pause(300);
-    proxy.set(Fault::DelayReplies(Duration::from_millis(2_500)));
-    pause(400);
-    // A worker dies while its calls wait for delayed replies.
-    // SAFETY: `kill` with a child's pid and SIGKILL: it only signals that process.
-    unsafe { libc::kill(children[0].pid() as i32, libc::SIGKILL) };
-    pause(1_100);
-    proxy.set(Fault::Pass);
-    pause(300);
-    proxy.cut();
-    pause(300);
-    proxy.set(Fault::DropReplies);
-    pause(400);
-    proxy.set(Fault::Pass);
-    pause(200);
-    proxy.set(Fault::Partition);
-    pause(1_500);
-    proxy.set(Fault::Pass);
+    during(&children, &ledger);
     let mut killed = 0;
     for child in children {
         let exited = child.wait(CHILD_DEADLINE).expect("the worker ends");
@@ -270,6 +268,39 @@ fn round(store: &str, direct: &str, via: &str, scope: &str, proxy: &FaultProxy) 
     })
 }
 
+/// The proxy's faults while the workers run: replies delayed past the lease (and a worker
+/// killed while its calls wait for them), every connection cut, replies dropped after the
+/// server got the request, the workers partitioned.
+fn proxy_faults(proxy: &FaultProxy, workers: &[Child]) {
+    pause(300);
+    proxy.set(Fault::DelayReplies(Duration::from_millis(2_500)));
+    pause(400);
+    kill(workers[0].pid(), libc::SIGKILL);
+    pause(1_100);
+    proxy.set(Fault::Pass);
+    pause(300);
+    proxy.cut();
+    pause(300);
+    proxy.set(Fault::DropReplies);
+    pause(400);
+    proxy.set(Fault::Pass);
+    pause(200);
+    proxy.set(Fault::Partition);
+    pause(1_500);
+    proxy.set(Fault::Pass);
+}
+
+fn pause(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+/// Send `signal` to the process `pid` (a worker or a server this test started).
+fn kill(pid: u32, signal: i32) {
+    // SAFETY: `kill` with the pid of a process this test started: it only signals that
+    // process.
+    unsafe { libc::kill(pid as i32, signal) };
+}
+
 fn faults_on(
     store: &str,
     direct: &str,
@@ -282,7 +313,15 @@ fn faults_on(
     let rounds = 2;
     let mut violations = Vec::new();
     for _ in 0..rounds {
-        violations.extend(round(store, direct, &via, &scopes(), &proxy));
+        let scope = scopes();
+        violations.extend(round(
+            store,
+            direct,
+            &via,
+            &scope,
+            || {},
+            |workers, _| proxy_faults(&proxy, workers),
+        ));
     }
     println!(
         "{store}: {rounds} rounds under network faults, {} violations",
@@ -335,4 +374,158 @@ fn faults_postgres() {
         || schemas.fresh("idem_faults"),
         &server,
     );
+}
+
+/// A Redis Cluster with a replica per primary, under the faults a fleet meets: the replica of
+/// one primary falls behind (stopped) while workers write, then that primary is killed with
+/// SIGKILL, its replica takes over and the killed node comes back as its replica; meanwhile
+/// another shard fails over gracefully (`CLUSTER FAILOVER`) and one worker is killed. Run
+/// once with `wait_for_replicas(1, 250 ms)`, where no call may run twice, and once without,
+/// where the failover loses what the replica never got: the test measures that loss (the
+/// non-idempotent calls on the killed primary run again) rather than hiding it; README states
+/// the bound.
+#[cfg(feature = "redis")]
+#[test]
+fn faults_redis_cluster() {
+    let installed = std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        support::services::unavailable(
+            "faults_redis_cluster",
+            "`redis-server` is not installed",
+            "install `redis-server` to run it",
+        );
+        return;
+    }
+    // The two rounds at once, each on its own cluster.
+    std::thread::scope(|threads| {
+        let rounds = [true, false].map(|wait| threads.spawn(move || cluster_round(wait)));
+        for round in rounds {
+            if let Err(panic) = round.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+}
+
+/// One round of [`faults_redis_cluster`] on a cluster of its own, `wait`ing for replicas or
+/// not.
+#[cfg(feature = "redis")]
+fn cluster_round(wait: bool) {
+    let cluster = Cluster::start(1);
+    let shards = cluster.shards();
+    let scope = format!("idem-faults-{}-{wait}", std::process::id());
+    // Which primary holds each call's record.
+    let keys = linked(Arc::new(idem::store::memory::MemoryStore::new()));
+    let run = RunContext::new(TENANT);
+    let owner = |call: &ToolCall| -> usize {
+        let key = keys.record_key(call, &run).unwrap().expect("a key");
+        Cluster::owner(&shards, &format!("{scope}:{{{}}}:rec", key.as_str()))
+    };
+    let label = |call: &ToolCall| format!("{}-{}", call.name, call.arguments["n"]);
+    let all = calls(Path::new(""));
+    // The shard whose primary dies: the one holding most of the non-idempotent calls.
+    let once = |call: &&ToolCall| call.name != "net_idem";
+    let lost = (0..shards.len())
+        .max_by_key(|&i| all.iter().filter(once).filter(|c| owner(c) == i).count())
+        .expect("three shards");
+    let on_lost: BTreeSet<String> = all.iter().filter(|c| owner(c) == lost).map(label).collect();
+    let other = (lost + 1) % shards.len();
+    let primary = &shards[lost].primary;
+    let replica = shards[lost].replica.as_ref().expect("a replica");
+    let store = if wait {
+        "redis-cluster-wait"
+    } else {
+        "redis-cluster"
+    };
+    let targets = cluster.nodes.join(",");
+    let started = std::time::Instant::now();
+    let violations = round(
+        store,
+        &targets,
+        &targets,
+        &scope,
+        // The replica falls behind: stopped, and dropped by its primary (whose replication
+        // timeout is cut to a second), it receives nothing more. What the kernel had
+        // already delivered to it is read once it runs again, so the primary must have
+        // closed the link before the workers write.
+        || {
+            kill(cluster.pid(replica), libc::SIGSTOP);
+            Cluster::cli(primary, &["config", "set", "repl-timeout", "1"]);
+            Cluster::await_replication(primary, "connected_slaves:0");
+        },
+        |workers, ledger| {
+            // The calls elsewhere done (and, without waiting for replicas, those on the
+            // doomed primary: it acknowledges what its replica never gets).
+            let applied = || -> BTreeSet<String> {
+                parse_ledger(&std::fs::read_to_string(ledger).unwrap_or_default())
+                    .into_iter()
+                    .filter(|e| e.kind == "applied")
+                    .map(|e| e.label)
+                    .collect()
+            };
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let wanted = |done: &BTreeSet<String>, with_lost: bool| {
+                all.iter()
+                    .map(label)
+                    .filter(|l| with_lost || !on_lost.contains(l))
+                    .all(|l| done.contains(&l))
+            };
+            while !wanted(&applied(), false) && std::time::Instant::now() < deadline {
+                pause(50);
+            }
+            let settle = std::time::Instant::now() + Duration::from_secs(1);
+            while !wanted(&applied(), true) && std::time::Instant::now() < settle {
+                pause(50);
+            }
+            kill(workers[0].pid(), libc::SIGKILL);
+            kill(cluster.pid(primary), libc::SIGKILL);
+            kill(cluster.pid(replica), libc::SIGCONT);
+            let other = shards[other].replica.as_ref().expect("a replica");
+            Cluster::cli(other, &["cluster", "failover"]);
+            Cluster::await_replication(replica, "role:master");
+            cluster.restart(primary);
+            Cluster::await_replication(primary, "master_link_status:up");
+        },
+    );
+    let ran_twice: Vec<&String> = violations
+        .iter()
+        .filter(|v| v.contains("a non-idempotent write, ran"))
+        .collect();
+    let line = format!(
+        "{store}: {} violation(s) in {:.0?}; {} call(s) on the killed primary, {} of them non-idempotent, {} ran twice",
+        violations.len(),
+        started.elapsed(),
+        on_lost.len(),
+        all.iter().filter(once).filter(|c| owner(c) == lost).count(),
+        ran_twice.len(),
+    );
+    println!("{line}");
+    let elsewhere: Vec<&String> = violations
+        .iter()
+        .filter(|v| {
+            !on_lost.iter().any(|l| {
+                v.starts_with(&format!("{l} "))
+                    || v.starts_with(&format!("{l}:"))
+                    || v.starts_with(&format!("{l},"))
+            })
+        })
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "{store}: violations away from the killed primary: {elsewhere:#?}"
+    );
+    if wait {
+        assert!(violations.is_empty(), "{store}: {violations:#?}");
+    } else {
+        // Without waiting for replicas the loss is real, and this test sees it: every
+        // violation is a non-idempotent call of the killed primary that ran again.
+        assert!(
+            !ran_twice.is_empty(),
+            "{store}: the failover lost nothing the replica missed, so this round proved nothing"
+        );
+        assert_eq!(ran_twice.len(), violations.len(), "{violations:#?}");
+    }
 }

@@ -21,6 +21,7 @@ use idem_core::{
 };
 use serde_json::json;
 use support::claims::{acquire, claim_request, record_key};
+use support::redis_cluster::Cluster;
 use support::redis_keys::redis_cluster_prefixes;
 use support::services::{REDIS_CLUSTER_URL, service_url};
 
@@ -330,7 +331,7 @@ async fn a_cluster_with_one_evicting_primary_is_refused() {
     if !support::redis_server::available("a_cluster_with_one_evicting_primary_is_refused") {
         return;
     }
-    let cluster = PrivateCluster::start(0);
+    let cluster = Cluster::start(0);
     let _: String = redis::cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory-policy")
@@ -382,77 +383,12 @@ async fn a_cluster_needs_a_node() {
 
 /// A cluster of three primaries with `replicas` replicas each, started by
 /// `scripts/redis-cluster` in a temporary directory and stopped (by pid) when dropped.
-struct PrivateCluster {
-    dir: tempfile::TempDir,
-    nodes: Vec<String>,
-}
-
-impl PrivateCluster {
-    fn script() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/redis-cluster")
-    }
-
-    fn start(replicas: u32) -> PrivateCluster {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let out = std::process::Command::new("bash")
-            .arg(Self::script())
-            .arg("start")
-            .arg(dir.path())
-            .arg(replicas.to_string())
-            .output()
-            .expect("scripts/redis-cluster runs");
-        assert!(
-            out.status.success(),
-            "the cluster starts: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let nodes = String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .split(',')
-            .map(str::to_owned)
-            .collect();
-        PrivateCluster { dir, nodes }
-    }
-}
-
-impl Drop for PrivateCluster {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(Self::script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .status();
-    }
-}
-
-/// The URL of the replica of the primary that owns `name`'s slot, from `CLUSTER NODES`.
-async fn replica_of_owner(nodes: &[String], name: &str) -> String {
-    let slot = slot_of(&nodes[0], name).await;
-    let table: String = redis::cmd("CLUSTER")
-        .arg("NODES")
-        .query_async(&mut raw(&nodes[0]).await)
-        .await
-        .expect("CLUSTER NODES");
-    let rows: Vec<Vec<&str>> = table
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let owns = |row: &Vec<&str>| {
-        row.iter().skip(8).any(|range| {
-            let (lo, hi) = range.split_once('-').unwrap_or((range, range));
-            matches!((lo.parse::<i64>(), hi.parse::<i64>()), (Ok(lo), Ok(hi)) if lo <= slot && slot <= hi)
-        })
-    };
-    let primary = rows
-        .iter()
-        .find(|row| row.len() > 8 && row[2].contains("master") && owns(row))
-        .expect("a primary owns the slot");
-    let replica = rows
-        .iter()
-        .find(|row| row.len() > 3 && row[2].contains("slave") && row[3] == primary[0])
-        .expect("the primary has a replica");
-    let address = replica[1].split('@').next().expect("an address");
-    format!("redis://{address}")
+/// The URL of the replica of the primary that owns `name`'s slot.
+fn replica_of_owner(cluster: &Cluster, name: &str) -> String {
+    let shards = cluster.shards();
+    let owner = &shards[Cluster::owner(&shards, name)];
+    let replica = owner.replica.as_ref().expect("the primary has a replica");
+    format!("redis://127.0.0.1:{replica}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -460,7 +396,7 @@ async fn the_store_follows_a_failover() {
     if !support::redis_server::available("the_store_follows_a_failover") {
         return;
     }
-    let cluster = PrivateCluster::start(1);
+    let cluster = Cluster::start(1);
     assert_eq!(cluster.nodes.len(), 6, "{:?}", cluster.nodes);
     // Every write waits for the replica of its primary, so the failover below loses none.
     let options = RedisOptions::new().wait_for_replicas(1, Duration::from_secs(2));
@@ -484,7 +420,7 @@ async fn the_store_follows_a_failover() {
     let held_fence = acquire(&store, &claim_request(&held, lease, OrphanPolicy::TakeOver)).await;
 
     // The replica of the primary that owns `done` takes over, by the operator's hand.
-    let replica = replica_of_owner(&cluster.nodes, &format!("failover:{{{done}}}:rec")).await;
+    let replica = replica_of_owner(&cluster, &format!("failover:{{{done}}}:rec"));
     let mut conn = raw(&replica).await;
     let _: String = redis::cmd("CLUSTER")
         .arg("FAILOVER")

@@ -10,13 +10,15 @@
 //! - `stores`: the durable stores by name, for those children;
 //! - `services`, `redis_keys`, `postgres_schemas`: the shared Redis and PostgreSQL servers
 //!   (URLs, skipping or failing without them, unique names, and cleaning up after a test);
+//! - `redis_cluster`: a private Redis Cluster, its layout, its nodes killed and started again;
 //! - `claims`: a claim that must acquire, straight on a store;
 //! - `mcp_http`: raw Streamable HTTP requests to an MCP server, with or without credentials;
 //! - `stripe`: a local HTTP API that keeps Stripe's idempotency rules and loses answers.
 //!
-//! The last four are idem-core's own test support files, included as they are: they need
-//! only the standard library and `idem_core`, a dependency of the facade, so each of these
-//! helpers is written once for the whole workspace.
+//! `claims`, `services`, `redis_keys`, `redis_cluster` and `postgres_schemas` are idem-core's
+//! own test support files, included as they are: they need only the standard library and
+//! `idem_core`, a dependency of the facade, so each of these helpers is written once for the
+//! whole workspace.
 
 // Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
@@ -34,6 +36,9 @@ pub mod mcp_http;
 #[path = "../../idem-core/tests/support/postgres_schemas.rs"]
 pub mod postgres_schemas;
 pub mod providers;
+#[cfg(feature = "redis")]
+#[path = "../../idem-core/tests/support/redis_cluster.rs"]
+pub mod redis_cluster;
 #[path = "../../idem-core/tests/support/redis_keys.rs"]
 pub mod redis_keys;
 #[path = "../../idem-core/tests/support/services.rs"]

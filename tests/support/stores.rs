@@ -1,9 +1,10 @@
 //! The durable stores by name, for a child process told which one to open: SQLite by its
 //! file, Redis and PostgreSQL by their URL and the prefix or schema of the run, a Redis
-//! Cluster by its nodes' URLs, comma-separated.
+//! Cluster by its nodes' URLs, comma-separated (`redis-cluster-wait`: each write waits for a
+//! replica).
 
 use std::sync::Arc;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "redis"))]
 use std::time::Duration;
 
 use idem::Store;
@@ -28,10 +29,15 @@ pub async fn open_store(
                 .expect("connect to Redis"),
         ),
         #[cfg(feature = "redis")]
-        "redis-cluster" => {
+        "redis-cluster" | "redis-cluster-wait" => {
+            use idem::store::redis::{RedisOptions, RedisStore};
             let nodes: Vec<&str> = target.split(',').map(str::trim).collect();
+            let mut options = RedisOptions::new();
+            if store == "redis-cluster-wait" {
+                options = options.wait_for_replicas(1, Duration::from_millis(250));
+            }
             Arc::new(
-                idem::store::redis::RedisStore::connect_cluster(&nodes, scope)
+                RedisStore::connect_cluster_with(&nodes, scope, options)
                     .await
                     .expect("connect to the Redis Cluster"),
             )
