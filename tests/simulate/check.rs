@@ -9,7 +9,7 @@ use idem::prelude::*;
 use idem::store::{Outcome, RecordState};
 
 use crate::world::Sim;
-use crate::{Plan, tool_call};
+use crate::{ONCE, Plan, send, tool_call};
 
 /// The violations of one schedule, each in words.
 pub async fn settle_and_check(
@@ -23,7 +23,7 @@ pub async fn settle_and_check(
         let _ = d.recover(&RecoveryOptions::default()).await;
     }
     for call in &plan.calls {
-        let _ = d.dispatch(&tool_call(call), &run).await;
+        let _ = send(d, call).await;
     }
     let mut violations = Vec::new();
     let effects = sim.effects();
@@ -40,11 +40,35 @@ pub async fn settle_and_check(
             ));
         }
     }
+    // Fences increase: each claim of a key is handed a fence above every earlier one.
+    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    for (key, fence) in sim.fences() {
+        if let Some(before) = last.insert(key.clone(), fence)
+            && fence <= before
+        {
+            violations.push(format!(
+                "key {key} was handed fence {fence} after fence {before}"
+            ));
+        }
+    }
+    // No irreversible call ran without a person's approval.
+    for call in plan
+        .calls
+        .iter()
+        .filter(|c| c.tool == "sim_final" && !c.approved)
+    {
+        if effects.iter().any(|e| e.call == call.id) {
+            violations.push(format!(
+                "sim_final {}: applied, and nobody approved it",
+                call.id
+            ));
+        }
+    }
     for call in &plan.calls {
         let mine: Vec<_> = effects.iter().filter(|e| e.call == call.id).collect();
         // At most one effect per key where the class promises it (a non-idempotent write's
         // provider applies every request it gets).
-        if matches!(call.tool, "sim_once" | "sim_plain") && mine.len() > 1 {
+        if ONCE.contains(&call.tool) && mine.len() > 1 {
             violations.push(format!(
                 "{} {}: {} effects of a non-idempotent write",
                 call.tool,

@@ -66,6 +66,38 @@ impl FaultStore {
         }
     }
 
+    /// The claim as the planted defect reports it.
+    async fn planted(&self, r: &ClaimRequest, claim: Claim) -> Claim {
+        match (self.defect, claim) {
+            (Defect::TakeLiveClaims, Claim::Existing(record))
+                if matches!(record.state, RecordState::InProgress { .. })
+                    && record.fingerprint == r.fingerprint =>
+            {
+                Claim::Acquired {
+                    fence: record.fence,
+                    steps: record.steps,
+                    takeover: false,
+                }
+            }
+            (
+                Defect::LoseClaims,
+                Claim::Acquired {
+                    fence,
+                    steps,
+                    takeover: false,
+                },
+            ) if self.sim.roll() < 50 => {
+                let _ = self.inner.force_release(&r.key).await;
+                Claim::Acquired {
+                    fence,
+                    steps,
+                    takeover: false,
+                }
+            }
+            (_, claim) => claim,
+        }
+    }
+
     async fn around<T>(
         &self,
         write: bool,
@@ -87,34 +119,11 @@ impl FaultStore {
 impl Store for FaultStore {
     async fn claim(&self, r: &ClaimRequest) -> Result<Claim, StoreError> {
         let claim = self.around(true, self.inner.claim(r)).await?;
-        match (self.defect, claim) {
-            (Defect::TakeLiveClaims, Claim::Existing(record))
-                if matches!(record.state, RecordState::InProgress { .. })
-                    && record.fingerprint == r.fingerprint =>
-            {
-                Ok(Claim::Acquired {
-                    fence: record.fence,
-                    steps: record.steps,
-                    takeover: false,
-                })
-            }
-            (
-                Defect::LoseClaims,
-                Claim::Acquired {
-                    fence,
-                    steps,
-                    takeover: false,
-                },
-            ) if self.sim.roll() < 50 => {
-                let _ = self.inner.force_release(&r.key).await;
-                Ok(Claim::Acquired {
-                    fence,
-                    steps,
-                    takeover: false,
-                })
-            }
-            (_, claim) => Ok(claim),
+        let claim = self.planted(r, claim).await;
+        if let Claim::Acquired { fence, .. } = &claim {
+            self.sim.fenced(r.key.as_str(), *fence);
         }
+        Ok(claim)
     }
     async fn complete(
         &self,

@@ -2,7 +2,9 @@
 //! workers and duplicate callers, the tools and their classes, when each call is sent, the
 //! faults of every store operation (an error before it, a reply lost after it committed, a
 //! delay) and of every body (an effect then a timeout, nothing applied, a delay past the
-//! lease), and which workers crash (everything but the store is lost). The schedule runs in
+//! lease), which workers crash (everything but the store is lost), when the store's clock
+//! steps forward (past leases and settle delays), and which calls of the irreversible tool a
+//! person approves (every duplicate sender approves again). The schedule runs in
 //! turmoil: every worker is a host on one thread, in simulated time, so a seed replays
 //! exactly. After each run the invariants are checked (`check.rs`).
 //!
@@ -17,8 +19,10 @@ mod world;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem::approval::ApprovalKeys;
 use idem::prelude::*;
-use idem::store::MemoryStore;
+use idem::store::{Clock, MemoryStore, Timestamp};
+use idem::{ApprovalKey, Approver};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -30,7 +34,17 @@ use world::{Sim, SimClock};
 const CI_SEEDS: u64 = 200;
 
 /// The tools of the simulation, one per behaviour a class promises.
-const TOOLS: [&str; 4] = ["sim_idem", "sim_steps", "sim_once", "sim_plain"];
+const TOOLS: [&str; 6] = [
+    "sim_idem",
+    "sim_steps",
+    "sim_once",
+    "sim_plain",
+    "sim_final",
+    "sim_ticket",
+];
+
+/// The tools that promise one effect per call: their providers apply every request.
+pub const ONCE: [&str; 4] = ["sim_once", "sim_plain", "sim_final", "sim_ticket"];
 
 /// One call the schedule sends, perhaps several times, from several workers.
 #[derive(Debug, Clone)]
@@ -40,6 +54,8 @@ pub struct Planned {
     pub id: String,
     /// (worker, when) of each send.
     pub sends: Vec<(usize, Duration)>,
+    /// Whether a person approves it, if its tool asks.
+    pub approved: bool,
 }
 
 /// What one seed decided.
@@ -49,6 +65,8 @@ pub struct Plan {
     pub calls: Vec<Planned>,
     /// Workers that crash, and when.
     pub crashes: Vec<(usize, Duration)>,
+    /// When the store's clock steps forward, and by how much.
+    pub jumps: Vec<(Duration, Duration)>,
 }
 
 impl Plan {
@@ -67,6 +85,7 @@ impl Plan {
                         )
                     })
                     .collect(),
+                approved: rng.random_bool(0.7),
             })
             .collect();
         let mut crashes = Vec::new();
@@ -75,10 +94,19 @@ impl Plan {
                 crashes.push((w, Duration::from_millis(rng.random_range(0..4_000))));
             }
         }
+        let jumps = (0..rng.random_range(0..=2))
+            .map(|_| {
+                (
+                    Duration::from_millis(rng.random_range(0..4_000)),
+                    Duration::from_millis(rng.random_range(500..40_000)),
+                )
+            })
+            .collect();
         Plan {
             workers,
             calls,
             crashes,
+            jumps,
         }
     }
 }
@@ -147,8 +175,9 @@ fn schedule(seed: u64, defect: Defect, memory: Arc<dyn Store>) -> Ran {
     let plan = Plan::of(seed);
     let sim = Sim::new(seed);
     let store: Arc<dyn Store> = Arc::new(FaultStore::new(memory.clone(), sim.clone(), defect));
-    let dispatcher =
-        Dispatcher::new(Registry::linked().expect("registry"), store).expect("dispatcher");
+    let keys = ApprovalKeys::new([approval_key()]);
+    let dispatcher = Dispatcher::approving(Registry::linked().expect("registry"), store, keys)
+        .expect("dispatcher");
     let mut turmoil = turmoil::Builder::new()
         .rng_seed(seed)
         .tick_duration(Duration::from_millis(10))
@@ -178,7 +207,7 @@ fn schedule(seed: u64, defect: Defect, memory: Arc<dyn Store>) -> Ran {
                         let d = d.clone();
                         tokio::spawn(async move {
                             tokio::time::sleep_until(started + at).await;
-                            let _ = d.dispatch(&tool_call(&call), &RunContext::new("sim")).await;
+                            let _ = send(&d, &call).await;
                         })
                     })
                     .collect();
@@ -210,6 +239,8 @@ fn schedule(seed: u64, defect: Defect, memory: Arc<dyn Store>) -> Ran {
     }
     let mut crashes = plan.crashes.clone();
     crashes.sort_by_key(|(_, at)| *at);
+    let mut jumps = plan.jumps.clone();
+    jumps.sort();
     let mut failure = None;
     loop {
         let elapsed = turmoil.elapsed();
@@ -221,6 +252,10 @@ fn schedule(seed: u64, defect: Defect, memory: Arc<dyn Store>) -> Ran {
             if turmoil.is_host_running(format!("w{w}")) {
                 turmoil.crash(format!("w{w}"));
             }
+        }
+        while jumps.first().is_some_and(|(at, _)| *at <= elapsed) {
+            let (_, by) = jumps.remove(0);
+            sim.jump(by);
         }
         match turmoil.step() {
             Ok(true) => break,
@@ -244,9 +279,35 @@ fn schedule(seed: u64, defect: Defect, memory: Arc<dyn Store>) -> Ran {
     }
 }
 
-/// The call a planned send dispatches.
+/// The call a planned send dispatches: with an explicit key, but for the natural-key tool,
+/// whose calls carry none.
 fn tool_call(call: &Planned) -> ToolCall {
-    ToolCall::new(call.tool, json!({"call": call.id})).with_key(format!("sim-{}", call.id))
+    let sent = ToolCall::new(call.tool, json!({"call": call.id}));
+    match call.tool {
+        "sim_ticket" => sent,
+        _ => sent.with_key(format!("sim-{}", call.id)),
+    }
+}
+
+/// The key approvals are signed with.
+fn approval_key() -> ApprovalKey {
+    ApprovalKey::new("sim-1", *b"idem-simulation-approval-key-32b").expect("an approval key")
+}
+
+/// Send `call` as its worker does: when its tool asks for approval and the schedule has the
+/// person approve it, approve (a fresh approval for every send) and send it again.
+pub async fn send(d: &Dispatcher, call: &Planned) -> Result<Dispatched, DispatchError> {
+    let run = RunContext::new("sim");
+    match d.dispatch(&tool_call(call), &run).await {
+        Err(DispatchError::ApprovalRequired { request }) if call.approved => {
+            // Valid for an hour of the store's clock (the simulation's, not this machine's).
+            let until = Timestamp(SimClock.now().0 + 3_600_000);
+            let approval =
+                Approver::new("person@sim", approval_key()).approve_until(&request, until);
+            d.dispatch(&tool_call(call), &run.approve(approval)).await
+        }
+        other => other,
+    }
 }
 
 /// Run `seeds` seeds from `first` on a store of `kind` (stopping at the first seed with a

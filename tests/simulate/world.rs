@@ -1,6 +1,7 @@
 //! The simulated world: the seeded generator every decision draws from, the clock the store
-//! reads (simulated time), the providers' ledger, and the tools, one per behaviour a class
-//! promises, whose bodies fail as the seed says.
+//! reads (simulated time, stepped forward as the seed says), the providers' ledger, the fences
+//! the store handed out, and the tools, one per behaviour a class promises, whose bodies fail
+//! as the seed says.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,14 +15,16 @@ use serde_json::json;
 /// Milliseconds since the epoch at which every simulation starts.
 const EPOCH_MS: u64 = 1_800_000_000_000;
 
-/// The store's clock: the simulation's time.
+/// The store's clock: the simulation's time, plus the steps forward the seed made it take
+/// (an NTP step, a VM resumed), which the hosts' timers do not see.
 #[derive(Debug)]
 pub struct SimClock;
 
 impl Clock for SimClock {
     fn now(&self) -> Timestamp {
         let elapsed = turmoil::sim_elapsed().unwrap_or_default();
-        Timestamp(EPOCH_MS + elapsed.as_millis() as u64)
+        let jumped = CURRENT.with(|c| c.borrow().as_ref().map_or(0, |sim| sim.state().jumped_ms));
+        Timestamp(EPOCH_MS + elapsed.as_millis() as u64 + jumped)
     }
 }
 
@@ -40,6 +43,10 @@ struct State {
     effects: Vec<Effect>,
     /// (call, the key the body was given) per attempt.
     attempts: Vec<(String, String)>,
+    /// (record key, fence) per claim the store reported acquired, in order.
+    fences: Vec<(String, u64)>,
+    /// How far the store's clock was stepped forward.
+    jumped_ms: u64,
     trace: Vec<String>,
 }
 
@@ -59,6 +66,8 @@ impl Sim {
             faults: true,
             effects: Vec::new(),
             attempts: Vec::new(),
+            fences: Vec::new(),
+            jumped_ms: 0,
             trace: Vec::new(),
         })));
         CURRENT.with(|c| *c.borrow_mut() = Some(sim.clone()));
@@ -93,6 +102,22 @@ impl Sim {
     /// No more faults: the settling phase.
     pub fn stop_faults(&self) {
         self.state().faults = false;
+    }
+
+    /// Step the store's clock forward by `by`.
+    pub fn jump(&self, by: Duration) {
+        let mut s = self.state();
+        s.jumped_ms += by.as_millis() as u64;
+        s.trace.push(format!("the clock jumped {by:?}"));
+    }
+
+    /// The store handed out `fence` for `key`.
+    pub fn fenced(&self, key: &str, fence: u64) {
+        self.state().fences.push((key.to_owned(), fence));
+    }
+
+    pub fn fences(&self) -> Vec<(String, u64)> {
+        self.state().fences.clone()
     }
 
     pub fn note(&self, line: String) {
@@ -205,4 +230,23 @@ async fn sim_once(ctx: &ToolContext, call: String) -> Result<String, ToolError> 
 #[tool(class = "non_idempotent_write", backoff_ms = 0, wait_secs = 2)]
 async fn sim_plain(ctx: &ToolContext, call: String) -> Result<String, ToolError> {
     effect(ctx, "sim_plain", &call, false).await
+}
+
+/// An irreversible write: every call needs a person's approval, which the schedule gives to
+/// some calls and not to others.
+#[tool(class = "irreversible", backoff_ms = 0, wait_secs = 2)]
+async fn sim_final(ctx: &ToolContext, call: String) -> Result<String, ToolError> {
+    effect(ctx, "sim_final", &call, false).await
+}
+
+/// The key of `sim_ticket`'s call: the call's id, as a ticket's title would be.
+fn ticket_key(args: &serde_json::Value) -> Option<String> {
+    args.get("call")?.as_str().map(str::to_owned)
+}
+
+/// A non-idempotent write keyed by its arguments (a natural key): its calls carry no key, as
+/// an MCP host sends them.
+#[tool(class = "non_idempotent_write", backoff_ms = 0, wait_secs = 2, natural_key = ticket_key)]
+async fn sim_ticket(ctx: &ToolContext, call: String) -> Result<String, ToolError> {
+    effect(ctx, "sim_ticket", &call, false).await
 }
