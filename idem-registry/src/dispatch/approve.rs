@@ -24,7 +24,7 @@ pub const APPROVAL_STEP: &str = "idem:approval";
 
 /// What the approve stage found.
 pub(super) enum Approved {
-    /// The class needs no approval.
+    /// The call needs no approval (decided before the stage runs).
     NotNeeded,
     /// This approval authorises the call.
     By(Box<Approval>),
@@ -33,8 +33,10 @@ pub(super) enum Approved {
 }
 
 impl Dispatcher {
-    /// The approve stage. Otherwise [`DispatchError::ApprovalRequired`] (recorded as
-    /// pending), `ApprovalRefused`, `ApprovalDenied` or `ApprovalEdited`.
+    /// The approve stage, for a call that needs an approval (`ToolDef::needs_approval`, which
+    /// the caller asked): the approval that authorises it, or its replayed outcome. Otherwise
+    /// [`DispatchError::ApprovalRequired`] (recorded as pending), `ApprovalRefused`,
+    /// `ApprovalDenied` or `ApprovalEdited`.
     pub(super) async fn approve(
         &self,
         tool: &ToolDef,
@@ -43,9 +45,6 @@ impl Dispatcher {
         args: &Value,
         watch: &super::observe::Watch<'_>,
     ) -> Result<Approved, DispatchError> {
-        if !tool.needs_approval(args, run) {
-            return Ok(Approved::NotNeeded);
-        }
         let key = keyed
             .keys
             .as_ref()

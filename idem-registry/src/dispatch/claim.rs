@@ -166,20 +166,21 @@ impl Dispatcher {
                             .contract
                             .as_ref()
                             .map_or(call.ttl, |made| made.reconcile(&contract).ttl);
-                        match self
-                            .verify(
-                                call,
-                                UnknownRecord {
-                                    fence: record.fence,
-                                    steps: record.steps,
-                                    since,
-                                    last_error: &last_error,
-                                    arguments: recorded_args.clone(),
-                                },
-                                ttl,
-                                watch,
-                            )
-                            .instrument(tracing::info_span!("idem.verify"))
+                        // Boxed: an Unknown record is rare, and the claim of every call
+                        // would otherwise carry the verify future's size.
+                        let verify = self.verify(
+                            call,
+                            UnknownRecord {
+                                fence: record.fence,
+                                steps: record.steps,
+                                since,
+                                last_error: &last_error,
+                                arguments: recorded_args.clone(),
+                            },
+                            ttl,
+                            watch,
+                        );
+                        match Box::pin(verify.instrument(tracing::info_span!("idem.verify")))
                             .await?
                         {
                             Verification::Applied(outcome) => {

@@ -101,7 +101,7 @@ impl Dispatcher {
                 attempts: 0,
                 failure: ToolError::terminal("the call failed"),
             };
-            return self.compensate_held(call, compensation, watch).await;
+            return Box::pin(self.compensate_held(call, compensation, watch)).await;
         }
         // The record shows which approval authorised the call, before anything runs.
         if let Some(approval) = &call.approval {
@@ -213,7 +213,7 @@ impl Dispatcher {
                     attempts: attempt,
                     failure: error,
                 };
-                return self.compensate_held(call, compensation, watch).await;
+                return Box::pin(self.compensate_held(call, compensation, watch)).await;
             }
             if decide::records_failure(error.kind(), call.approval.is_some(), !steps.is_empty()) {
                 self.record(

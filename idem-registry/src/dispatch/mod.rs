@@ -314,7 +314,13 @@ impl Dispatcher {
             typed,
             keyed,
         } = self.check(call, run, Scopes::Checked)?;
-        let approval = match self.approve(tool, run, &keyed, &args, watch).await? {
+        // The approval path is boxed: its future is large and most calls never take it, so the
+        // future of every dispatch stays small (it is moved at each await that starts it).
+        let approval = match tool.needs_approval(&args, run) {
+            false => approve::Approved::NotNeeded,
+            true => Box::pin(self.approve(tool, run, &keyed, &args, watch)).await?,
+        };
+        let approval = match approval {
             approve::Approved::Replayed(replayed) => return Ok(replayed),
             approve::Approved::By(approval) => Some(approval),
             approve::Approved::NotNeeded => None,
