@@ -218,6 +218,14 @@ fn raw(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Resu
     let canonical = serde_json::to_string(&arguments).map_err(|e| e.to_string())?;
     let fingerprint = "5".repeat(64);
     let outcome = r#"{"success":"\"ok\""}"#;
+    // The policy the store keeps beside each record (the execution contract), as idem
+    // writes it for this tool.
+    let contract = idem::Registry::linked()
+        .map_err(|e| e.to_string())?
+        .get("noop_idempotent_write")
+        .ok_or("the bench's tools are linked")?
+        .contract(Duration::from_secs(86_400))
+        .to_json();
     let end = window.wait();
     let begin = Instant::now();
     let mut ops = 0u64;
@@ -242,7 +250,8 @@ fn raw(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Resu
                 Some(canonical.as_str()),
                 now,
                 now,
-                TENANT
+                TENANT,
+                contract.as_str()
             ])?;
             tx.prepare_cached(DELETE_EXPIRED)?.execute([now])?;
             Ok(())
@@ -266,7 +275,8 @@ fn raw(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Resu
                 Some(canonical.as_str()),
                 now,
                 now,
-                TENANT
+                TENANT,
+                contract.as_str()
             ])?;
             Ok(())
         })

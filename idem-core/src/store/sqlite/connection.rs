@@ -19,7 +19,7 @@ use crate::record::Timestamp;
 use crate::store::StoreError;
 
 /// How long a connection waits for another connection's write lock before SQLite reports
-/// `SQLITE_BUSY`: only ever on the blocking pool. An inline attempt does not wait at all.
+/// `SQLITE_BUSY`: only ever on the store's thread. An inline attempt does not wait at all.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many times an operation is tried when SQLite still reports busy after the timeout.
@@ -45,7 +45,7 @@ pub(super) const CHECKPOINT_PAGES: u32 = 1000;
 pub enum Synchronous {
     /// `synchronous = FULL`, the default: every commit syncs the WAL, so a recorded claim or
     /// outcome survives a power loss or an operating-system crash. One `fsync` per state
-    /// change; writes run on tokio's blocking pool.
+    /// change; writes run on the store's own thread.
     #[default]
     Full,
     /// `synchronous = NORMAL`: commits are not synced, only checkpoints are. A crash of the
@@ -170,7 +170,7 @@ pub(super) struct Database {
     /// A checkpoint is queued or running (at most one is).
     pub(super) checkpointing: AtomicBool,
     /// The last checkpoint copied the whole WAL: the next write may start the WAL over, which
-    /// syncs its header, so it goes to the blocking pool.
+    /// syncs its header, so it goes to the store's thread.
     restart_pending: AtomicBool,
     /// The clock every operation reads (the system's unless the store was given another).
     pub(super) clock: Arc<dyn crate::store::memory::Clock>,

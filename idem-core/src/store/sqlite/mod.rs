@@ -33,7 +33,7 @@
 //! # Several processes
 //!
 //! Each [`SqliteStore`] holds one connection for its operations. Writers wait for each other
-//! up to a busy timeout of 5 s (on the blocking pool, see below), then the store retries a few
+//! up to a busy timeout of 5 s (on the store's thread, see below), then the store retries a few
 //! times before it reports [`StoreError::Unavailable`]; readers never wait for writers in WAL
 //! mode. WAL relies on shared memory, so every process must run on the same host: do not put
 //! the file on a network file system.
@@ -41,9 +41,14 @@
 //! # Where operations run
 //!
 //! rusqlite is synchronous. A write at `synchronous = FULL` (the default) waits for the disk
-//! at its commit, which does not belong on an async thread: every write runs on tokio's
-//! blocking pool, where it waits up to the busy timeout for other connections' locks. The
-//! round trip through the pool (tens of microseconds) is small beside the `fsync`.
+//! at its commit, which does not belong on an async thread: every write runs on the store's
+//! own thread (one per store, started by its first such operation, ended when the store is
+//! dropped), where it waits up to the busy timeout for other connections' locks. The
+//! operations there run one after another, as they would anyway on the store's one
+//! connection. The round trip to that thread (microseconds) is small beside the `fsync`; a
+//! thread of its own rather than tokio's blocking pool, because the pool's hand-offs cost
+//! more (measured at `FULL`: 0.76× of raw rusqlite through the pool, 0.87× with the store's
+//! thread; BENCHMARKS.md, row 2).
 //!
 //! Reads ([`Store::get`], [`Store::list`]) never sync, and at [`Synchronous::Normal`] neither
 //! do writes: such an operation runs **inline, on the task that awaits it**, when it can start
@@ -54,11 +59,11 @@
 //! operating system's page cache: at `synchronous = NORMAL` a commit does not `fsync`), and at
 //! most two expired records evicted; tens of microseconds, or as long as the kernel takes to
 //! accept a small write. Handing such an operation to a thread instead would cost more than
-//! the operation itself: a round trip through tokio's blocking pool is itself tens of
+//! the operation itself: a round trip to another thread is itself microseconds to tens of
 //! microseconds. (SQLite may still retry briefly on its own when it races another connection
 //! for the WAL's shared index; those retries are microseconds, not the busy timeout.)
 //!
-//! An operation that may run inline goes to the blocking pool instead, where it waits up to
+//! An operation that may run inline goes to the store's thread instead, where it waits up to
 //! the busy timeout as described above, when:
 //! - another task of this process is using the connection;
 //! - another connection (another process, another store on the same file) holds the write
@@ -72,7 +77,7 @@
 //!   when another process checkpointed, the restart, once per checkpoint, may fall to an
 //!   inline write of this store);
 //! - the store was built with [`SqliteStore::with_blocking_pool`] (every operation on the
-//!   pool, reads included).
+//!   store's thread, reads included).
 //!
 //! Whichever way it runs, an operation is one transaction that finishes or rolls back; a
 //! caller dropping its future cannot cut it in half.
@@ -83,11 +88,12 @@
 //! `fsync`s, inside whichever commit crosses its threshold: on the async thread. This store
 //! turns it off for its connection and instead, once 1000 pages (SQLite's own threshold) went
 //! into the WAL since the last checkpoint, as counted by a WAL hook at each of its commits,
-//! runs `PRAGMA wal_checkpoint(PASSIVE)` on the blocking pool. The checkpoint holds the store's
-//! connection while it runs (milliseconds): from the moment it is queued, operations stand
-//! aside and wait for it on the pool, not on the async thread, so an async thread that finds
-//! the connection free again and again cannot keep it waiting (an application that keeps
-//! tokio's blocking pool full delays these operations until a thread is free). Holding the
+//! runs `PRAGMA wal_checkpoint(PASSIVE)` on tokio's blocking pool. The checkpoint holds the
+//! store's connection while it runs (milliseconds): from the moment it is queued, operations
+//! stand aside and wait for it on the store's thread, not on the async thread, so an async
+//! thread that finds the connection free again and again cannot keep it waiting (an
+//! application that keeps tokio's blocking pool full delays the checkpoint, and so these
+//! operations, until a thread is free). Holding the
 //! connection, it catches up with the end of the WAL; a passive checkpoint never waits for
 //! another connection, and what it could not copy (another process's reader still needed it)
 //! the next one copies. Once a checkpoint has copied everything, the next write starts the WAL
@@ -123,7 +129,7 @@
 //!
 //! `statements.rs` holds the SQL text, `connection.rs` the file and its connection (opening,
 //! settings, migrations, transactions, checkpoints), `codec.rs` rows to records and back, and
-//! `store.rs` the [`Store`] impl, where each operation runs inline or on the blocking pool.
+//! `store.rs` the [`Store`] impl, where each operation runs inline or on the store's thread.
 
 use std::fmt;
 use std::path::Path;
@@ -216,8 +222,10 @@ pub type SqliteStore = Limited<SqliteBackend>;
 pub struct SqliteBackend {
     db: Arc<Database>,
     synchronous: Synchronous,
-    /// Every operation on the blocking pool ([`SqliteStore::with_blocking_pool`]).
+    /// Every operation on the store's thread ([`SqliteStore::with_blocking_pool`]).
     pool_only: bool,
+    /// The store's own thread for the operations that may block, started on first use.
+    worker: store::Worker,
 }
 
 impl fmt::Debug for SqliteBackend {
@@ -265,6 +273,7 @@ impl SqliteStore {
             db: Arc::new(db),
             synchronous: Synchronous::Full,
             pool_only: false,
+            worker: store::Worker::default(),
         };
         Limits::default().layer(backend)
     }
@@ -365,7 +374,8 @@ impl SqliteStore {
         Ok(self)
     }
 
-    /// Run every operation on tokio's blocking pool, never inline on the awaiting task.
+    /// Run every operation off the awaiting task, on the store's own thread (see the
+    /// [module documentation](self); the name is from when that was tokio's blocking pool).
     ///
     /// By default a read (and, at [`Synchronous::Normal`], a write) that can start at once
     /// runs inline (see the [module documentation](self)): its transaction takes tens of

@@ -41,7 +41,7 @@ trait Job: Send + Sync {
     /// Run on `conn` (inside a transaction, for a write).
     fn run(&self, conn: &Connection, now: Timestamp) -> Result<Self::Output, Failure>;
 
-    /// The job with its inputs copied, for the blocking pool.
+    /// The job with its inputs copied, for the store's thread.
     fn detached(&self) -> Self::Owned;
 }
 
@@ -383,7 +383,7 @@ enum Access {
 
 impl SqliteBackend {
     /// Run `job` inline if it may and can start at once, otherwise a copy of it on the
-    /// blocking pool; after a write, queue a checkpoint if one is due.
+    /// store's thread; after a write, queue a checkpoint if one is due.
     async fn run<J: Job>(&self, access: Access, job: J) -> Result<J::Output, StoreError> {
         let here = |conn: &Connection, now: Timestamp| job.run(conn, now);
         let inline = match access {
@@ -418,7 +418,7 @@ impl SqliteBackend {
         self.run(Access::Write, Change(transition)).await
     }
 
-    /// Run `op` on a blocking thread. If the caller's future is dropped, the operation still
+    /// Run `op` on the store's thread. If the caller's future is dropped, the operation still
     /// finishes (or rolls back) as one transaction; an orphaned claim is then settled by its
     /// lease, like any other.
     async fn pooled<T, F>(&self, op: F) -> Result<T, StoreError>
@@ -427,9 +427,13 @@ impl SqliteBackend {
         F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
     {
         let db = Arc::clone(&self.db);
-        tokio::task::spawn_blocking(move || op(&db))
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.worker.run(Box::new(move || {
+            let _ = reply.send(op(&db));
+        }))?;
+        answer
             .await
-            .map_err(|e| StoreError::Unavailable(format!("SQLite worker thread failed: {e}")))?
+            .map_err(|_| StoreError::Unavailable("SQLite worker thread failed".into()))?
     }
 }
 
@@ -583,5 +587,41 @@ impl Store for SqliteBackend {
             run_id: Cow::Borrowed(run_id),
         };
         self.run(Access::Read, job).await
+    }
+}
+
+/// A job for the store's thread.
+type Work = Box<dyn FnOnce() + Send>;
+
+/// The store's own thread, on which the operations that may block run one after another
+/// (they share one connection, so they would wait for each other anyway). Started on first
+/// use; it ends once the store is dropped and the jobs it was given are done.
+#[derive(Debug, Default)]
+pub(super) struct Worker(std::sync::Mutex<Option<std::sync::mpsc::Sender<Work>>>);
+
+impl Worker {
+    pub(super) fn run(&self, job: Work) -> Result<(), StoreError> {
+        let failed = |e: &dyn std::fmt::Display| {
+            StoreError::Unavailable(format!("SQLite worker thread failed: {e}"))
+        };
+        let mut sender = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if sender.is_none() {
+            let (jobs_in, jobs) = std::sync::mpsc::channel::<Work>();
+            std::thread::Builder::new()
+                .name("idem-sqlite".into())
+                .spawn(move || {
+                    while let Ok(job) = jobs.recv() {
+                        // A job that panics drops its reply (its caller is told the thread
+                        // failed); the thread goes on with the next.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                    }
+                })
+                .map_err(|e| failed(&e))?;
+            *sender = Some(jobs_in);
+        }
+        let Some(jobs) = sender.as_ref() else {
+            return Err(failed(&"no thread"));
+        };
+        jobs.send(job).map_err(|e| failed(&e))
     }
 }

@@ -603,3 +603,24 @@ fn a_tenants_approvals_are_found_through_the_index() {
         "{plan:?}"
     );
 }
+
+#[test]
+fn the_stores_thread_outlives_a_job_that_panics() {
+    let worker = super::store::Worker::default();
+    let (told, heard) = std::sync::mpsc::channel();
+    let panicking = told.clone();
+    worker
+        .run(Box::new(move || {
+            let _keep = panicking;
+            panic!("a job that panics");
+        }))
+        .expect("the job is taken");
+    worker
+        .run(Box::new(move || told.send("ran").expect("send")))
+        .expect("the next job is taken");
+    assert_eq!(
+        heard.recv_timeout(Duration::from_secs(30)),
+        Ok("ran"),
+        "the job after a panic still runs"
+    );
+}
