@@ -128,8 +128,9 @@
 //! # The folder
 //!
 //! `statements.rs` holds the SQL text, `connection.rs` the file and its connection (opening,
-//! settings, migrations, transactions, checkpoints), `codec.rs` rows to records and back, and
-//! `store.rs` the [`Store`] impl, where each operation runs inline or on the store's thread.
+//! settings, migrations, transactions, checkpoints), `codec.rs` rows to records and back,
+//! `store.rs` the [`Store`] impl, where each operation runs inline or on the store's thread,
+//! and `worker.rs` that thread.
 
 use std::fmt;
 use std::path::Path;
@@ -141,6 +142,7 @@ mod statements;
 mod store;
 #[cfg(test)]
 mod tests;
+mod worker;
 
 pub use connection::Synchronous;
 
@@ -225,7 +227,7 @@ pub struct SqliteBackend {
     /// Every operation on the store's thread ([`SqliteStore::with_blocking_pool`]).
     pool_only: bool,
     /// The store's own thread for the operations that may block, started on first use.
-    worker: store::Worker,
+    worker: worker::Worker,
 }
 
 impl fmt::Debug for SqliteBackend {
@@ -273,7 +275,7 @@ impl SqliteStore {
             db: Arc::new(db),
             synchronous: Synchronous::Full,
             pool_only: false,
-            worker: store::Worker::default(),
+            worker: worker::Worker::default(),
         };
         Limits::default().layer(backend)
     }

@@ -606,7 +606,7 @@ fn a_tenants_approvals_are_found_through_the_index() {
 
 #[test]
 fn the_stores_thread_outlives_a_job_that_panics() {
-    let worker = super::store::Worker::default();
+    let worker = super::worker::Worker::default();
     let (told, heard) = std::sync::mpsc::channel();
     let panicking = told.clone();
     worker
