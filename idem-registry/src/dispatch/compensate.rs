@@ -11,7 +11,7 @@
 //! the call is recorded as a failure naming what was undone. An undo that fails, or whose
 //! outcome is unknown: the record becomes Unknown, naming the step, for a person.
 
-use idem_core::{ErrorKind, JournalEntry, Outcome, Timestamp, ToolError};
+use idem_core::{ErrorKind, JournalEntry, Timestamp, ToolError};
 use serde_json::{Value, json};
 
 use super::body::scrub_tool_error;
@@ -133,21 +133,8 @@ impl Dispatcher {
                     serde_json::from_value(done["undone"].clone()).unwrap_or_default();
                 let error = compensated(&failure, &undone);
                 let error = scrub_tool_error(tool, &call.args, error);
-                self.record(
-                    call,
-                    hold,
-                    ttl,
-                    &Outcome::Failure(error.clone()),
-                    None,
-                    watch,
-                )
-                .await?;
-                Err(DispatchError::ToolFailed {
-                    tool: tool.name.to_string(),
-                    error,
-                    attempts,
-                    deduplicated: false,
-                })
+                self.record_failure(call, hold, ttl, error, attempts, watch)
+                    .await
             }
             Err(e) => {
                 let e = scrub_tool_error(tool, &call.args, e);

@@ -216,16 +216,9 @@ impl Dispatcher {
                 return Box::pin(self.compensate_held(call, compensation, watch)).await;
             }
             if decide::records_failure(error.kind(), call.approval.is_some(), !steps.is_empty()) {
-                self.record(
-                    call,
-                    hold,
-                    ttl,
-                    &Outcome::Failure(error.clone()),
-                    None,
-                    watch,
-                )
-                .await?;
-                return Err(failed(error));
+                return self
+                    .record_failure(call, hold, ttl, error, attempt, watch)
+                    .await;
             }
             let how = GiveBack::after(class, error.kind(), !steps.is_empty(), error.message());
             let since = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
@@ -246,6 +239,27 @@ impl Dispatcher {
                 GiveBack::Release | GiveBack::Expire => Err(failed(error)),
             };
         }
+    }
+
+    /// Record `error` as the call's outcome, as the holder, and report the call failed after
+    /// `attempts` attempts of its body.
+    pub(super) async fn record_failure(
+        &self,
+        call: &KeyedCall<'_>,
+        hold: ClaimGuard,
+        ttl: std::time::Duration,
+        error: ToolError,
+        attempts: u32,
+        watch: &Watch<'_>,
+    ) -> Result<Dispatched, DispatchError> {
+        let outcome = Outcome::Failure(error.clone());
+        self.record(call, hold, ttl, &outcome, None, watch).await?;
+        Err(DispatchError::ToolFailed {
+            tool: call.tool.name.to_string(),
+            error,
+            attempts,
+            deduplicated: false,
+        })
     }
 
     /// Record an outcome as the holder. If it cannot be recorded, give the key back so that
