@@ -96,6 +96,30 @@ impl FaultProxy {
     }
 }
 
+/// Read what `from` sends next into `buf`: its length, or `None` once `from` closed or failed,
+/// or the connection was cut (`alive` is asked while nothing arrives).
+async fn read_while_alive(
+    from: &mut (impl AsyncReadExt + Unpin),
+    buf: &mut [u8],
+    alive: impl Fn() -> bool,
+) -> Option<usize> {
+    loop {
+        match tokio::time::timeout(Duration::from_millis(50), from.read(buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(n)) => return Some(n),
+            Err(_) if alive() => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Hold the bytes in hand while the proxy partitions and the connection lives.
+async fn wait_out_partition(state: &State, alive: impl Fn() -> bool) {
+    while state.fault() == Fault::Partition && alive() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Pipe one connection both ways under the proxy's current fault, until either side closes or
 /// the connection is cut.
 async fn pipe(client: TcpStream, server: TcpStream, state: Arc<State>) {
@@ -108,20 +132,11 @@ async fn pipe(client: TcpStream, server: TcpStream, state: Arc<State>) {
         async move {
             let mut buf = vec![0u8; 16 * 1024];
             loop {
-                let n = match tokio::time::timeout(
-                    Duration::from_millis(50),
-                    client_read.read(&mut buf),
-                )
-                .await
-                {
-                    Ok(Ok(0)) | Ok(Err(_)) => return,
-                    Ok(Ok(n)) => n,
-                    Err(_) if alive(&state) => continue,
-                    Err(_) => return,
+                let Some(n) = read_while_alive(&mut client_read, &mut buf, || alive(&state)).await
+                else {
+                    return;
                 };
-                while state.fault() == Fault::Partition && alive(&state) {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                wait_out_partition(&state, || alive(&state)).await;
                 if !alive(&state) || server_write.write_all(&buf[..n]).await.is_err() {
                     return;
                 }
@@ -133,26 +148,15 @@ async fn pipe(client: TcpStream, server: TcpStream, state: Arc<State>) {
         async move {
             let mut buf = vec![0u8; 16 * 1024];
             loop {
-                let n = match tokio::time::timeout(
-                    Duration::from_millis(50),
-                    server_read.read(&mut buf),
-                )
-                .await
-                {
-                    Ok(Ok(0)) | Ok(Err(_)) => return,
-                    Ok(Ok(n)) => n,
-                    Err(_) if alive(&state) => continue,
-                    Err(_) => return,
+                let Some(n) = read_while_alive(&mut server_read, &mut buf, || alive(&state)).await
+                else {
+                    return;
                 };
                 match state.fault() {
                     Fault::DelayReplies(d) => tokio::time::sleep(d).await,
                     // The server did its part; the worker never hears of it.
                     Fault::DropReplies => return,
-                    Fault::Partition => {
-                        while state.fault() == Fault::Partition && alive(&state) {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                    }
+                    Fault::Partition => wait_out_partition(&state, || alive(&state)).await,
                     Fault::Pass => {}
                 }
                 if !alive(&state) || client_write.write_all(&buf[..n]).await.is_err() {
