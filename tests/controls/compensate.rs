@@ -82,11 +82,7 @@ async fn a_booking_whose_third_step_fails_is_undone_in_reverse_once(store: Arc<d
         error.message(),
         "no car is available on those dates; it was compensated: the steps it had completed were undone (`hotel`, `flight`), so nothing of it remains applied"
     );
-    let ledger: Vec<String> = world(&tenant)
-        .ledger
-        .iter()
-        .map(|e| e.what.clone())
-        .collect();
+    let ledger = world(&tenant).applied();
     assert_eq!(
         ledger,
         [
@@ -155,11 +151,7 @@ async fn a_failed_compensation_is_left_unknown_for_a_person(store: Arc<dyn idem:
         reason.starts_with("undoing step `flight` of a call that failed for good did not succeed (terminal: the agency refuses to cancel flight-oslo); undone before it: `hotel`."),
         "{reason}"
     );
-    let ledger: Vec<String> = world(&tenant)
-        .ledger
-        .iter()
-        .map(|e| e.what.clone())
-        .collect();
+    let ledger = world(&tenant).applied();
     assert_eq!(
         ledger,
         ["book flight oslo", "book hotel oslo", "cancel hotel-oslo"]
@@ -246,11 +238,7 @@ async fn a_non_idempotent_booking_stopped_mid_compensation_is_resumed_by_the_nex
             .contains("the steps it had completed were undone (`hotel`, `flight`)"),
         "{resumed}"
     );
-    let ledger: Vec<String> = world(&tenant)
-        .ledger
-        .iter()
-        .map(|e| e.what.clone())
-        .collect();
+    let ledger = world(&tenant).applied();
     assert_eq!(
         ledger,
         [

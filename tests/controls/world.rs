@@ -48,6 +48,11 @@ impl World {
         true
     }
 
+    /// What was applied, in order.
+    pub fn applied(&self) -> Vec<String> {
+        self.ledger.iter().map(|e| e.what.clone()).collect()
+    }
+
     /// The effects whose description starts with `prefix`.
     pub fn effects(&self, prefix: &str) -> Vec<&Effect> {
         self.ledger
