@@ -1,7 +1,8 @@
-//! The store of a simulation: the real in-memory store behind a wrapper that, as the seed
-//! says, fails an operation before it reaches the store, loses the reply of one that
-//! committed, or delays it (other hosts run meanwhile). It can also carry a planted defect,
-//! for the tests that prove the simulator catches one.
+//! The store of a simulation: the real store behind the tests' hooked store
+//! (`support/hooked_store.rs`) with a hook that, as the seed says, fails an operation before
+//! it reaches the store, loses the reply of a write that committed, or delays it (other hosts
+//! run meanwhile), and notes every fence a claim is handed. It can also carry a planted
+//! defect, for the tests that prove the simulator catches one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,12 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem::Store;
 use idem::key::RecordKey;
-use idem::store::approvals::{ApprovalFilter, PendingApproval};
-use idem::store::{
-    Claim, ClaimRequest, Fence, ListFilter, Outcome, PurgeFilter, Record, RecordState, StoreError,
-    Timestamp,
-};
+use idem::store::{Claim, ClaimRequest, RecordState, StoreError};
 
+use crate::hooked_store::{Hook, Hooked, Op};
 use crate::world::Sim;
 
 /// A defect planted in the store, for the simulator's own tests.
@@ -28,47 +26,77 @@ pub enum Defect {
     LoseClaims,
 }
 
+/// The simulation's hook around the real store (`store`, which the planted defects reach
+/// directly).
 #[derive(Debug)]
-pub struct FaultStore {
-    inner: Arc<dyn Store>,
+pub struct Faults {
+    store: Arc<dyn Store>,
     sim: Sim,
     defect: Defect,
 }
 
-/// What the seed does to one operation.
-enum Fault {
-    None,
-    /// Fail before the store sees it.
-    Before,
-    /// Run it, then lose the reply.
-    LostReply,
+/// The store of a simulation: `store` with the seed's faults (and `defect`) around it.
+pub fn faulty(store: Arc<dyn Store>, sim: Sim, defect: Defect) -> Hooked<Faults> {
+    let faults = Faults {
+        store: store.clone(),
+        sim,
+        defect,
+    };
+    Hooked::new(store, faults)
 }
 
-impl FaultStore {
-    pub fn new(inner: Arc<dyn Store>, sim: Sim, defect: Defect) -> FaultStore {
-        FaultStore { inner, sim, defect }
+/// Whether the seed may fail `op`, and whether it writes (a write may lose its reply). The
+/// operators' and the approvals' operations run without faults.
+fn faulted(op: Op) -> Option<bool> {
+    match op {
+        Op::Claim
+        | Op::Complete
+        | Op::Release
+        | Op::Renew
+        | Op::Journal
+        | Op::MarkUnknown
+        | Op::SettleUnknown => Some(true),
+        Op::Get | Op::List | Op::Now => Some(false),
+        _ => None,
     }
+}
 
-    /// Decide the fault of an operation (a write may lose its reply), after a delay the seed
-    /// may add. Outside the simulation's thread (the lease heartbeat), nothing.
-    async fn fault(&self, write: bool) -> Fault {
-        if !turmoil::in_simulation() {
-            return Fault::None;
+fn unavailable(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("simulated: {what}"))
+}
+
+#[async_trait]
+impl Hook for Faults {
+    /// A delay the seed may add, then perhaps an error: the store never sees the operation.
+    /// Outside the simulation's thread (the lease heartbeat), nothing.
+    async fn before(&self, op: Op, _key: Option<&RecordKey>) -> Result<(), StoreError> {
+        if faulted(op).is_none() || !turmoil::in_simulation() {
+            return Ok(());
         }
         let roll = self.sim.roll();
         if (6..14).contains(&roll) {
             tokio::time::sleep(self.sim.up_to(Duration::from_millis(300))).await;
         }
         match roll {
-            0..3 => Fault::Before,
-            3..6 if write => Fault::LostReply,
-            _ => Fault::None,
+            0..3 => Err(unavailable("the store did not answer")),
+            _ => Ok(()),
         }
     }
 
-    /// The claim as the planted defect reports it.
-    async fn planted(&self, r: &ClaimRequest, claim: Claim) -> Claim {
-        match (self.defect, claim) {
+    /// A write the store committed whose reply the seed loses.
+    async fn after(&self, op: Op, _key: Option<&RecordKey>) -> Result<(), StoreError> {
+        if faulted(op) != Some(true) || !turmoil::in_simulation() {
+            return Ok(());
+        }
+        match self.sim.roll() {
+            0..3 => Err(unavailable("the reply was lost after the store committed")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The claim as the planted defect reports it; the fence it hands out is noted.
+    async fn answer_claim(&self, r: &ClaimRequest, claim: Claim) -> Claim {
+        let claim = match (self.defect, claim) {
             (Defect::TakeLiveClaims, Claim::Existing(record))
                 if matches!(record.state, RecordState::InProgress { .. })
                     && record.fingerprint == r.fingerprint =>
@@ -87,7 +115,7 @@ impl FaultStore {
                     takeover: false,
                 },
             ) if self.sim.roll() < 50 => {
-                let _ = self.inner.force_release(&r.key).await;
+                let _ = self.store.force_release(&r.key).await;
                 Claim::Acquired {
                     fence,
                     steps,
@@ -95,116 +123,10 @@ impl FaultStore {
                 }
             }
             (_, claim) => claim,
-        }
-    }
-
-    async fn around<T>(
-        &self,
-        write: bool,
-        op: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let unavailable = |what: &str| StoreError::Unavailable(format!("simulated: {what}"));
-        match self.fault(write).await {
-            Fault::Before => Err(unavailable("the store did not answer")),
-            Fault::LostReply => {
-                let _ = op.await;
-                Err(unavailable("the reply was lost after the store committed"))
-            }
-            Fault::None => op.await,
-        }
-    }
-}
-
-#[async_trait]
-impl Store for FaultStore {
-    async fn claim(&self, r: &ClaimRequest) -> Result<Claim, StoreError> {
-        let claim = self.around(true, self.inner.claim(r)).await?;
-        let claim = self.planted(r, claim).await;
+        };
         if let Claim::Acquired { fence, .. } = &claim {
             self.sim.fenced(r.key.as_str(), *fence);
         }
-        Ok(claim)
-    }
-    async fn complete(
-        &self,
-        k: &RecordKey,
-        f: Fence,
-        o: &Outcome,
-        t: Duration,
-    ) -> Result<(), StoreError> {
-        self.around(true, self.inner.complete(k, f, o, t)).await
-    }
-    async fn release(&self, k: &RecordKey, f: Fence) -> Result<bool, StoreError> {
-        self.around(true, self.inner.release(k, f)).await
-    }
-    async fn renew(&self, k: &RecordKey, f: Fence, l: Duration) -> Result<Timestamp, StoreError> {
-        self.around(true, self.inner.renew(k, f, l)).await
-    }
-    async fn journal(&self, k: &RecordKey, f: Fence, s: &str, v: &str) -> Result<(), StoreError> {
-        self.around(true, self.inner.journal(k, f, s, v)).await
-    }
-    async fn mark_unknown(&self, k: &RecordKey, f: Fence, e: &str) -> Result<(), StoreError> {
-        self.around(true, self.inner.mark_unknown(k, f, e)).await
-    }
-    async fn get(&self, k: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.around(false, self.inner.get(k)).await
-    }
-    async fn list(&self, f: ListFilter) -> Result<Vec<Record>, StoreError> {
-        self.around(false, self.inner.list(f)).await
-    }
-    async fn resolve(&self, k: &RecordKey, o: &Outcome, t: Duration) -> Result<Record, StoreError> {
-        self.inner.resolve(k, o, t).await
-    }
-    async fn settle_unknown(
-        &self,
-        k: &RecordKey,
-        f: Fence,
-        o: Option<&Outcome>,
-        t: Duration,
-    ) -> Result<bool, StoreError> {
-        self.around(true, self.inner.settle_unknown(k, f, o, t))
-            .await
-    }
-    async fn force_release(&self, k: &RecordKey) -> Result<bool, StoreError> {
-        self.inner.force_release(k).await
-    }
-    async fn purge_expired(&self, l: &PurgeFilter) -> Result<usize, StoreError> {
-        self.inner.purge_expired(l).await
-    }
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        self.around(false, self.inner.now()).await
-    }
-    async fn approval_text(&self, k: &RecordKey) -> Result<Option<String>, StoreError> {
-        self.inner.approval_text(k).await
-    }
-    async fn swap_approval(
-        &self,
-        k: &RecordKey,
-        expected: Option<&str>,
-        entry: &PendingApproval,
-        text: &str,
-    ) -> Result<bool, StoreError> {
-        self.inner.swap_approval(k, expected, entry, text).await
-    }
-    async fn remove_approval(&self, k: &RecordKey, expected: &str) -> Result<bool, StoreError> {
-        self.inner.remove_approval(k, expected).await
-    }
-    async fn approval_texts(
-        &self,
-        f: &ApprovalFilter,
-    ) -> Result<Vec<(RecordKey, String)>, StoreError> {
-        self.inner.approval_texts(f).await
-    }
-    async fn append_run_entry(
-        &self,
-        tenant: &str,
-        run_id: &str,
-        text: &str,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.append_run_entry(tenant, run_id, text, ttl).await
-    }
-    async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError> {
-        self.inner.run_entries(tenant, run_id).await
+        claim
     }
 }

@@ -14,6 +14,8 @@
 
 mod check;
 mod faults;
+#[path = "../support/hooked_store.rs"]
+mod hooked_store;
 mod world;
 
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use faults::{Defect, FaultStore};
+use faults::{Defect, faulty};
 use world::{Sim, SimClock};
 
 /// Seeds `cargo test` runs unless `IDEM_SIM_SEEDS` says otherwise.
@@ -174,7 +176,7 @@ pub fn run_on(kind: Kind, seed: u64, defect: Defect) -> Ran {
 fn schedule(seed: u64, defect: Defect, memory: Arc<dyn Store>) -> Ran {
     let plan = Plan::of(seed);
     let sim = Sim::new(seed);
-    let store: Arc<dyn Store> = Arc::new(FaultStore::new(memory.clone(), sim.clone(), defect));
+    let store: Arc<dyn Store> = Arc::new(faulty(memory.clone(), sim.clone(), defect));
     let keys = ApprovalKeys::new([approval_key()]);
     let dispatcher = Dispatcher::approving(Registry::linked().expect("registry"), store, keys)
         .expect("dispatcher");

@@ -45,9 +45,23 @@ pub trait Hook: fmt::Debug + Send + Sync + 'static {
         Ok(())
     }
 
-    /// After the real store answered `request` with `claim`, which the caller then gets.
+    /// After the real store answered `request` with `claim`.
     async fn claimed(&self, request: &ClaimRequest, claim: &Result<Claim, StoreError>) {
         let _ = (request, claim);
+    }
+
+    /// After the real store answered `op` (on `key`). An error is the caller's answer
+    /// instead, while what the store did stands: a reply lost after the store committed.
+    async fn after(&self, op: Op, key: Option<&RecordKey>) -> Result<(), StoreError> {
+        let _ = (op, key);
+        Ok(())
+    }
+
+    /// The claim the caller gets for `request`, given the real store's answer (unless
+    /// [`Hook::after`] replaced it): a test may plant a defect here.
+    async fn answer_claim(&self, request: &ClaimRequest, claim: Claim) -> Claim {
+        let _ = request;
+        claim
     }
 
     /// After the real store answered a `complete` of `key` with `done`, which the caller then
@@ -68,15 +82,33 @@ impl<H: Hook> Hooked<H> {
     pub fn new(inner: Arc<dyn Store>, hook: H) -> Hooked<H> {
         Hooked { inner, hook }
     }
+
+    /// `run` (an operation of the real store, not started yet) between the hook's `before`
+    /// and `after` for `op` on `key`.
+    async fn around<T>(
+        &self,
+        op: Op,
+        key: Option<&RecordKey>,
+        run: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.hook.before(op, key).await?;
+        let answer = run.await;
+        self.hook.after(op, key).await?;
+        answer
+    }
 }
 
 #[async_trait]
 impl<H: Hook> Store for Hooked<H> {
     async fn claim(&self, r: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.hook.before(Op::Claim, Some(&r.key)).await?;
-        let claim = self.inner.claim(r).await;
-        self.hook.claimed(r, &claim).await;
-        claim
+        let claim = self
+            .around(Op::Claim, Some(&r.key), async {
+                let claim = self.inner.claim(r).await;
+                self.hook.claimed(r, &claim).await;
+                claim
+            })
+            .await?;
+        Ok(self.hook.answer_claim(r, claim).await)
     }
     async fn complete(
         &self,
@@ -85,38 +117,38 @@ impl<H: Hook> Store for Hooked<H> {
         o: &Outcome,
         t: Duration,
     ) -> Result<(), StoreError> {
-        self.hook.before(Op::Complete, Some(k)).await?;
-        let done = self.inner.complete(k, f, o, t).await;
-        self.hook.completed(k, &done).await;
-        done
+        self.around(Op::Complete, Some(k), async {
+            let done = self.inner.complete(k, f, o, t).await;
+            self.hook.completed(k, &done).await;
+            done
+        })
+        .await
     }
     async fn release(&self, k: &RecordKey, f: Fence) -> Result<bool, StoreError> {
-        self.hook.before(Op::Release, Some(k)).await?;
-        self.inner.release(k, f).await
+        self.around(Op::Release, Some(k), self.inner.release(k, f))
+            .await
     }
     async fn renew(&self, k: &RecordKey, f: Fence, l: Duration) -> Result<Timestamp, StoreError> {
-        self.hook.before(Op::Renew, Some(k)).await?;
-        self.inner.renew(k, f, l).await
+        self.around(Op::Renew, Some(k), self.inner.renew(k, f, l))
+            .await
     }
     async fn journal(&self, k: &RecordKey, f: Fence, s: &str, v: &str) -> Result<(), StoreError> {
-        self.hook.before(Op::Journal, Some(k)).await?;
-        self.inner.journal(k, f, s, v).await
+        self.around(Op::Journal, Some(k), self.inner.journal(k, f, s, v))
+            .await
     }
     async fn mark_unknown(&self, k: &RecordKey, f: Fence, e: &str) -> Result<(), StoreError> {
-        self.hook.before(Op::MarkUnknown, Some(k)).await?;
-        self.inner.mark_unknown(k, f, e).await
+        self.around(Op::MarkUnknown, Some(k), self.inner.mark_unknown(k, f, e))
+            .await
     }
     async fn get(&self, k: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.hook.before(Op::Get, Some(k)).await?;
-        self.inner.get(k).await
+        self.around(Op::Get, Some(k), self.inner.get(k)).await
     }
     async fn list(&self, f: ListFilter) -> Result<Vec<Record>, StoreError> {
-        self.hook.before(Op::List, None).await?;
-        self.inner.list(f).await
+        self.around(Op::List, None, self.inner.list(f)).await
     }
     async fn resolve(&self, k: &RecordKey, o: &Outcome, t: Duration) -> Result<Record, StoreError> {
-        self.hook.before(Op::Resolve, Some(k)).await?;
-        self.inner.resolve(k, o, t).await
+        self.around(Op::Resolve, Some(k), self.inner.resolve(k, o, t))
+            .await
     }
     async fn settle_unknown(
         &self,
@@ -125,24 +157,27 @@ impl<H: Hook> Store for Hooked<H> {
         o: Option<&Outcome>,
         t: Duration,
     ) -> Result<bool, StoreError> {
-        self.hook.before(Op::SettleUnknown, Some(k)).await?;
-        self.inner.settle_unknown(k, f, o, t).await
+        self.around(
+            Op::SettleUnknown,
+            Some(k),
+            self.inner.settle_unknown(k, f, o, t),
+        )
+        .await
     }
     async fn force_release(&self, k: &RecordKey) -> Result<bool, StoreError> {
-        self.hook.before(Op::ForceRelease, Some(k)).await?;
-        self.inner.force_release(k).await
+        self.around(Op::ForceRelease, Some(k), self.inner.force_release(k))
+            .await
     }
     async fn purge_expired(&self, l: &PurgeFilter) -> Result<usize, StoreError> {
-        self.hook.before(Op::PurgeExpired, None).await?;
-        self.inner.purge_expired(l).await
+        self.around(Op::PurgeExpired, None, self.inner.purge_expired(l))
+            .await
     }
     async fn now(&self) -> Result<Timestamp, StoreError> {
-        self.hook.before(Op::Now, None).await?;
-        self.inner.now().await
+        self.around(Op::Now, None, self.inner.now()).await
     }
     async fn approval_text(&self, k: &RecordKey) -> Result<Option<String>, StoreError> {
-        self.hook.before(Op::Approvals, Some(k)).await?;
-        self.inner.approval_text(k).await
+        self.around(Op::Approvals, Some(k), self.inner.approval_text(k))
+            .await
     }
     async fn swap_approval(
         &self,
@@ -151,19 +186,27 @@ impl<H: Hook> Store for Hooked<H> {
         entry: &PendingApproval,
         text: &str,
     ) -> Result<bool, StoreError> {
-        self.hook.before(Op::Approvals, Some(k)).await?;
-        self.inner.swap_approval(k, expected, entry, text).await
+        self.around(
+            Op::Approvals,
+            Some(k),
+            self.inner.swap_approval(k, expected, entry, text),
+        )
+        .await
     }
     async fn remove_approval(&self, k: &RecordKey, expected: &str) -> Result<bool, StoreError> {
-        self.hook.before(Op::Approvals, Some(k)).await?;
-        self.inner.remove_approval(k, expected).await
+        self.around(
+            Op::Approvals,
+            Some(k),
+            self.inner.remove_approval(k, expected),
+        )
+        .await
     }
     async fn approval_texts(
         &self,
         f: &ApprovalFilter,
     ) -> Result<Vec<(RecordKey, String)>, StoreError> {
-        self.hook.before(Op::Approvals, None).await?;
-        self.inner.approval_texts(f).await
+        self.around(Op::Approvals, None, self.inner.approval_texts(f))
+            .await
     }
     async fn append_run_entry(
         &self,
