@@ -26,6 +26,7 @@ held = re.search(r'let held = "(.*?)";', src).group(1)
 def fill(sql):
     sql = re.sub(r"--[^\n]*\n", "\n", sql)
     sql = sql.replace("{table}", f'"{schema}".records').replace("{NOW}", now)
+    sql = sql.replace("{floor}", f'"{schema}".fence_floor')
     sql = sql.replace("{COLUMNS}", columns).replace("{held}", held)
     return " ".join(sql.split())
 

@@ -15,16 +15,21 @@ use serde_json::json;
 /// Milliseconds since the epoch at which every simulation starts.
 const EPOCH_MS: u64 = 1_800_000_000_000;
 
-/// The store's clock: the simulation's time, plus the steps forward the seed made it take
-/// (an NTP step, a VM resumed), which the hosts' timers do not see.
+/// The store's clock: the simulation's time as the schedule last set it (one reading for
+/// every host, so no host sees the store's clock behind another's), plus the steps forward
+/// the seed made it take (an NTP step, a VM resumed), which the hosts' timers do not see.
 #[derive(Debug)]
 pub struct SimClock;
 
 impl Clock for SimClock {
     fn now(&self) -> Timestamp {
-        let elapsed = turmoil::sim_elapsed().unwrap_or_default();
-        let jumped = CURRENT.with(|c| c.borrow().as_ref().map_or(0, |sim| sim.state().jumped_ms));
-        Timestamp(EPOCH_MS + elapsed.as_millis() as u64 + jumped)
+        let ms = CURRENT.with(|c| {
+            c.borrow().as_ref().map_or(0, |sim| {
+                let s = sim.state();
+                s.now_ms + s.jumped_ms
+            })
+        });
+        Timestamp(EPOCH_MS + ms)
     }
 }
 
@@ -45,6 +50,8 @@ struct State {
     attempts: Vec<(String, String)>,
     /// (record key, fence) per claim the store reported acquired, in order.
     fences: Vec<(String, u64)>,
+    /// The simulation's time when the schedule last stepped it.
+    now_ms: u64,
     /// How far the store's clock was stepped forward.
     jumped_ms: u64,
     trace: Vec<String>,
@@ -67,6 +74,7 @@ impl Sim {
             effects: Vec::new(),
             attempts: Vec::new(),
             fences: Vec::new(),
+            now_ms: 0,
             jumped_ms: 0,
             trace: Vec::new(),
         })));
@@ -102,6 +110,11 @@ impl Sim {
     /// No more faults: the settling phase.
     pub fn stop_faults(&self) {
         self.state().faults = false;
+    }
+
+    /// The simulation's time is `elapsed`: what the store's clock reads until the next step.
+    pub fn at(&self, elapsed: Duration) {
+        self.state().now_ms = elapsed.as_millis() as u64;
     }
 
     /// Step the store's clock forward by `by`.

@@ -26,13 +26,16 @@ pub enum Write {
     Delete,
 }
 
-/// The fence of a key that has no record: the store clock in milliseconds.
+/// The fence of a key that has no record: the store clock in milliseconds, and above `floor`,
+/// the highest fence of any record the store deleted.
 ///
 /// A key that was released (or purged) and is claimed again must never hand out a fence an
-/// earlier holder may still hold; seeding from the clock makes fences increase across
-/// deletions, since a take-over adds 1 and cannot happen more than once per millisecond.
-pub fn first_fence(now: Timestamp) -> Fence {
-    now.as_millis().max(1)
+/// earlier holder may still hold. The clock alone makes fences increase across deletions
+/// only a millisecond or more apart (a take-over adds 1 and needs a lapsed lease); a key
+/// freed and claimed again within one millisecond is told apart by the floor, which the
+/// store raises with every record it deletes.
+pub fn first_fence(now: Timestamp, floor: Fence) -> Fence {
+    now.as_millis().max(floor.saturating_add(1))
 }
 
 /// Whether a record is still visible at `now` (a completed record past expiry is not).
@@ -57,8 +60,13 @@ pub fn is_purgeable(record: &Record, filter: &PurgeFilter, now: Timestamp) -> bo
     }
 }
 
-/// Claim or take over.
-pub fn claim(existing: Option<Record>, req: &ClaimRequest, now: Timestamp) -> (Write, Claim) {
+/// Claim or take over; a key without a record is fenced above `floor` ([`first_fence`]).
+pub fn claim(
+    existing: Option<Record>,
+    req: &ClaimRequest,
+    now: Timestamp,
+    floor: Fence,
+) -> (Write, Claim) {
     let fresh = |fence: Fence| Record {
         key: req.key.clone(),
         tool: req.tool.clone(),
@@ -75,7 +83,7 @@ pub fn claim(existing: Option<Record>, req: &ClaimRequest, now: Timestamp) -> (W
         updated_at: now,
     };
     let Some(rec) = existing else {
-        let fence = first_fence(now);
+        let fence = first_fence(now, floor);
         return (
             Write::Put(Box::new(fresh(fence))),
             Claim::Acquired {

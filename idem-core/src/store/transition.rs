@@ -13,31 +13,43 @@
 //! so a store that must hand an operation to another thread (SQLite, to its blocking pool)
 //! copies the inputs only then, and runs the very same transition.
 //!
-//! A store of one's own over a map behind a lock needs only to say how to load and apply:
+//! A store of one's own over a map behind a lock needs only to say how to load and apply,
+//! and to remember the highest fence it deleted:
 //!
 //! ```
 //! use std::collections::HashMap;
 //! use idem_core::store::machine::Write;
 //! use idem_core::store::transition::{self, Records};
-//! use idem_core::{Record, RecordKey, StoreError, Timestamp};
+//! use idem_core::{Fence, Record, RecordKey, StoreError, Timestamp};
 //!
 //! #[derive(Default)]
-//! struct Map(HashMap<RecordKey, Record>);
+//! struct Map {
+//!     records: HashMap<RecordKey, Record>,
+//!     floor: Fence,
+//! }
 //!
 //! impl Records for Map {
 //!     type Error = StoreError;
 //!
 //!     fn load(&mut self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-//!         Ok(self.0.get(key).cloned())
+//!         Ok(self.records.get(key).cloned())
 //!     }
 //!
 //!     fn apply(&mut self, key: &RecordKey, write: Write) -> Result<(), StoreError> {
 //!         match write {
 //!             Write::Unchanged => {}
-//!             Write::Put(record) => drop(self.0.insert(key.clone(), *record)),
-//!             Write::Delete => drop(self.0.remove(key)),
+//!             Write::Put(record) => drop(self.records.insert(key.clone(), *record)),
+//!             Write::Delete => {
+//!                 if let Some(gone) = self.records.remove(key) {
+//!                     self.floor = self.floor.max(gone.fence);
+//!                 }
+//!             }
 //!         }
 //!         Ok(())
+//!     }
+//!
+//!     fn fence_floor(&mut self) -> Result<Fence, StoreError> {
+//!         Ok(self.floor)
 //!     }
 //! }
 //!
@@ -66,6 +78,13 @@ pub trait Records {
 
     /// Do what the machine decided for `key`.
     fn apply(&mut self, key: &RecordKey, write: Write) -> Result<(), Self::Error>;
+
+    /// The highest fence of any record this backend deleted (0 if none), inside the same
+    /// atomic section: a claim of a key without a record is fenced above it, so that a key
+    /// freed and claimed again within one millisecond never hands out a fence twice
+    /// ([`machine::first_fence`]). A backend raises it in [`Records::apply`] on
+    /// [`Write::Delete`], and wherever else it deletes records (eviction, purge).
+    fn fence_floor(&mut self) -> Result<Fence, Self::Error>;
 }
 
 /// One state change of one key's record: its inputs, and the [`machine`] function that
@@ -80,12 +99,19 @@ pub trait Transition: Send + Sync {
     /// The key whose record changes.
     fn key(&self) -> &RecordKey;
 
-    /// What to write, and the answer, given the record found at `now`.
+    /// What to write, and the answer, given the record found at `now`. A transition that
+    /// hands a fence to a key without a record ([`Transition::FENCES_NEW_KEYS`]) is asked
+    /// with `floor`, the backend's [`Records::fence_floor`]; any other with 0.
     fn decide(
         &self,
         existing: Option<Record>,
         now: Timestamp,
+        floor: Fence,
     ) -> Result<(Write, Self::Output), StoreError>;
+
+    /// Whether deciding for a key without a record needs the backend's fence floor: only a
+    /// claim hands out a fence to such a key.
+    const FENCES_NEW_KEYS: bool = false;
 
     /// The transition with its inputs copied, to run on another thread.
     fn detached(&self) -> Self::Owned;
@@ -99,7 +125,11 @@ pub fn run<R: Records, T: Transition>(
 ) -> Result<T::Output, R::Error> {
     let key = transition.key();
     let existing = records.load(key)?;
-    let (write, answer) = transition.decide(existing, now)?;
+    let floor = match existing {
+        None if T::FENCES_NEW_KEYS => records.fence_floor()?,
+        _ => 0,
+    };
+    let (write, answer) = transition.decide(existing, now, floor)?;
     records.apply(key, write)?;
     Ok(answer)
 }
@@ -128,12 +158,15 @@ impl Transition for Claim<'_> {
         &self.0.key
     }
 
+    const FENCES_NEW_KEYS: bool = true;
+
     fn decide(
         &self,
         existing: Option<Record>,
         now: Timestamp,
+        floor: Fence,
     ) -> Result<(Write, contract::Claim), StoreError> {
-        Ok(machine::claim(existing, &self.0, now))
+        Ok(machine::claim(existing, &self.0, now, floor))
     }
 
     fn detached(&self) -> Claim<'static> {
@@ -175,7 +208,12 @@ impl Transition for Complete<'_> {
         &self.key
     }
 
-    fn decide(&self, existing: Option<Record>, now: Timestamp) -> Result<(Write, ()), StoreError> {
+    fn decide(
+        &self,
+        existing: Option<Record>,
+        now: Timestamp,
+        _: Fence,
+    ) -> Result<(Write, ()), StoreError> {
         let write = machine::complete(
             existing,
             &self.key,
@@ -224,7 +262,12 @@ impl Transition for Release<'_> {
         &self.key
     }
 
-    fn decide(&self, existing: Option<Record>, _: Timestamp) -> Result<(Write, bool), StoreError> {
+    fn decide(
+        &self,
+        existing: Option<Record>,
+        _: Timestamp,
+        _: Fence,
+    ) -> Result<(Write, bool), StoreError> {
         Ok(machine::release(existing.as_ref(), self.fence))
     }
 
@@ -270,6 +313,7 @@ impl Transition for Renew<'_> {
         &self,
         existing: Option<Record>,
         now: Timestamp,
+        _: Fence,
     ) -> Result<(Write, Timestamp), StoreError> {
         machine::renew(existing, &self.key, self.fence, self.lease, now)
     }
@@ -317,7 +361,12 @@ impl Transition for Journal<'_> {
         &self.key
     }
 
-    fn decide(&self, existing: Option<Record>, now: Timestamp) -> Result<(Write, ()), StoreError> {
+    fn decide(
+        &self,
+        existing: Option<Record>,
+        now: Timestamp,
+        _: Fence,
+    ) -> Result<(Write, ()), StoreError> {
         let write = machine::journal(
             existing,
             &self.key,
@@ -370,7 +419,12 @@ impl Transition for MarkUnknown<'_> {
         &self.key
     }
 
-    fn decide(&self, existing: Option<Record>, now: Timestamp) -> Result<(Write, ()), StoreError> {
+    fn decide(
+        &self,
+        existing: Option<Record>,
+        now: Timestamp,
+        _: Fence,
+    ) -> Result<(Write, ()), StoreError> {
         let write = machine::mark_unknown(existing, &self.key, self.fence, &self.error, now)?;
         Ok((write, ()))
     }
@@ -415,6 +469,7 @@ impl Transition for Resolve<'_> {
         &self,
         existing: Option<Record>,
         now: Timestamp,
+        _: Fence,
     ) -> Result<(Write, Record), StoreError> {
         machine::resolve(existing.as_ref(), &self.key, &self.outcome, self.ttl, now)
     }
@@ -471,6 +526,7 @@ impl Transition for SettleUnknown<'_> {
         &self,
         existing: Option<Record>,
         now: Timestamp,
+        _: Fence,
     ) -> Result<(Write, bool), StoreError> {
         let outcome = self.outcome.as_deref();
         Ok(machine::settle_unknown(
@@ -516,7 +572,12 @@ impl Transition for ForceRelease<'_> {
         &self.key
     }
 
-    fn decide(&self, existing: Option<Record>, _: Timestamp) -> Result<(Write, bool), StoreError> {
+    fn decide(
+        &self,
+        existing: Option<Record>,
+        _: Timestamp,
+        _: Fence,
+    ) -> Result<(Write, bool), StoreError> {
         Ok((machine::force_release(existing.as_ref(), &self.key)?, true))
     }
 

@@ -338,6 +338,32 @@ pub(super) async fn fence_is_not_reused_after_release(s: Subject) {
     );
 }
 
+/// A key deleted (released, force-released) and claimed again within the same millisecond of
+/// the store's clock still gets a greater fence: a holder the operator freed the key from
+/// must not find its fence valid again. On a manual clock no time passes at all; on a real
+/// one each round takes well under a millisecond, so most rounds fall within one.
+pub(super) async fn fence_moves_on_within_one_millisecond(s: Subject) {
+    let key = fresh_key("fence-same-ms");
+    let req = request(&key, LONG, OrphanPolicy::TakeOver);
+    let mut last = acquire(&s, &req).await;
+    for round in 0..20 {
+        let freed = match round % 2 {
+            0 => s.store.release(&key, last).await,
+            _ => s.store.force_release(&key).await,
+        };
+        assert!(
+            freed.expect("free the key"),
+            "round {round}: the key was held"
+        );
+        let next = acquire(&s, &req).await;
+        assert!(
+            next > last,
+            "round {round}: a key freed and claimed again got fence {next} after {last}"
+        );
+        last = next;
+    }
+}
+
 /// A record keeps the contract of the claim that made it, through a take-over by a claim
 /// made under another one; a new call under an expired key gets the new call's.
 pub(super) async fn a_record_keeps_the_contract_it_was_made_under(s: Subject) {

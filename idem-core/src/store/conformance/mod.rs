@@ -96,6 +96,9 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("operator_list_resolve_release", |s| {
         Box::pin(operators::operator_list_resolve_release(s))
     }),
+    ("fence_moves_on_within_one_millisecond", |s| {
+        Box::pin(holders::fence_moves_on_within_one_millisecond(s))
+    }),
     ("fence_is_not_reused_after_release", |s| {
         Box::pin(holders::fence_is_not_reused_after_release(s))
     }),

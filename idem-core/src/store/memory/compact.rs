@@ -149,6 +149,10 @@ impl Compact {
         }
     }
 
+    pub(super) fn fence(&self) -> Fence {
+        self.fence
+    }
+
     pub(super) fn kind(&self) -> StateKind {
         match self.state {
             CompactState::InProgress { .. } => StateKind::InProgress,

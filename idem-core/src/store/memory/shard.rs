@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::compact::{Compact, Tools, split_origin};
 use super::keys::{Digest, DigestHashing, KeyRef};
-use crate::record::Record;
+use crate::record::{Fence, Record};
 use crate::store::machine::Write;
 
 /// A record and its key, boxed in a table so that the table's slots are one pointer wide (a
@@ -93,6 +93,9 @@ pub(super) struct Shard {
     digests: HashSet<Slot<Digest>, DigestHashing>,
     texts: HashSet<Slot<Box<str>>>,
     pub(super) tools: Tools,
+    /// The highest fence of any record this shard deleted: a key without a record is fenced
+    /// above it (a key maps to one shard, so the shard's floor is the key's).
+    pub(super) floor: Fence,
 }
 
 impl Shard {
@@ -123,22 +126,24 @@ impl Shard {
     }
 
     pub(super) fn remove(&mut self, key: KeyRef<'_>) {
-        let tool = match key {
-            KeyRef::Digest(d) => self.digests.take(&d).map(|s| s.0.record.tool),
-            KeyRef::Text(t) => self.texts.take(t).map(|s| s.0.record.tool),
+        let gone = match key {
+            KeyRef::Digest(d) => self.digests.take(&d).map(|s| s.0.record),
+            KeyRef::Text(t) => self.texts.take(t).map(|s| s.0.record),
         };
-        if let Some(tool) = tool {
-            self.tools.forget(&tool);
+        if let Some(record) = gone {
+            self.floor = self.floor.max(record.fence());
+            self.tools.forget(&record.tool);
         }
     }
 
     /// Keep the records `keep` says to; how many went.
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&Compact) -> bool) -> usize {
         let before = self.len();
-        let tools = &mut self.tools;
+        let (tools, floor) = (&mut self.tools, &mut self.floor);
         let mut judge = |record: &Compact| {
             let kept = keep(record);
             if !kept {
+                *floor = (*floor).max(record.fence());
                 tools.forget(&record.tool);
             }
             kept

@@ -51,6 +51,10 @@ impl Records for Locked<'_> {
         self.shard.apply(self.at, write);
         Ok(())
     }
+
+    fn fence_floor(&mut self) -> Result<Fence, StoreError> {
+        Ok(self.shard.floor)
+    }
 }
 
 impl MemoryBackend {

@@ -9,7 +9,8 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{self, Row};
 
 use super::statements::{
-    APPROVALS_TABLE, LATER_COLUMNS, LATER_INDEXES, RUNS_TABLE, approvals_ddl, ddl, runs_ddl,
+    APPROVALS_TABLE, FLOOR_TABLE, LATER_COLUMNS, LATER_INDEXES, RUNS_TABLE, approvals_ddl, ddl,
+    floor_ddl, runs_ddl,
 };
 use crate::store::StoreError;
 
@@ -138,6 +139,13 @@ impl Connections {
             let runs = format!("\"{schema}\".{RUNS_TABLE}");
             if !yes(&tx, HAS_RELATION, &[&runs]).await? {
                 tx.batch_execute(&runs_ddl(schema))
+                    .await
+                    .map_err(db_error)?;
+            }
+            // A schema from before the fence floor.
+            let floor = format!("\"{schema}\".{FLOOR_TABLE}");
+            if !yes(&tx, HAS_RELATION, &[&floor]).await? {
+                tx.batch_execute(&floor_ddl(schema))
                     .await
                     .map_err(db_error)?;
             }

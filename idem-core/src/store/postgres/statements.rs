@@ -52,6 +52,7 @@ CREATE INDEX IF NOT EXISTS records_open ON "{schema}".records (created_at, key)
 {later}
 {approvals}
 {runs}
+{floor}
 "#,
         later = LATER_INDEXES
             .iter()
@@ -59,6 +60,40 @@ CREATE INDEX IF NOT EXISTS records_open ON "{schema}".records (created_at, key)
             .collect::<String>(),
         approvals = approvals_ddl(schema),
         runs = runs_ddl(schema),
+        floor = floor_ddl(schema),
+    )
+}
+
+/// The name of the fence floor's table, unqualified: set-up looks for it in the schema.
+pub(super) const FLOOR_TABLE: &str = "fence_floor";
+
+/// The fence floor: one row holding the highest fence of any record deleted from the
+/// records (a release, a purge, an operator's), raised by a statement trigger on every
+/// delete that removed rows. A claim of a key without a record is fenced above it, so a key
+/// freed and claimed again within one millisecond still moves on
+/// ([`machine::first_fence`](crate::store::machine::first_fence)). [`ddl`] creates it;
+/// set-up adds it to a schema made by an older idem.
+pub(super) fn floor_ddl(schema: &str) -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS "{schema}".{FLOOR_TABLE} (
+    id    smallint PRIMARY KEY CHECK (id = 0),
+    fence bigint NOT NULL
+);
+INSERT INTO "{schema}".{FLOOR_TABLE} (id, fence) VALUES (0, 0) ON CONFLICT (id) DO NOTHING;
+CREATE OR REPLACE FUNCTION "{schema}".raise_fence_floor() RETURNS trigger
+LANGUAGE plpgsql AS $floor$
+BEGIN
+    UPDATE "{schema}".{FLOOR_TABLE}
+       SET fence = GREATEST(fence, (SELECT max(g.fence) FROM gone AS g))
+     WHERE id = 0 AND EXISTS (SELECT 1 FROM gone);
+    RETURN NULL;
+END
+$floor$;
+CREATE OR REPLACE TRIGGER records_fence_floor AFTER DELETE ON "{schema}".records
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+    EXECUTE FUNCTION "{schema}".raise_fence_floor();
+"#
     )
 }
 
@@ -165,11 +200,12 @@ pub(super) struct Statements {
 impl Statements {
     pub(super) fn new(schema: &str) -> Self {
         let table = format!("\"{schema}\".records");
+        let floor = format!("\"{schema}\".{FLOOR_TABLE}");
         let held = "t.key = $1::text AND t.state = 'in_progress' AND t.fence = $2::bigint";
         let live = format!("NOT (t.state = 'completed' AND t.expires_at <= {NOW})");
-        // A key without a record starts at the clock in milliseconds (`machine::first_fence`),
-        // so a key released and claimed again never hands out a fence a former holder may
-        // still hold. In the conflict branch `excluded.created_at` is this statement's clock and
+        // A key without a record starts at the clock in milliseconds, above the fence floor
+        // (`machine::first_fence`), so a key released and claimed again never hands out a
+        // fence a former holder may still hold. In the conflict branch `excluded.created_at` is this statement's clock and
         // `excluded.lease_until` the new lease end. The branch always writes (unchanged
         // columns keep their values) so RETURNING reports the row to every caller; the
         // action it took is written to `last_claim` and read back.
@@ -177,10 +213,10 @@ impl Statements {
             r#"
 INSERT INTO {table} AS t (key, tool, fingerprint, fence, state, lease_until, steps, arguments,
                           created_at, updated_at, last_claim, tenant, contract)
-SELECT $1::text, $2::text, $3::text, GREATEST(n.now, 1), 'in_progress', n.now + $4::bigint,
+SELECT $1::text, $2::text, $3::text, GREATEST(n.now, n.floor + 1, 1), 'in_progress', n.now + $4::bigint,
        '[]'::jsonb,
        $6::text, n.now, n.now, 'inserted', $8::text, $9::text
-FROM (SELECT {NOW} AS now) AS n
+FROM (SELECT {NOW} AS now, (SELECT f.fence FROM {floor} AS f WHERE f.id = 0) AS floor) AS n
 ON CONFLICT (key) DO UPDATE SET
     (tool, fingerprint, fence, state, lease_until, outcome, expires_at, unknown_since,
      last_error, steps, arguments, created_at, updated_at, last_claim, tenant, contract) =

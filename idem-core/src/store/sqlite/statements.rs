@@ -58,6 +58,26 @@ CREATE TABLE IF NOT EXISTS idem_run_entries (
 CREATE INDEX IF NOT EXISTS idem_run_entries_run ON idem_run_entries (tenant, run_id, seq);
 ";
 
+/// The fence floor ([`Records::fence_floor`](crate::store::transition::Records::fence_floor)):
+/// one row holding the highest fence of any record deleted from `idem_records`, raised by a
+/// trigger on every delete (a release, a purge, an eviction, an operator's), so that a key
+/// freed and claimed again within one millisecond is fenced above its former holder, in any
+/// process. Created at every open, as [`APPROVALS_SCHEMA`].
+pub(super) const FENCE_FLOOR_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS idem_fence_floor (
+    id    INTEGER PRIMARY KEY CHECK (id = 0),
+    fence INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO idem_fence_floor (id, fence) VALUES (0, 0);
+CREATE TRIGGER IF NOT EXISTS idem_records_fence_floor AFTER DELETE ON idem_records
+BEGIN
+    UPDATE idem_fence_floor SET fence = max(fence, OLD.fence) WHERE id = 0;
+END;
+";
+
+/// The fence floor.
+pub(super) const FENCE_FLOOR: &str = "SELECT fence FROM idem_fence_floor WHERE id = 0";
+
 /// Append an entry to a run's account.
 pub(super) const INSERT_RUN_ENTRY: &str =
     "INSERT INTO idem_run_entries (tenant, run_id, expires_at, entry) VALUES (?1, ?2, ?3, ?4)";

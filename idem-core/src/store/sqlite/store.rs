@@ -18,8 +18,8 @@ use super::codec::{load, load_many, put};
 use super::connection::{CheckpointReservation, Database, Failure};
 use super::statements::{
     APPROVAL_TEXT, APPROVAL_TEXTS, APPROVAL_TEXTS_OF_TENANT, DELETE_APPROVAL, DELETE_ONE,
-    EVICT_ON_CLAIM, INSERT_APPROVAL, INSERT_RUN_ENTRY, LIST_ATTENTION, LIST_STATE, PURGE_EXPIRED,
-    PURGE_RUN_ENTRIES, RUN_ENTRIES, UPDATE_APPROVAL,
+    EVICT_ON_CLAIM, FENCE_FLOOR, INSERT_APPROVAL, INSERT_RUN_ENTRY, LIST_ATTENTION, LIST_STATE,
+    PURGE_EXPIRED, PURGE_RUN_ENTRIES, RUN_ENTRIES, UPDATE_APPROVAL,
 };
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp};
@@ -60,10 +60,20 @@ impl Records for Rows<'_> {
             Write::Unchanged => Ok(()),
             Write::Put(record) => put(self.0, &record),
             Write::Delete => {
+                // The table's trigger raises the fence floor.
                 self.0.prepare_cached(DELETE_ONE)?.execute([key.as_str()])?;
                 Ok(())
             }
         }
+    }
+
+    fn fence_floor(&mut self) -> Result<Fence, Failure> {
+        let floor: Option<i64> = self
+            .0
+            .prepare_cached(FENCE_FLOOR)?
+            .query_row([], |row| row.get(0))
+            .optional()?;
+        Ok(floor.map_or(0, |f| f.max(0) as Fence))
     }
 }
 
