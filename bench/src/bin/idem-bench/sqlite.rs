@@ -111,9 +111,11 @@ fn idem(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Res
 // The statements `idem_core::store::sqlite` runs for a claim and a complete, read from the
 // store's own file: they are private to the store, and a copy here could drift from it.
 #[path = "../../../../idem-core/src/store/sqlite/statements.rs"]
-#[allow(dead_code)] // the file holds every statement of the store; the baseline runs three
+#[allow(dead_code)] // the file holds every statement of the store; the baseline runs four
 mod statements;
-use statements::{EVICT_ON_CLAIM as DELETE_EXPIRED, SCHEMA, SELECT_ONE, UPSERT};
+use statements::{
+    EVICT_ON_CLAIM as DELETE_EXPIRED, FENCE_FLOOR, FENCE_FLOOR_SCHEMA, SCHEMA, SELECT_ONE, UPSERT,
+};
 
 /// A key shaped like the record keys idem writes: 64 hex digits that look random, so that
 /// each insert lands on an arbitrary leaf of the primary-key index, as a SHA-256 key does.
@@ -211,7 +213,11 @@ fn raw(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Resu
     if set != level(synchronous) {
         return Err(format!("raw: PRAGMA synchronous is {set}, not {pragma}"));
     }
-    transact(&mut conn, |tx| tx.execute_batch(SCHEMA)).map_err(sql("schema"))?;
+    transact(&mut conn, |tx| {
+        tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(FENCE_FLOOR_SCHEMA)
+    })
+    .map_err(sql("schema"))?;
     // What idem stores for the same call: the canonical arguments and the outcome's JSON.
     let arguments: serde_json::Value =
         serde_json::from_str(ARGUMENTS).map_err(|e| e.to_string())?;
@@ -232,9 +238,12 @@ fn raw(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Resu
     while Instant::now() < end {
         let key = record_key(worker, ops);
         let now = idem::store::Timestamp::now().as_millis() as i64;
-        // Claim: read, insert in progress, evict up to two expired records.
+        // Claim: read, read the fence floor (the key has no record), insert in progress,
+        // evict up to two expired records.
         transact(&mut conn, |tx| {
             black_box(exists(tx, &key)?);
+            let floor: i64 = tx.prepare_cached(FENCE_FLOOR)?.query_row([], |row| row.get(0))?;
+            black_box(floor);
             tx.prepare_cached(UPSERT)?.execute(params![
                 key,
                 "noop_idempotent_write",
