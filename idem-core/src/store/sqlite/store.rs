@@ -68,12 +68,9 @@ impl Records for Rows<'_> {
     }
 
     fn fence_floor(&mut self) -> Result<Fence, Failure> {
-        let floor: Option<i64> = self
-            .0
-            .prepare_cached(FENCE_FLOOR)?
-            .query_row([], |row| row.get(0))
-            .optional()?;
-        Ok(floor.map_or(0, |f| f.max(0) as Fence))
+        let mut floor = self.0.prepare_cached(FENCE_FLOOR)?;
+        let found: Option<i64> = floor.query_row([], |row| row.get(0)).optional()?;
+        Ok(found.map_or(0, |f| f.max(0) as Fence))
     }
 }
 
