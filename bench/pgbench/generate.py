@@ -37,6 +37,16 @@ arguments = (
     '"ticket":48213}'
 )
 key = "('pgb-' || :client_id || '-' || :r)"
+
+
+def literal(text):
+    """A SQL literal of `text` that pgbench reads as it is: pgbench takes `:name` anywhere,
+    string literals included, for a variable (`"ticket":48213` would bind a parameter the
+    statement does not have), so a colon goes in as the escape `\x3a`."""
+    escaped = text.replace("\\", "\\\\").replace("'", "''").replace(":", "\\x3a")
+    return f"E'{escaped}'"
+
+
 claim = fill(claim)
 for param, value in {
     "$1::text": f"{key}::text",
@@ -44,10 +54,13 @@ for param, value in {
     "$3::text": "'" + "5" * 64 + "'::text",
     "$4::bigint": "30000::bigint",
     "$5::boolean": "true::boolean",
-    "$6::text": f"'{arguments}'::text",
+    "$6::text": f"{literal(arguments)}::text",
     "$7::text": "'the holder''s lease expired before it recorded an outcome'::text",
     "$8::text": "'tenant-bench'::text",
-    "$9::text": """'{"class":"idempotent_write","version":"1","natural_key":false,"verify":false,"ttl":86400000,"lease":30000}'::text""",
+    "$9::text": literal(
+        '{"class":"idempotent_write","version":"1","natural_key":false,"verify":false,'
+        '"ttl":86400000,"lease":30000}'
+    ) + "::text",
 }.items():
     claim = claim.replace(param, value)
 complete = fill(complete)

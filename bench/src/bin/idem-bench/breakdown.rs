@@ -68,5 +68,29 @@ pub fn run(args: &[String]) -> Result<(), String> {
             &logical.material,
         )
     });
+    // What an rmcp client pays to read each server's answer to the write (the `mcp` rows'
+    // client runs in the bench's process): `ServerResult` is an untagged union in which a
+    // tool call's result is the 16th variant tried, and each variant before it reads the
+    // result's `_meta` again before it fails.
+    let answers = [
+        ("rmcp client parses the plain server's answer", PLAIN_ANSWER),
+        ("rmcp client parses idem's answer", IDEM_ANSWER),
+        (
+            "rmcp client parses idem's answer without _meta",
+            IDEM_ANSWER_WITHOUT_META,
+        ),
+    ];
+    for (name, answer) in answers {
+        serde_json::from_str::<rmcp::model::ServerJsonRpcMessage>(answer)
+            .map_err(|e| format!("{name}: {e}"))?;
+        time(name, n, || {
+            serde_json::from_str::<rmcp::model::ServerJsonRpcMessage>(answer)
+        });
+    }
     Ok(())
 }
+
+/// The answers of `mcp-profile` to the idempotent write, as the servers framed them.
+const PLAIN_ANSWER: &str = r#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","content":[{"type":"text","text":"{\"result\":\"ok\"}"}],"structuredContent":{"result":"ok"},"isError":false}}"#;
+const IDEM_ANSWER: &str = r#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","content":[{"type":"text","text":"\"ok\""}],"structuredContent":{"result":"ok"},"isError":false,"_meta":{"io.idem/deduplicated":false,"io.idem/key":"idem-ac6ff1abe61924b2b8e876ea0b720eab30961ef5"}}}"#;
+const IDEM_ANSWER_WITHOUT_META: &str = r#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","content":[{"type":"text","text":"\"ok\""}],"structuredContent":{"result":"ok"},"isError":false}}"#;
