@@ -90,7 +90,8 @@ BEGIN
     RETURN NULL;
 END
 $floor$;
-CREATE OR REPLACE TRIGGER records_fence_floor AFTER DELETE ON "{schema}".records
+DROP TRIGGER IF EXISTS records_fence_floor ON "{schema}".records;
+CREATE TRIGGER records_fence_floor AFTER DELETE ON "{schema}".records
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
     EXECUTE FUNCTION "{schema}".raise_fence_floor();
 "#
