@@ -204,6 +204,7 @@ CREATE INDEX records_open ON "{schema}".records (created_at, key) WHERE state <>
         "records_unknown",
         "approvals",
         "approvals_tenant_tool",
+        "fence_floor",
     ] {
         let row = client
             .query_one(
@@ -214,6 +215,21 @@ CREATE INDEX records_open ON "{schema}".records (created_at, key) WHERE state <>
             .expect("catalog");
         assert!(row.get::<_, bool>(0), "the schema gained {index}");
     }
+    // The fence floor's trigger came with it: a record deleted from the old table raises the
+    // floor to its fence.
+    let store = PostgresStore::connect(&url, &schema)
+        .await
+        .expect("connect again");
+    assert!(store.force_release(&old.key).await.expect("force release"));
+    let floor: i64 = client
+        .query_one(
+            &format!("SELECT fence FROM \"{schema}\".fence_floor WHERE id = 0"),
+            &[],
+        )
+        .await
+        .expect("the fence floor")
+        .get(0);
+    assert_eq!(floor, 7, "the deleted record's fence is the floor");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -584,6 +584,32 @@ async fn a_file_from_before_approvals_gains_their_table() {
     assert_eq!(version, 3, "a version 2 file is brought to version 3");
 }
 
+/// A file from before the fence floor gains its table and trigger when it is opened: a key
+/// released, then claimed again on the same clock reading, is fenced above its old holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_from_before_the_fence_floor_gains_it() {
+    let dir = temp_dir("before-floor");
+    let path = dir.path().join("idem.db");
+    drop(SqliteStore::open(&path).expect("create"));
+    Connection::open(&path)
+        .expect("raw connection")
+        .execute_batch("DROP TRIGGER idem_records_fence_floor; DROP TABLE idem_fence_floor")
+        .expect("a file without the fence floor");
+    let clock = Arc::new(crate::store::memory::ManualClock::new());
+    let store = SqliteStore::open(&path)
+        .expect("open a file from before the fence floor")
+        .with_clock(clock)
+        .expect("a manual clock");
+    let k = key("floor");
+    let old = acquire(&store, &k).await;
+    assert!(store.release(&k, old).await.expect("release"));
+    let new = acquire(&store, &k).await;
+    assert!(
+        new > old,
+        "claimed again at the same instant: fence {new} after {old}"
+    );
+}
+
 #[test]
 fn a_tenants_approvals_are_found_through_the_index() {
     let dir = temp_dir("approvals-plan");
