@@ -215,21 +215,52 @@ CREATE INDEX records_open ON "{schema}".records (created_at, key) WHERE state <>
             .expect("catalog");
         assert!(row.get::<_, bool>(0), "the schema gained {index}");
     }
-    // The fence floor's trigger came with it: a record deleted from the old table raises the
-    // floor to its fence.
+    // The fence floor's trigger came with it: a deleted record whose fence is ahead of the
+    // clock raises the floor to its fence; one below the clock (7) needs no floor.
+    let ahead = claim_request(&record_key("ahead"), LEASE, OrphanPolicy::TakeOver);
+    client
+        .execute(
+            &format!(
+                "INSERT INTO \"{schema}\".records (key, tool, fingerprint, fence, state, \
+                 unknown_since, last_error, created_at, updated_at) \
+                 VALUES ($1, 'send_email', $2, 9000000000000, 'unknown', 1000, 'timed out', \
+                 1000, 1000)"
+            ),
+            &[&ahead.key.as_str(), &ahead.fingerprint.to_hex()],
+        )
+        .await
+        .expect("a record whose fence ran ahead");
     let store = PostgresStore::connect(&url, &schema)
         .await
         .expect("connect again");
+    let floor = || async {
+        let query = format!("SELECT fence FROM \"{schema}\".fence_floor WHERE id = 0");
+        let row = client
+            .query_one(&query, &[])
+            .await
+            .expect("the fence floor");
+        row.get::<_, i64>(0)
+    };
     assert!(store.force_release(&old.key).await.expect("force release"));
-    let floor: i64 = client
-        .query_one(
-            &format!("SELECT fence FROM \"{schema}\".fence_floor WHERE id = 0"),
-            &[],
-        )
-        .await
-        .expect("the fence floor")
-        .get(0);
-    assert_eq!(floor, 7, "the deleted record's fence is the floor");
+    assert_eq!(floor().await, 0, "a fence below the clock leaves the floor");
+    assert!(
+        store
+            .force_release(&ahead.key)
+            .await
+            .expect("force release")
+    );
+    assert_eq!(
+        floor().await,
+        9_000_000_000_000,
+        "a fence ahead of it raises it"
+    );
+    let Claim::Acquired { fence, .. } = store.claim(&ahead).await.expect("claim") else {
+        panic!("a freed key is acquired");
+    };
+    assert_eq!(
+        fence, 9_000_000_000_001,
+        "claimed again above the freed fence"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,11 +68,15 @@ CREATE INDEX IF NOT EXISTS records_open ON "{schema}".records (created_at, key)
 pub(super) const FLOOR_TABLE: &str = "fence_floor";
 
 /// The fence floor: one row holding the highest fence of any record deleted from the
-/// records (a release, a purge, an operator's), raised by a statement trigger on every
-/// delete that removed rows. A claim of a key without a record is fenced above it, so a key
-/// freed and claimed again within one millisecond still moves on
-/// ([`machine::first_fence`](crate::store::machine::first_fence)). [`ddl`] creates it;
-/// set-up adds it to a schema made by an older idem.
+/// records (a release, a purge, an operator's) that was not below the clock when it was
+/// deleted, raised by a statement trigger on the records. A claim of a key without a record
+/// is fenced above it, so a key freed and claimed again within one millisecond still moves on
+/// ([`machine::first_fence`](crate::store::machine::first_fence)); a fence already below the
+/// clock needs no floor (every later claim reads a later clock), so deletes seldom take the
+/// row's lock. The trigger's function runs as its owner (`SECURITY DEFINER`, with a fixed
+/// `search_path`): a role that may delete records need not be granted the floor's table; a
+/// role that claims needs `SELECT` on it. [`ddl`] creates it; set-up adds it to a schema made
+/// by an older idem.
 pub(super) fn floor_ddl(schema: &str) -> String {
     format!(
         r#"
@@ -82,11 +86,16 @@ CREATE TABLE IF NOT EXISTS "{schema}".{FLOOR_TABLE} (
 );
 INSERT INTO "{schema}".{FLOOR_TABLE} (id, fence) VALUES (0, 0) ON CONFLICT (id) DO NOTHING;
 CREATE OR REPLACE FUNCTION "{schema}".raise_fence_floor() RETURNS trigger
-LANGUAGE plpgsql AS $floor$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $floor$
+DECLARE
+    freed bigint := (SELECT max(g.fence) FROM gone AS g);
 BEGIN
-    UPDATE "{schema}".{FLOOR_TABLE}
-       SET fence = GREATEST(fence, (SELECT max(g.fence) FROM gone AS g))
-     WHERE id = 0 AND EXISTS (SELECT 1 FROM gone);
+    -- A fence below the clock needs no floor: a claim that begins after this delete reads a
+    -- later clock. Only a fence at or above it raises the floor, so deletes seldom queue on
+    -- its row.
+    IF freed >= {NOW} THEN
+        UPDATE "{schema}".{FLOOR_TABLE} SET fence = GREATEST(fence, freed) WHERE id = 0;
+    END IF;
     RETURN NULL;
 END
 $floor$;
