@@ -15,7 +15,8 @@ use idem_core::store::conformance::{self, Subject};
 use idem_core::store::postgres::PostgresStore;
 use idem_core::store::postgres::deadpool_postgres::tokio_postgres::{self, NoTls};
 use idem_core::{
-    Claim, Fingerprint, ListFilter, OrphanPolicy, Outcome, RecordState, Store, StoreError,
+    Claim, ClaimRequest, Fingerprint, ListFilter, OrphanPolicy, Outcome, RecordState, Store,
+    StoreError,
 };
 use serde_json::json;
 use support::claims::{LEASE, TTL, acquire, claim_request, record_key};
@@ -160,18 +161,23 @@ CREATE INDEX records_open ON "{schema}".records (created_at, key) WHERE state <>
         ))
         .await
         .expect("a table from before tenants");
-    let old = claim_request(&record_key("old"), LEASE, OrphanPolicy::TakeOver);
-    client
-        .execute(
-            &format!(
+    // An Unknown record written as the idem of that table wrote them, at `fence`.
+    let insert_unknown = |req: ClaimRequest, fence: i64| {
+        let (client, schema) = (&client, &schema);
+        async move {
+            let insert = format!(
                 "INSERT INTO \"{schema}\".records (key, tool, fingerprint, fence, state, \
                  unknown_since, last_error, created_at, updated_at) \
-                 VALUES ($1, 'send_email', $2, 7, 'unknown', 1000, 'timed out', 1000, 1000)"
-            ),
-            &[&old.key.as_str(), &old.fingerprint.to_hex()],
-        )
-        .await
-        .expect("an old record");
+                 VALUES ($1, 'send_email', $2, $3, 'unknown', 1000, 'timed out', 1000, 1000)"
+            );
+            let fingerprint = req.fingerprint.to_hex();
+            client
+                .execute(&insert, &[&req.key.as_str(), &fingerprint, &fence])
+                .await
+        }
+    };
+    let old = claim_request(&record_key("old"), LEASE, OrphanPolicy::TakeOver);
+    insert_unknown(old.clone(), 7).await.expect("an old record");
     let mut new = claim_request(&record_key("new"), LEASE, OrphanPolicy::TakeOver);
     new.tenant = "acme".into();
     for _ in 0..2 {
@@ -218,16 +224,7 @@ CREATE INDEX records_open ON "{schema}".records (created_at, key) WHERE state <>
     // The fence floor's trigger came with it: a deleted record whose fence is ahead of the
     // clock raises the floor to its fence; one below the clock (7) needs no floor.
     let ahead = claim_request(&record_key("ahead"), LEASE, OrphanPolicy::TakeOver);
-    client
-        .execute(
-            &format!(
-                "INSERT INTO \"{schema}\".records (key, tool, fingerprint, fence, state, \
-                 unknown_since, last_error, created_at, updated_at) \
-                 VALUES ($1, 'send_email', $2, 9000000000000, 'unknown', 1000, 'timed out', \
-                 1000, 1000)"
-            ),
-            &[&ahead.key.as_str(), &ahead.fingerprint.to_hex()],
-        )
+    insert_unknown(ahead.clone(), 9_000_000_000_000)
         .await
         .expect("a record whose fence ran ahead");
     let store = PostgresStore::connect(&url, &schema)
