@@ -99,19 +99,15 @@ pub trait Transition: Send + Sync {
     /// The key whose record changes.
     fn key(&self) -> &RecordKey;
 
-    /// What to write, and the answer, given the record found at `now`. A transition that
-    /// hands a fence to a key without a record ([`Transition::FENCES_NEW_KEYS`]) is asked
-    /// with `floor`, the backend's [`Records::fence_floor`]; any other with 0.
+    /// What to write, and the answer, given the record found at `now`; `floor` is the
+    /// backend's [`Records::fence_floor`] when the key has no record (only a claim uses it,
+    /// to fence such a key), 0 otherwise.
     fn decide(
         &self,
         existing: Option<Record>,
         now: Timestamp,
         floor: Fence,
     ) -> Result<(Write, Self::Output), StoreError>;
-
-    /// Whether deciding for a key without a record needs the backend's fence floor: only a
-    /// claim hands out a fence to such a key.
-    const FENCES_NEW_KEYS: bool = false;
 
     /// The transition with its inputs copied, to run on another thread.
     fn detached(&self) -> Self::Owned;
@@ -126,8 +122,8 @@ pub fn run<R: Records, T: Transition>(
     let key = transition.key();
     let existing = records.load(key)?;
     let floor = match existing {
-        None if T::FENCES_NEW_KEYS => records.fence_floor()?,
-        _ => 0,
+        None => records.fence_floor()?,
+        Some(_) => 0,
     };
     let (write, answer) = transition.decide(existing, now, floor)?;
     records.apply(key, write)?;
@@ -157,8 +153,6 @@ impl Transition for Claim<'_> {
     fn key(&self) -> &RecordKey {
         &self.0.key
     }
-
-    const FENCES_NEW_KEYS: bool = true;
 
     fn decide(
         &self,
