@@ -24,8 +24,6 @@ pub const APPROVAL_STEP: &str = "idem:approval";
 
 /// What the approve stage found.
 pub(super) enum Approved {
-    /// The call needs no approval (decided before the stage runs).
-    NotNeeded,
     /// This approval authorises the call.
     By(Box<Approval>),
     /// The call's completed outcome, replayed without an approval (no effect happens).

@@ -317,13 +317,11 @@ impl Dispatcher {
         // The approval path is boxed: its future is large and most calls never take it, so the
         // future of every dispatch stays small (it is moved at each await that starts it).
         let approval = match tool.needs_approval(&args, run) {
-            false => approve::Approved::NotNeeded,
-            true => Box::pin(self.approve(tool, run, &keyed, &args, watch)).await?,
-        };
-        let approval = match approval {
-            approve::Approved::Replayed(replayed) => return Ok(replayed),
-            approve::Approved::By(approval) => Some(approval),
-            approve::Approved::NotNeeded => None,
+            false => None,
+            true => match Box::pin(self.approve(tool, run, &keyed, &args, watch)).await? {
+                approve::Approved::Replayed(replayed) => return Ok(replayed),
+                approve::Approved::By(approval) => Some(approval),
+            },
         };
         let (record_key, downstream) = match keyed.keys {
             Some(keys) if tool.class.records() => keys,
