@@ -1,12 +1,12 @@
 //! Deterministic simulation of the dispatcher over the in-memory store: one seed decides the
-//! workers and duplicate callers, the tools and their classes, when each call is sent, the
-//! faults of every store operation (an error before it, a reply lost after it committed, a
-//! delay) and of every body (an effect then a timeout, nothing applied, a delay past the
-//! lease), which workers crash (everything but the store is lost), when the store's clock
-//! steps forward (within the documented bound: past settle delays, never past a renewed lease), and which calls of the irreversible tool a
-//! person approves (every duplicate sender approves again). The schedule runs in
-//! turmoil: every worker is a host on one thread, in simulated time, so a seed replays
-//! exactly. After each run the invariants are checked (`check.rs`).
+//! workers and duplicate callers, the tools and their classes, when each call is sent, the faults
+//! of every store operation (an error before it, a reply lost after it committed, a delay) and of
+//! every body (an effect then a timeout, nothing applied, a delay past the lease), which workers
+//! crash (everything but the store is lost), when the store's clock steps forward (within the
+//! documented bound: past settle delays, never past a renewed lease), and which calls of the
+//! irreversible tool a person approves (every duplicate sender approves again). The schedule runs
+//! in turmoil: every worker is a host on one thread, in simulated time, so a seed replays exactly.
+//! After each run the invariants are checked (`check.rs`).
 //!
 //! `scripts/simulate [SEEDS] [--seed N]` runs any number; `cargo test` runs a budget
 //! (`IDEM_SIM_SEEDS`, default [`CI_SEEDS`]). The simulator is tested too: with a defect

@@ -43,11 +43,11 @@ pub(super) struct Connections {
 }
 
 impl Connections {
-    /// Create the schema, tables and indexes unless the records table already exists, or add
-    /// what a schema made by an older idem lacks (the tenant column, later indexes, the
-    /// pending approvals', run accounts' and fence floor's tables). Concurrent `IF NOT EXISTS` statements can still collide on
-    /// the catalogs' unique indexes, so set-up is serialised on a transaction-scoped advisory
-    /// lock keyed by the schema name.
+    /// Create the schema, tables and indexes unless the records table already exists, or add what a
+    /// schema made by an older idem lacks (the tenant column, later indexes, the pending
+    /// approvals', run accounts' and fence floor's tables). Concurrent `IF NOT EXISTS` statements
+    /// can still collide on the catalogs' unique indexes, so set-up is serialised on a
+    /// transaction-scoped advisory lock keyed by the schema name.
     pub(super) async fn set_up(&self, schema: &str) -> Result<(), StoreError> {
         let mut checkout = self.checkout().await?;
         let result = Self::create_schema(schema, checkout.client()).await;

@@ -7,8 +7,9 @@
 //! - **claim** is an `INSERT … ON CONFLICT (key) DO UPDATE` that inserts a fresh record
 //!   (its first fence is the clock in milliseconds and above the fence floor, the highest
 //!   fence of any deleted record, so fences keep increasing across a release and a new claim
-//!   of the key, even within one millisecond), reclaims a completed record past its expiry (fence + 1), takes over an orphan (fence + 1,
-//!   journal kept) or turns it Unknown, and otherwise leaves the row as it is. The conflict
+//!   of the key, even within one millisecond), reclaims a completed record past its expiry
+//!   (fence + 1), takes over an orphan (fence + 1, journal kept) or turns it Unknown, and
+//!   otherwise leaves the row as it is. The conflict
 //!   branch always writes the row, so its `RETURNING` clause reports the row as this
 //!   statement left it, even to the losing side of a race whose snapshot predates the
 //!   winner's insert.

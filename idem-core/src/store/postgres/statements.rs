@@ -214,10 +214,10 @@ impl Statements {
         let held = "t.key = $1::text AND t.state = 'in_progress' AND t.fence = $2::bigint";
         let live = format!("NOT (t.state = 'completed' AND t.expires_at <= {NOW})");
         // A key without a record starts at the clock in milliseconds, above the fence floor
-        // (`machine::first_fence`), so a key released and claimed again never hands out a
-        // fence a former holder may still hold. In the conflict branch `excluded.created_at` is this statement's clock and
-        // `excluded.lease_until` the new lease end. The branch always writes (unchanged
-        // columns keep their values) so RETURNING reports the row to every caller; the
+        // (`machine::first_fence`), so a key released and claimed again never hands out a fence a
+        // former holder may still hold. In the conflict branch `excluded.created_at` is this
+        // statement's clock and `excluded.lease_until` the new lease end. The branch always writes
+        // (unchanged columns keep their values) so RETURNING reports the row to every caller; the
         // action it took is written to `last_claim` and read back.
         let claim = format!(
             r#"

@@ -66,10 +66,10 @@ impl Synchronous {
     }
 }
 
-/// Set up the schema, bring a version 1 file up to date, or check that the file holds a
-/// schema this code understands; then create the pending approvals', run accounts' and fence
-/// floor's tables if the file lacks them (a version 2 or 3 file from before them). Runs inside `BEGIN IMMEDIATE`, so processes opening
-/// the file at once take turns and the later ones find it done.
+/// Set up the schema, bring a version 1 file up to date, or check that the file holds a schema this
+/// code understands; then create the pending approvals', run accounts' and fence floor's tables if
+/// the file lacks them (a version 2 or 3 file from before them). Runs inside `BEGIN IMMEDIATE`, so
+/// processes opening the file at once take turns and the later ones find it done.
 pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<(), Failure> {
     migrate_records(conn, path)?;
     conn.execute_batch(APPROVALS_SCHEMA)?;
