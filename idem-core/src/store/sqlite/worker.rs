@@ -19,22 +19,22 @@ impl Worker {
             StoreError::Unavailable(format!("SQLite worker thread failed: {e}"))
         };
         let mut sender = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if sender.is_none() {
-            let (jobs_in, jobs) = std::sync::mpsc::channel::<Work>();
-            std::thread::Builder::new()
-                .name("idem-sqlite".into())
-                .spawn(move || {
-                    while let Ok(job) = jobs.recv() {
-                        // A job that panics drops its reply (its caller is told the thread
-                        // failed); the thread goes on with the next.
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                    }
-                })
-                .map_err(|e| failed(&e))?;
-            *sender = Some(jobs_in);
-        }
-        let Some(jobs) = sender.as_ref() else {
-            return Err(failed(&"no thread"));
+        let jobs = match sender.as_ref() {
+            Some(jobs) => jobs,
+            None => {
+                let (jobs_in, jobs) = std::sync::mpsc::channel::<Work>();
+                std::thread::Builder::new()
+                    .name("idem-sqlite".into())
+                    .spawn(move || {
+                        while let Ok(job) = jobs.recv() {
+                            // A job that panics drops its reply (its caller is told the thread
+                            // failed); the thread goes on with the next.
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                        }
+                    })
+                    .map_err(|e| failed(&e))?;
+                sender.insert(jobs_in)
+            }
         };
         jobs.send(job).map_err(|e| failed(&e))
     }
