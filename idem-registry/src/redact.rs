@@ -14,9 +14,10 @@
 //!
 //! Validation and parse errors of such a tool have every secret's text cut out of their
 //! messages, and so have a terminal error's message and details before they are recorded;
-//! so have its outputs (returned and recorded alike) and its verify hook's answers. A short
-//! secret (under [`CUT_INSIDE_VALUES`] characters) is cut from an output only where a whole
-//! string equals it: a chance match inside other data (`1` in `auth_1x71`) is left alone.
+//! so have its outputs (returned and recorded alike, an object's keys as its strings) and its
+//! verify hook's answers. A short secret (under [`CUT_INSIDE_VALUES`] characters) is cut from
+//! an output only where a whole string or key equals it: a chance match inside other data (`1`
+//! in `auth_1x71`) is left alone.
 //! A journaled step's value must read back as it was made, so a step whose value holds a
 //! secret is not journaled at all: the step fails as ambiguous, naming the argument.
 //!
@@ -27,7 +28,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use hmac::{KeyInit, Mac};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::pointer::within;
 
@@ -122,9 +123,10 @@ pub(crate) fn seal(arguments: &Value, pointers: &[String], key: &SecretKey) -> V
 }
 
 /// A secret text at least this long is cut wherever it appears inside a string of an output,
-/// a step's value or an error's details. A shorter one (a CVC, a short PIN) cannot be told
-/// from ordinary data there (`1` inside `auth_1x71`, or a count of 1): it is cut only where a
-/// whole string equals it, so that data is never corrupted by a chance match.
+/// a step's value or an error's details, an object's keys included. A shorter one (a CVC, a
+/// short PIN) cannot be told from ordinary data there (`1` inside `auth_1x71`, or a count of
+/// 1): it is cut only where a whole string or key equals it, so that data is never corrupted
+/// by a chance match.
 pub const CUT_INSIDE_VALUES: usize = 8;
 
 /// In a message (prose), a secret text shorter than this is cut only where it stands as a
@@ -197,6 +199,12 @@ pub(crate) fn refusal(
 /// of at least [`CUT_INSIDE_VALUES`] characters is cut inside any string, and a number equal
 /// to a secret number of as many digits becomes the text `[redacted]`. Shorter secrets are
 /// left where they are only part of a value: a chance match must not change data.
+///
+/// An object's keys are cut as its strings are, and stay unique: the keys left whole keep
+/// their names, and a cut key that would take a name already used (`{"4111..": 1, "1234": 2}`
+/// cuts to `[redacted]` twice) has its last `[redacted]` numbered from 2, `[redacted 2]`,
+/// `[redacted 3]`, ..., the first name no other key has, in the order the object lists its
+/// keys. No value is lost and the keys keep their order.
 pub(crate) fn scrub_value(value: &mut Value, arguments: &Value, pointers: &[String]) {
     let texts: Vec<String> = pointers
         .iter()
@@ -210,14 +218,10 @@ pub(crate) fn scrub_value(value: &mut Value, arguments: &Value, pointers: &[Stri
 }
 
 fn scrub_texts(value: &mut Value, texts: &[String]) {
-    let long = |t: &&String| t.chars().count() >= CUT_INSIDE_VALUES;
     match value {
-        Value::String(s) if texts.contains(s) => *s = REDACTED.to_owned(),
         Value::String(s) => {
-            for text in texts.iter().filter(long) {
-                if s.contains(text.as_str()) {
-                    *s = s.replace(text.as_str(), REDACTED);
-                }
+            if let Some(cut) = scrub_string(s, texts) {
+                *s = cut;
             }
         }
         Value::Number(n) => {
@@ -227,9 +231,72 @@ fn scrub_texts(value: &mut Value, texts: &[String]) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(|v| scrub_texts(v, texts)),
-        Value::Object(map) => map.values_mut().for_each(|v| scrub_texts(v, texts)),
+        Value::Object(map) => {
+            map.values_mut().for_each(|v| scrub_texts(v, texts));
+            let cuts: Vec<Option<String>> = map.keys().map(|k| scrub_string(k, texts)).collect();
+            if cuts.iter().any(Option::is_some) {
+                *map = rekeyed(std::mem::take(map), cuts);
+            }
+        }
         _ => {}
     }
+}
+
+/// `s` with the secret `texts` cut out (see [`scrub_value`]), or `None` if none is in it.
+fn scrub_string(s: &str, texts: &[String]) -> Option<String> {
+    if texts.iter().any(|t| t == s) {
+        return Some(REDACTED.to_owned());
+    }
+    let mut cut: Option<String> = None;
+    for text in texts
+        .iter()
+        .filter(|t| t.chars().count() >= CUT_INSIDE_VALUES)
+    {
+        let current = cut.as_deref().unwrap_or(s);
+        if current.contains(text.as_str()) {
+            cut = Some(current.replace(text.as_str(), REDACTED));
+        }
+    }
+    cut
+}
+
+/// `map` with each key whose `cuts` entry is set renamed to it, numbered apart from every
+/// other key (see [`scrub_value`]); `cuts` lists one entry per key, in the map's order.
+fn rekeyed(map: Map<String, Value>, cuts: Vec<Option<String>>) -> Map<String, Value> {
+    // The keys left whole are data of the tool's own: they keep their names.
+    let mut taken: std::collections::HashSet<String> = map
+        .keys()
+        .zip(&cuts)
+        .filter(|(_, cut)| cut.is_none())
+        .map(|(key, _)| key.clone())
+        .collect();
+    let mut out = Map::new();
+    for ((key, value), cut) in map.into_iter().zip(cuts) {
+        let key = match cut {
+            None => key,
+            Some(cut) => {
+                let mut name = cut.clone();
+                let mut n = 1;
+                while taken.contains(&name) {
+                    n += 1;
+                    name = numbered(&cut, n);
+                }
+                taken.insert(name.clone());
+                name
+            }
+        };
+        out.insert(key, value);
+    }
+    out
+}
+
+/// A cut key with its last `[redacted]` numbered `n`: `card [redacted 2]`.
+fn numbered(cut: &str, n: usize) -> String {
+    // A cut key always holds the marker; were it without one, a numbered one would end it.
+    let at = cut.rfind(REDACTED).unwrap_or(cut.len());
+    let rest = cut.get(at + REDACTED.len()..).unwrap_or("");
+    let marker = REDACTED.trim_end_matches(']');
+    format!("{}{marker} {n}]{rest}", &cut[..at])
 }
 
 /// The first of `pointers` whose secret `value` holds (as [`scrub_value`] would cut it).
@@ -330,5 +397,67 @@ mod tests {
         let held = secret_held(&json!("x 4242424242424242"), &args, &pointers);
         assert_eq!(held.as_deref(), Some("/card"));
         assert_eq!(secret_held(&json!("auth_4242"), &args, &pointers), None);
+    }
+
+    #[test]
+    fn a_key_equal_to_or_holding_a_secret_is_cut_like_a_string() {
+        let args = json!({"card": "4111111111111111", "pin": "1234"});
+        let pointers = ["/card".to_owned(), "/pin".to_owned()];
+        let mut output = json!({
+            "4111111111111111": "ok",
+            "card 4111111111111111 on file": true,
+            "auth_1234": 2,
+            "nested": [{"1234": 1}],
+        });
+        scrub_value(&mut output, &args, &pointers);
+        assert_eq!(
+            output,
+            json!({
+                "[redacted]": "ok",
+                "card [redacted] on file": true,
+                "auth_1234": 2,
+                "nested": [{"[redacted]": 1}],
+            }),
+            "a short secret is cut from a key only where the whole key equals it"
+        );
+    }
+
+    #[test]
+    fn keys_that_scrub_alike_stay_apart_numbered_in_the_objects_order() {
+        let args = json!({"card": "4111111111111111", "pin": 1234});
+        let pointers = ["/card".to_owned(), "/pin".to_owned()];
+        // The keys to cut are written in the order of their text, so that the object lists
+        // them alike with or without serde_json's `preserve_order`, and numbers them alike.
+        let mut output = json!({
+            "[redacted]": "a key of the tool's own",
+            "1234": 2,
+            "4111111111111111": {"1234": "inner"},
+            "[redacted 2]": "another of its own",
+            "card 4111111111111111": 3,
+            "card [redacted]": 4,
+        });
+        scrub_value(&mut output, &args, &pointers);
+        let expected = json!({
+            "[redacted]": "a key of the tool's own",
+            "[redacted 3]": 2,
+            "[redacted 4]": {"[redacted]": "inner"},
+            "[redacted 2]": "another of its own",
+            "card [redacted 2]": 3,
+            "card [redacted]": 4,
+        });
+        assert_eq!(output, expected, "no value is lost, no key is taken twice");
+    }
+
+    #[test]
+    fn a_step_value_keyed_by_a_secret_holds_it() {
+        let args = json!({"card": "4111111111111111", "pin": "1234"});
+        let pointers = ["/card".to_owned(), "/pin".to_owned()];
+        let held = |v: Value| secret_held(&v, &args, &pointers);
+        assert_eq!(held(json!({"1234": 1})).as_deref(), Some("/pin"));
+        assert_eq!(
+            held(json!([{"card 4111111111111111": 1}])).as_deref(),
+            Some("/card")
+        );
+        assert_eq!(held(json!({"auth_1234": 1, "[redacted]": 2})), None);
     }
 }
