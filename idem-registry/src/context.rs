@@ -10,6 +10,15 @@ use idem_core::{Fence, IdempotencyKey, JournalEntry, RecordKey, Store, ToolClass
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+/// The prefix of the journal entries the dispatcher writes itself (an approval, a
+/// precondition passed, a compensation under way and each undo): a tool's own
+/// [`ToolContext::step`] may not begin with it.
+pub const RESERVED_STEP_PREFIX: &str = "idem:";
+
+/// The journal entry that says a call's precondition passed: from then on the call is under
+/// way, and its precondition is not asked again (by a retry, a take-over or recovery).
+pub const PRECONDITION_STEP: &str = "idem:precondition";
+
 tokio::task_local! {
     /// The journaled step running on this task.
     static STEP: RunningStep;
@@ -388,7 +397,26 @@ impl ToolContext {
     /// let charged: bool = ctx.step("charge", || async { Ok(true) }).await?;
     /// # let _ = (reservation, charged); Ok(()) }
     /// ```
+    ///
+    /// Step names beginning with `idem:` are the dispatcher's own journal entries (an
+    /// approval, a precondition passed, a compensation): a step so named is refused before
+    /// `f` runs, with a terminal error naming it.
     pub async fn step<T, F, Fut>(&self, name: &str, f: F) -> Result<T, ToolError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, ToolError>>,
+    {
+        if name.starts_with(RESERVED_STEP_PREFIX) {
+            return Err(ToolError::terminal(format!(
+                "step `{name}` was not run: names beginning with `{RESERVED_STEP_PREFIX}` are reserved for idem's own journal entries; name the step without that prefix"
+            )));
+        }
+        self.journaled_step(name, f).await
+    }
+
+    /// [`step`](Self::step) without the check of its name: the dispatcher's own entries.
+    pub(crate) async fn journaled_step<T, F, Fut>(&self, name: &str, f: F) -> Result<T, ToolError>
     where
         T: Serialize + DeserializeOwned,
         F: FnOnce() -> Fut,
@@ -459,5 +487,22 @@ impl ToolContext {
     /// The steps journaled so far (carried to the next attempt of the same holder).
     pub(crate) fn journal(&self) -> Vec<JournalEntry> {
         self.steps().clone()
+    }
+
+    /// Whether this call is under way: its precondition passed on an earlier attempt or
+    /// holder, or it journaled a step of the tool's own. A precondition guards the start of
+    /// an effect, not its continuation.
+    pub(crate) fn under_way(&self) -> bool {
+        self.steps()
+            .iter()
+            .any(|e| e.step == PRECONDITION_STEP || !e.step.starts_with(RESERVED_STEP_PREFIX))
+    }
+
+    /// `text` with the text of the call's secret arguments cut out, as a message is.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        match &self.inner.secrets {
+            Some(s) => crate::redact::scrub(text, &s.arguments, &s.pointers),
+            None => text.to_owned(),
+        }
     }
 }

@@ -21,6 +21,7 @@ mod compensate;
 mod example;
 mod kill;
 mod precondition;
+mod under_way;
 mod world;
 
 use std::sync::Arc;

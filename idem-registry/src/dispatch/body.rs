@@ -86,7 +86,10 @@ pub(crate) async fn run(
         Some(execution) => {
             key = ctx.key().clone();
             let attempt = ctx.attempt();
-            let body = (tool.handler)(ctx, args, typed);
+            // Created when the wrapper first polls it: a wrapper that answers in its place
+            // leaves a handler that works when called (before polling) uncalled.
+            let body: BodyFuture<'_> =
+                Box::pin(async move { (tool.handler)(ctx, args, typed).await });
             let attempt = Attempt {
                 tool: &tool.name,
                 class: tool.class,

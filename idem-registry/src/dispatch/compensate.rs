@@ -100,7 +100,7 @@ impl Dispatcher {
             async move {
                 // The failure is journaled before anything is undone; a take-over reads it.
                 let failure: ToolError = ctx
-                    .step(COMPENSATING_STEP, || async { Ok(failure) })
+                    .journaled_step(COMPENSATING_STEP, || async { Ok(failure) })
                     .await?;
                 let mut undone = Vec::new();
                 for entry in to_undo.iter().rev() {
@@ -108,7 +108,7 @@ impl Dispatcher {
                         .unwrap_or_else(|_| Value::String(entry.value.clone()));
                     let undo = Undo::new(&entry.step, output, ctx.step_key(&entry.step));
                     let name = format!("{UNDO_PREFIX}{}", entry.step);
-                    let undoing = ctx.step(&name, || {
+                    let undoing = ctx.journaled_step(&name, || {
                         let undo = compensate(ctx.clone(), undo);
                         async move { undo.await.map(|()| true) }
                     });
@@ -147,8 +147,10 @@ impl Dispatcher {
                     .details()
                     .and_then(|d| serde_json::from_value(d["undone"].clone()).ok())
                     .unwrap_or_default();
+                // What happened, not who settles it: the error, the account and the CLI each
+                // say that once, in their own words.
                 let reason = format!(
-                    "undoing step `{step}` of a call that failed for good did not succeed ({}: {}); undone before it: {}. A person must settle this call: its completed steps may be partly undone",
+                    "undoing step `{step}` of a call that failed for good did not succeed ({}: {}); undone before it: {}. Its completed steps may be partly undone",
                     e.kind(),
                     e.message(),
                     listed(&undone)

@@ -215,12 +215,15 @@ impl Dispatcher {
                 };
                 return Box::pin(self.compensate_held(call, compensation, watch)).await;
             }
-            if decide::records_failure(error.kind(), call.approval.is_some(), !steps.is_empty()) {
+            // Only the tool's own steps are a partial effect (not the dispatcher's entries:
+            // an approval, a precondition passed).
+            let partial = super::tool_steps(&steps);
+            if decide::records_failure(error.kind(), call.approval.is_some(), partial) {
                 return self
                     .record_failure(call, hold, ttl, error, attempt, watch)
                     .await;
             }
-            let how = GiveBack::after(class, error.kind(), !steps.is_empty(), error.message());
+            let how = GiveBack::after(class, error.kind(), partial, error.message());
             let since = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
             hold.give_back(&how)
                 .await

@@ -358,13 +358,23 @@ impl ToolBuilder {
         self
     }
 
-    /// A check made after the claim and before every attempt of the body, given the
-    /// context and the arguments: that the world is still as the model saw it (the
-    /// resource's version still the one it read). A failed check (`Err` of a terminal or
-    /// not-applied [`ToolError`], saying what changed) is the call's outcome: *not applied*,
-    /// recorded and replayed like any refusal of the body, never counted as an effect. A
-    /// check that could not be made (a retryable or ambiguous error) applied nothing and is
-    /// retried as a retryable error. Only for a write.
+    /// A check made after the claim and before the body starts, given the context and the
+    /// arguments: that the world is still as the model saw it (the resource's version still
+    /// the one it read). A failed check (`Err` of a terminal or not-applied [`ToolError`],
+    /// saying what changed) is the call's outcome: a terminal refusal whose message begins
+    /// "precondition failed, nothing was applied", with `{"precondition": why}` as its
+    /// details, recorded and replayed like any refusal of the body, never counted as an
+    /// effect. A check that could not be made (a retryable or ambiguous error) applied
+    /// nothing: it is a not-applied error, tried again as the class allows. The body is
+    /// created only once the check passed. Only for a write.
+    ///
+    /// The precondition guards the start of the effect, not its continuation. Its pass is
+    /// journaled (`idem:precondition`, [`PRECONDITION_STEP`](super::PRECONDITION_STEP))
+    /// before the body runs; from then on the call is under way, and an attempt that
+    /// continues it (a retry, a take-over of a stopped worker's call, recovery's rerun)
+    /// runs the body without asking again, since the check may now fail because of the
+    /// call's own effect (a transfer whose debit step ran no longer finds the amount at its
+    /// source). So does a call whose journal holds a step of the tool's own.
     ///
     /// Where the API takes an expected version (`If-Match`, `expected_version`), send it with
     /// the write too: only the API's compare-and-set closes the window between the check

@@ -511,38 +511,53 @@ pub(crate) fn typed_args<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Wrap a handler so that `precondition` runs before every attempt: a failed precondition is
-/// recorded as the body's refusal (terminal, never an effect), a check that could not be made
-/// is retryable (nothing was applied).
+/// Wrap a handler so that `precondition` guards the start of the call's effect: it is asked
+/// before each attempt until it passes once, and its pass is journaled before the body is
+/// created. An attempt of a call under way (the pass journaled, or a step of the tool's own,
+/// by this or an earlier holder) runs the body without asking: the precondition may well
+/// fail because of the call's own effect, which a refusal would then wrongly call "nothing
+/// applied". A failed precondition is recorded as the body's refusal (terminal, never an
+/// effect); a check that could not be made is not applied, and may be tried again.
 pub(crate) fn guarded(handler: super::Handler, precondition: Precondition) -> super::Handler {
     Arc::new(move |ctx: ToolContext, args: &Value, typed| {
+        if ctx.under_way() {
+            return handler(ctx, args, typed);
+        }
         let check = precondition(ctx.clone(), args);
-        let body = handler(ctx, args, typed);
+        let handler = handler.clone();
+        let args = args.clone();
         Box::pin(async move {
-            match check.await {
-                Ok(()) => body.await,
-                Err(e) => Err(precondition_failed(e)),
+            if let Err(e) = check.await {
+                return Err(precondition_failed(&ctx, e));
             }
+            ctx.journaled_step(crate::context::PRECONDITION_STEP, || async { Ok(true) })
+                .await
+                .map_err(|e| {
+                    ToolError::not_applied(format!(
+                        "the precondition passed but could not be journaled, so the tool did not run: {}",
+                        e.message()
+                    ))
+                })?;
+            // Only now is the body created: a handler that starts work when called (before
+            // its future is polled) does nothing for a refused call.
+            handler(ctx, &args, typed).await
         })
     })
 }
 
-/// What a precondition's error becomes: a refusal the model can act on.
-pub(crate) fn precondition_failed(e: ToolError) -> ToolError {
+/// What a precondition's error becomes: a refusal the model can act on, its message cut of
+/// the call's secrets before it is copied anywhere.
+pub(crate) fn precondition_failed(ctx: &ToolContext, e: ToolError) -> ToolError {
     use idem_core::ErrorKind;
+    let message = ctx.scrub(e.message());
     match e.kind() {
-        ErrorKind::Terminal | ErrorKind::NotApplied => {
-            let details = serde_json::json!({"precondition": e.message()});
-            ToolError::terminal(format!(
-                "precondition failed, nothing was applied: {}",
-                e.message()
-            ))
-            .with_details(details)
-        }
-        // A check that could not be made applied nothing: try again.
-        ErrorKind::Retryable | ErrorKind::Ambiguous => ToolError::retryable(format!(
-            "the precondition could not be checked, nothing was applied: {}",
-            e.message()
+        ErrorKind::Terminal | ErrorKind::NotApplied => ToolError::terminal(format!(
+            "precondition failed, nothing was applied: {message}"
+        ))
+        .with_details(serde_json::json!({"precondition": message})),
+        // A check that could not be made applied nothing: it may be tried again.
+        ErrorKind::Retryable | ErrorKind::Ambiguous => ToolError::not_applied(format!(
+            "the precondition could not be checked, nothing was applied: {message}"
         )),
     }
 }

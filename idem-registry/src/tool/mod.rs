@@ -24,6 +24,7 @@ mod policy;
 mod registration;
 mod spec;
 
+pub use crate::context::PRECONDITION_STEP;
 pub use builder::ToolBuilder;
 pub(crate) use controls::typed_args;
 pub use controls::{ApprovalSelector, Authorizer, Compensator, Precondition, Rule, Undo};
