@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod keyless_secrets;
 mod mcp;
 mod mcp_approval;
 mod mcp_bad_input;

@@ -189,11 +189,13 @@ impl McpServer {
             .map(str::to_owned)
     }
 
-    /// Accept an `idempotent_write` call without key material, keyed by its arguments as
-    /// sent. The trade-off: two calls with the same arguments within the tool's TTL are one
-    /// call (the second replays the first), which is what re-sending after a broken stream
-    /// needs, and wrong for a client that means to do the same thing twice. Other writes
-    /// still need a key.
+    /// Accept an `idempotent_write` call without key material, keyed by its arguments
+    /// ([`ToolCall::with_key_by_arguments`]: the dispatcher keys it by their fingerprint with
+    /// every secret sealed, so no secret argument can be recovered from the key). It comes
+    /// before the tool's natural key and the re-send window. The trade-off: two calls with
+    /// the same arguments within the tool's TTL are one call (the second replays the first),
+    /// which is what re-sending after a broken stream needs, and wrong for a client that
+    /// means to do the same thing twice. Other writes still need a key.
     pub fn keyless_idempotent_writes(mut self, accept: bool) -> Self {
         self.keyless_idempotent = accept;
         self
@@ -394,8 +396,9 @@ impl ServerHandler for McpServer {
             && class == idem_core::ToolClass::IdempotentWrite
             && run.run_id.is_none()
         {
-            let by_arguments = idem_core::Fingerprint::of(&call.arguments).to_hex();
-            call = call.with_key(format!("arguments:{by_arguments}"));
+            // The dispatcher makes the key of the sealed arguments: a hash of them as sent
+            // would give a secret among them away.
+            call = call.with_key_by_arguments();
         }
         // Used by the dispatcher only if the call has no other key.
         call = keys::with_window(call, &self.keys, self.session_of(&context).as_deref());

@@ -30,6 +30,9 @@ pub struct ToolCall {
     /// For a call that may bring no key at all (an MCP host sends none): the re-send window
     /// that keys it then (see [`ToolCall::with_resend_window`]).
     pub resend: Option<ResendWindow>,
+    /// Key the call, if it has no explicit key, by its sealed arguments (see
+    /// [`ToolCall::with_key_by_arguments`]).
+    pub key_by_arguments: bool,
 }
 
 /// How a call without key material is keyed for re-sends: by `scope` (where it came from: an
@@ -55,6 +58,7 @@ impl ToolCall {
             index: 0,
             key: None,
             resend: None,
+            key_by_arguments: false,
         }
     }
 
@@ -76,11 +80,33 @@ impl ToolCall {
         self
     }
 
-    /// Key this call, if it has no other key material (an explicit key, a natural key, a
-    /// call id, a run and step), by `scope` and its arguments for `window`: what a front end
-    /// does for clients that send no key, so that a re-issued request is caught. The
-    /// trade-off: a deliberate identical call within the window is replayed too (its result
-    /// says `deduplicated: true`).
+    /// Key this call, if it has no explicit key, by its arguments: the dispatcher makes the
+    /// key from the fingerprint of their canonical JSON with every secret sealed, as it does
+    /// for a natural key and a re-send window, and the record is kept for the tool's TTL.
+    /// What a front end does to accept calls without key material to a tool whose effect is
+    /// the same however often it runs (MCP's `keyless_idempotent_writes`): two calls with the
+    /// same arguments within the TTL are one. A caller never hashes the arguments into a key
+    /// itself: a plain hash gives a short secret among them (a PIN) away to whoever hashes
+    /// guesses against the stored key.
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use idem::ToolCall;
+    ///
+    /// let call = ToolCall::new("set_status", serde_json::json!({"status": "open"}))
+    ///     .with_key_by_arguments();
+    /// assert!(call.key_by_arguments);
+    /// ```
+    pub fn with_key_by_arguments(mut self) -> Self {
+        self.key_by_arguments = true;
+        self
+    }
+
+    /// Key this call, if it has no other key material (an explicit key, its arguments, a
+    /// natural key, a call id, a run and step), by `scope` and its arguments for `window`:
+    /// what a front end does for clients that send no key, so that a re-issued request is
+    /// caught. The trade-off: a deliberate identical call within the window is replayed too
+    /// (its result says `deduplicated: true`).
     ///
     /// ```
     /// # use idem_registry as idem;

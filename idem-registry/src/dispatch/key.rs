@@ -59,10 +59,11 @@ impl Dispatcher {
             // A read neither records nor asks for approval: nothing reads its fingerprint.
             (String::new(), Fingerprint::from_bytes([0; 32]))
         };
-        // A natural key over a secret is computed from its seal: a key derived from the
-        // secret itself could be recovered from the record key by hashing guesses.
+        // A key made of the arguments (a natural key, a key by arguments, a re-send window)
+        // is computed from their seals: a key derived from a secret itself could be recovered
+        // from the record key by hashing guesses.
         let material = self
-            .key_material(tool, call, run, keyed_args)
+            .key_material(tool, call, run, keyed_args, &fingerprint)
             .or_else(|| resend_material(tool, call, &fingerprint));
         if material.is_none() && tool.class.records() {
             return Err(DispatchError::MissingKey {
@@ -97,19 +98,28 @@ impl Dispatcher {
         Ok(Some(crate::redact::seal(args, &tool.secrets, key)))
     }
 
-    /// The call's key material, if any. An explicit key wins. A tool that declares a
-    /// natural key says its effect's identity lives in its arguments (find-or-create), so
-    /// the natural key comes before ids that change on every re-call; then the provider's
-    /// call id (scoped by the run when there is one); then the run and step.
+    /// The call's key material, if any, from its (sealed) `args` and their `fingerprint`. An
+    /// explicit key wins; a call keyed by its arguments ([`ToolCall::with_key_by_arguments`])
+    /// gets one made of their fingerprint. A tool that declares a natural key says its
+    /// effect's identity lives in its arguments (find-or-create), so the natural key comes
+    /// before ids that change on every re-call; then the provider's call id (scoped by the
+    /// run when there is one); then the run and step.
     pub(super) fn key_material(
         &self,
         tool: &ToolDef,
         call: &ToolCall,
         run: &RunContext,
         args: &Value,
+        fingerprint: &Fingerprint,
     ) -> Option<KeyMaterial> {
         let material = if let Some(key) = &call.key {
             KeyMaterial::Explicit { key: key.clone() }
+        } else if call.key_by_arguments && tool.class.records() {
+            // An explicit key in form, as the MCP server made it before the dispatcher did:
+            // a tool without secrets keeps its stored keys.
+            KeyMaterial::Explicit {
+                key: format!("arguments:{}", fingerprint.to_hex()),
+            }
         } else if let Some(key) = tool.natural_key.as_ref().and_then(|f| f(args)) {
             KeyMaterial::Natural { key }
         } else if let Some(call_id) = &call.call_id {
@@ -155,7 +165,9 @@ impl Dispatcher {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum KeySource {
-    /// A key the caller passed ([`ToolCall::with_key`]; MCP's `_meta` key).
+    /// A key the caller passed ([`ToolCall::with_key`]; MCP's `_meta` key), or the one the
+    /// dispatcher made of the sealed arguments of a call keyed by them
+    /// ([`ToolCall::with_key_by_arguments`]).
     Explicit,
     /// The tool's natural key, computed from the arguments (find-or-create).
     Natural,
