@@ -13,8 +13,10 @@
 //!    2026-07-28 revision has no session, and the tenant is its scope), the tool and its
 //!    canonical arguments, and its record is kept for the window. A client that re-issues a
 //!    request after a broken stream gets the first one's result, `deduplicated: true`; the
-//!    same call after the window runs again. [`ResendScope::Tenant`] leaves the session out,
-//!    so that a re-issue after a reconnect or a server restart is caught too.
+//!    same call after the window runs again if the first completed. An unknown outcome is not
+//!    bound by the window: until a verify hook or a person settles it, the same call is
+//!    answered `outcome_unknown`, never run over it. [`ResendScope::Tenant`] leaves the
+//!    session out, so that a re-issue after a reconnect or a server restart is caught too.
 //!
 //! The trade-off of the window: a deliberate identical call inside it is replayed, not run,
 //! and its result says so (`io.idem/deduplicated`). A tool that needs approval keeps its

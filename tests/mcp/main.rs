@@ -13,3 +13,4 @@ mod mcp_http_auth;
 mod mcp_keys;
 mod proxy_upstream;
 mod resend_window;
+mod window_unknown;

@@ -103,8 +103,9 @@ const HEADER: &str = "\
 #
 # Keys for clients that send none in `_meta` (most hosts): a write's call is keyed by its
 # arguments for a re-send window, so a request the client re-issues (a broken stream, a
-# retry) runs once; the same call after the window runs again, and a deliberate identical
-# call inside it is replayed (its result says deduplicated).
+# retry) runs once; the same call after the window runs again (one whose outcome is unknown
+# is reported, not run, until it is settled), and a deliberate identical call inside it is
+# replayed (its result says deduplicated).
 #   resend_window_secs = 300   # per tool; 0 turns it off (a call without a key is refused)
 #   model_key = true           # the model may give a key: an optional `idempotency_key`
 #                              # argument, taken out before the upstream sees the call

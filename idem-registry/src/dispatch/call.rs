@@ -39,7 +39,9 @@ pub struct ToolCall {
 /// MCP session, or `""` for the whole tenant) and its arguments, its record kept for
 /// `window` once completed (at most the tool's TTL; a tool that needs approval keeps it at
 /// least as long as an approval can run it). A re-issue of the same request within the
-/// window replays the first (`deduplicated: true`); the same call after it runs again.
+/// window replays the first (`deduplicated: true`); the same call after it runs again if the
+/// first completed. An Unknown outcome is not bound by the window: it stays, reported to the
+/// same call, until a verify hook or a person settles it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResendWindow {
     /// Where the call came from.
