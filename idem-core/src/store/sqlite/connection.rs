@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
@@ -16,6 +16,7 @@ use super::statements::{
     ADD_CONTRACT, ADD_TENANT, APPROVALS_SCHEMA, FENCE_FLOOR_SCHEMA, RUNS_SCHEMA, SCHEMA,
     SCHEMA_VERSION,
 };
+use super::worker::Closing;
 use crate::record::Timestamp;
 use crate::store::StoreError;
 
@@ -178,15 +179,37 @@ pub(super) struct Database {
     pub(super) clock: Arc<dyn crate::store::memory::Clock>,
     #[cfg(test)]
     pub(super) counts: Counts,
+    /// Declared after `session`: fields drop in order, so whoever waits for this is woken
+    /// once the connection is closed.
+    pub(super) closing: Closing,
 }
 
 /// The one checkpoint [`Database::checkpoint_due`] reserved; dropping it (run or not: a
 /// runtime shutting down drops queued blocking tasks) lets the next one be reserved.
-pub(super) struct CheckpointReservation(pub(super) Arc<Database>);
+///
+/// It holds the database weakly: a checkpoint still queued when the store is dropped does not
+/// keep the file open, nor the drop waiting for a thread of the pool; it finds nothing to do.
+pub(super) struct CheckpointReservation(Weak<Database>);
+
+impl CheckpointReservation {
+    /// The checkpoint `db` reserved.
+    pub(super) fn of(db: &Arc<Database>) -> Self {
+        CheckpointReservation(Arc::downgrade(db))
+    }
+
+    /// Run it, unless the store was dropped meanwhile.
+    pub(super) fn run(self) {
+        if let Some(db) = self.0.upgrade() {
+            db.checkpoint();
+        }
+    }
+}
 
 impl Drop for CheckpointReservation {
     fn drop(&mut self) {
-        self.0.checkpointing.store(false, Ordering::Release);
+        if let Some(db) = self.0.upgrade() {
+            db.checkpointing.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -281,6 +304,7 @@ impl Database {
                 path.display()
             ))
         })?;
+        let closing = Closing::new(path.clone());
         let db = Database {
             session: Mutex::new(Session { conn, waits: false }),
             path,
@@ -290,6 +314,7 @@ impl Database {
             clock: Arc::new(crate::store::memory::SystemClock),
             #[cfg(test)]
             counts: Counts::default(),
+            closing,
         };
         db.read(|conn, _| {
             let mode: String =

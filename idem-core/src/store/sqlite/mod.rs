@@ -105,6 +105,21 @@
 //! checkpoints). The file is reused, not grown further, once a restart succeeds.
 //! When the last connection to the file closes, SQLite checkpoints and removes the WAL.
 //!
+//! # Dropping the store
+//!
+//! Dropping the last handle on a store closes its connection before the drop returns: the
+//! operations already handed to the store's thread finish (those whose callers gave up on
+//! them too), the thread ends, a checkpoint running on the blocking pool ends, and the
+//! connection closes; if it was the file's last, the WAL is checkpointed into the file and
+//! removed. A program that copies or opens the file next finds the whole database in it.
+//! Inside an async runtime that wait blocks the thread dropping the store: usually for one
+//! operation or none (each waits for other connections' locks as it would anyway, up to the
+//! busy timeout per attempt) and a checkpoint's milliseconds. Once the thread has ended, the
+//! drop waits at most 10 s more for the connection, then returns with a warning. A
+//! checkpoint still queued on the pool is not waited for: it finds the store gone and does
+//! nothing. (Dropped by a job on the store's own thread, which cannot wait for itself, the
+//! store closes once that job returns.)
+//!
 //! # Clock and retention
 //!
 //! Lease and expiry decisions use the system clock ([`Timestamp::now`]), which all processes
@@ -130,7 +145,8 @@
 //! `statements.rs` holds the SQL text, `connection.rs` the file and its connection (opening,
 //! settings, migrations, transactions, checkpoints), `codec.rs` rows to records and back,
 //! `store.rs` the [`Store`] impl, where each operation runs inline or on the store's thread,
-//! and `worker.rs` that thread.
+//! and `worker.rs` that thread, which the store's drop ends before it waits for the
+//! connection to close.
 
 use std::fmt;
 use std::path::Path;
@@ -227,6 +243,8 @@ pub struct SqliteBackend {
     /// Every operation on the store's thread ([`SqliteStore::with_blocking_pool`]).
     pool_only: bool,
     /// The store's own thread for the operations that may block, started on first use.
+    /// Declared after `db`: fields drop in order, so when the worker's drop waits for the
+    /// connection to close, the store's own handle on it is gone already.
     worker: worker::Worker,
 }
 
@@ -271,11 +289,12 @@ impl SqliteStore {
     }
 
     fn over(db: Database) -> Self {
+        let worker = worker::Worker::new(db.closing.watch());
         let backend = SqliteBackend {
             db: Arc::new(db),
             synchronous: Synchronous::Full,
             pool_only: false,
-            worker: worker::Worker::default(),
+            worker,
         };
         Limits::default().layer(backend)
     }

@@ -413,9 +413,9 @@ impl SqliteBackend {
             }
         };
         if access == Access::Write && self.db.checkpoint_due() {
-            let reserved = CheckpointReservation(Arc::clone(&self.db));
+            let reserved = CheckpointReservation::of(&self.db);
             // Not awaited: the caller's write is done; the checkpoint only keeps the WAL short.
-            drop(tokio::task::spawn_blocking(move || reserved.0.checkpoint()));
+            drop(tokio::task::spawn_blocking(move || reserved.run()));
         }
         result
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, StatementStatus, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, StatementStatus, TransactionBehavior};
 use serde_json::json;
 
 use super::connection::{CHECKPOINT_PAGES, CheckpointReservation, migrate};
@@ -400,7 +400,7 @@ async fn a_queued_checkpoint_is_not_kept_waiting_by_inline_operations() {
     // could take it ahead of the checkpoint, again and again.
     assert!(!store.inner.db.checkpoint_waiting());
     store.inner.db.checkpointing.store(true, Ordering::Release);
-    let reservation = CheckpointReservation(Arc::clone(&store.inner.db));
+    let reservation = CheckpointReservation::of(&store.inner.db);
     let k = key("behind");
     let fence = acquire(&store, &k).await;
     assert_eq!(
@@ -632,7 +632,10 @@ fn a_tenants_approvals_are_found_through_the_index() {
 
 #[test]
 fn the_stores_thread_outlives_a_job_that_panics() {
-    let worker = super::worker::Worker::default();
+    // Its connection closed already (there is none): the drop waits only for the thread.
+    let closing = super::worker::Closing::new("idem.db".into());
+    let worker = super::worker::Worker::new(closing.watch());
+    drop(closing);
     let (told, heard) = std::sync::mpsc::channel();
     let panicking = told.clone();
     worker
@@ -649,4 +652,135 @@ fn the_stores_thread_outlives_a_job_that_panics() {
         Ok("ran"),
         "the job after a panic still runs"
     );
+}
+
+/// What a program that opens or copies the file right after the store was dropped finds:
+/// no write-ahead log beside it, and the file alone (a copy of it) holding `k` completed.
+fn assert_closed_holding(path: &Path, k: &RecordKey, round: u32) {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    assert!(
+        !Path::new(&wal).exists(),
+        "round {round}: the write-ahead log is still beside the file after the drop"
+    );
+    let copy = path.with_extension("copy");
+    std::fs::copy(path, &copy).expect("copy the file alone");
+    let raw = Connection::open(&copy).expect("open the copy");
+    let state: Option<String> = raw
+        .query_row(
+            "SELECT state FROM idem_records WHERE key = ?1",
+            [k.as_str()],
+            |r| r.get(0),
+        )
+        .optional()
+        .expect("read the copy");
+    assert_eq!(
+        state.as_deref(),
+        Some("completed"),
+        "round {round}: the file alone lacks the record written before the drop"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_the_last_handle_leaves_the_whole_database_in_the_file() {
+    let dir = temp_dir("drop");
+    // Writes at FULL run on the store's thread: its last job may still hold the connection
+    // when the caller, answered, drops the store.
+    for round in 0..20 {
+        let path = dir.path().join(format!("idem-{round}.db"));
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).expect("open"));
+        let shared = Arc::clone(&store);
+        let k = key("dropped");
+        let fence = match shared.claim(&request(&k)).await.expect("claim") {
+            Claim::Acquired { fence, .. } => fence,
+            other => panic!("expected to acquire {k}, got {other:?}"),
+        };
+        drop(shared);
+        store
+            .complete(&k, fence, &Outcome::success(&json!(1)), TTL)
+            .await
+            .expect("complete");
+        drop(store);
+        assert_closed_holding(&path, &k, round);
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_operation_its_caller_gave_up_on_is_in_the_file_when_the_drop_returns() {
+    let dir = temp_dir("drop-abandoned");
+    let path = dir.path().join("idem.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let k = key("abandoned");
+    let fence = acquire(&store, &k).await;
+    {
+        // Polled once: handed to the store's thread, then dropped by its caller.
+        let outcome = Outcome::success(&json!(1));
+        let complete = std::pin::pin!(store.complete(&k, fence, &outcome, TTL));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let _ = complete.poll(&mut cx);
+    }
+    drop(store);
+    assert_closed_holding(&path, &k, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_checkpoint_queued_on_the_pool_does_not_keep_the_file_open() {
+    let dir = temp_dir("drop-checkpoint");
+    let path = dir.path().join("idem.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let k = key("checkpointed");
+    let fence = acquire(&store, &k).await;
+    store
+        .complete(&k, fence, &Outcome::success(&json!(1)), TTL)
+        .await
+        .expect("complete");
+    // Reserved, not yet run (as a commit that crosses the threshold leaves it when the
+    // blocking pool is busy).
+    assert!(!store.inner.db.checkpoint_waiting());
+    store.inner.db.checkpointing.store(true, Ordering::Release);
+    let queued = CheckpointReservation::of(&store.inner.db);
+    drop(store);
+    assert_closed_holding(&path, &k, 0);
+    // It runs (or its task is dropped) after the store is gone: nothing to do.
+    queued.run();
+}
+
+#[test]
+fn a_store_dropped_on_its_own_thread_closes_without_waiting_for_itself() {
+    let dir = temp_dir("drop-on-worker");
+    let path = dir.path().join("idem.db");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let store = Arc::new(SqliteStore::open(&path).expect("open"));
+    let k = key("on-worker");
+    runtime.block_on(async {
+        let fence = acquire(&store, &k).await;
+        store
+            .complete(&k, fence, &Outcome::success(&json!(1)), TTL)
+            .await
+            .expect("complete");
+    });
+    // The last handle, dropped by a job on the store's own thread (as a clock the store
+    // owns could do): joining the thread there would wait for itself.
+    let (go, drop_now) = std::sync::mpsc::channel::<()>();
+    let (done, dropped) = std::sync::mpsc::channel();
+    let last = Arc::clone(&store);
+    store
+        .inner
+        .worker
+        .run(Box::new(move || {
+            let _ = drop_now.recv();
+            drop(last);
+            let _ = done.send(());
+        }))
+        .expect("the job is taken");
+    drop(store);
+    go.send(()).expect("the job waits");
+    assert_eq!(
+        dropped.recv_timeout(Duration::from_secs(30)),
+        Ok(()),
+        "the drop on the store's thread returned"
+    );
+    assert_closed_holding(&path, &k, 0);
 }
