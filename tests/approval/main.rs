@@ -8,3 +8,4 @@ mod support;
 mod approvals;
 mod operator_approvals;
 mod pending_approvals;
+mod refused_call;

@@ -26,7 +26,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 mod link;
+mod pending;
 pub use link::{ApprovalLink, LinkRefused};
+pub use pending::PendingCall;
 
 /// HMAC-SHA-256.
 type Hmac = hmac::Hmac<sha2::Sha256>;
@@ -512,7 +514,9 @@ pub enum ApprovalRefusal {
 
 /// What must be approved before an irreversible call may run: returned inside
 /// [`DispatchError::ApprovalRequired`](crate::DispatchError::ApprovalRequired). Hand it to
-/// an [`Approver`].
+/// an [`Approver`], or to the approval desk, which decides exactly this call as it was
+/// refused ([`ApprovalDesk::approve`](crate::dispatch::ApprovalDesk::approve) takes it as a
+/// [`PendingCall`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
     /// The dispatcher's namespace.

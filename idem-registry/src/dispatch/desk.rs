@@ -21,7 +21,7 @@ use super::Dispatcher;
 use super::approve::fingerprint_of;
 use super::arguments;
 use super::error::DispatchError;
-use crate::approval::{ApprovalRequest, Approver};
+use crate::approval::{ApprovalRequest, Approver, PendingCall};
 use crate::registry::Registry;
 
 /// The one place a pending approval is decided: it lists what waits, approves a call as the
@@ -33,6 +33,12 @@ use crate::registry::Registry;
 /// know is refused. Over a store alone ([`ApprovalDesk::over`]) it serves a process that has
 /// the store and an approval key but not the agent's registry (the command line, the inbox):
 /// an edit is taken as given, canonicalised, and checked when the agent calls with it.
+///
+/// A decision names its call by what the person deciding holds ([`PendingCall`]): the
+/// request the agent's `ApprovalRequired` refusal handed back, an entry [`pending`] listed,
+/// or either of the call's keys.
+///
+/// [`pending`]: ApprovalDesk::pending
 ///
 /// ```
 /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
@@ -112,20 +118,109 @@ impl<'a> ApprovalDesk<'a> {
         !entry.secret_parameters && !crate::redact::holds_seal(&entry.arguments)
     }
 
-    /// Approve the call pending under `key`, signed by `approver`, valid until the request
-    /// expires. With `edited` arguments the approval binds those instead: the agent's call
-    /// with the original arguments is then refused with `ApprovalEdited`, which carries
-    /// them, and runs once called with them. The arguments of a tool with secret parameters
-    /// cannot be edited ([`DecisionError::SecretsNotEditable`]: the approver sees only their
-    /// seals). With `shown`, only the call whose arguments have that fingerprint (the one
-    /// the approver was shown) is approved, as [`DecisionError::NotShown`] tells otherwise.
-    pub async fn approve(
+    /// The entry of the call `call` names (a refusal's request, a listed entry, the record
+    /// key or the downstream key), decided or not, expired or not; `None` if no approval was
+    /// requested for it. Its arguments are not compared: a decision compares them.
+    pub async fn find<'k>(
         &self,
-        key: &RecordKey,
+        call: impl Into<PendingCall<'k>>,
+    ) -> Result<Option<PendingApproval>, StoreError> {
+        let call = call.into();
+        // The store keeps entries by record key, which a downstream key cannot be turned
+        // back into: the entries are searched, and only the one holding the key is read
+        // whole (another's text cannot stop the search).
+        let (downstream, tenant, tool) = match call {
+            PendingCall::Record(key) => return approvals::get(self.store, key).await,
+            PendingCall::Listed(entry) => return approvals::get(self.store, &entry.key).await,
+            PendingCall::Downstream(key) => (key, None, None),
+            PendingCall::Refused(request) => (
+                &request.key,
+                Some(request.tenant.clone()),
+                Some(request.tool.clone()),
+            ),
+        };
+        let everything = ApprovalFilter {
+            tenant,
+            tool,
+            pending_only: false,
+            limit: usize::MAX,
+        };
+        for (key, text) in self.store.approval_texts(&everything).await? {
+            if !text.contains(downstream.as_str()) {
+                continue;
+            }
+            if let Some(entry) = approvals::get(self.store, &key).await?
+                && call.names(&entry)
+            {
+                return Ok(Some(entry));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The record key of the call `call` names, and the fingerprint of the arguments the
+    /// decision binds: `call`'s own (a refusal's or a listed entry's) and `shown` must agree.
+    async fn decided_on(
+        &self,
+        call: PendingCall<'_>,
+        shown: Option<Fingerprint>,
+    ) -> Result<(RecordKey, Option<Fingerprint>), DecisionError> {
+        let key = match call {
+            PendingCall::Record(key) => key.clone(),
+            PendingCall::Listed(entry) => entry.key.clone(),
+            PendingCall::Downstream(downstream)
+            | PendingCall::Refused(ApprovalRequest {
+                key: downstream, ..
+            }) => match self.find(call).await? {
+                Some(entry) => entry.key,
+                None => return Err(DecisionError::NoRequest(downstream.clone())),
+            },
+        };
+        match (call.shown(), shown) {
+            (Some(theirs), Some(yours)) if theirs != yours => Err(DecisionError::NotShown(key)),
+            (theirs, yours) => Ok((key, theirs.or(yours))),
+        }
+    }
+
+    /// Approve the call `call` names, signed by `approver`, valid until the request expires.
+    ///
+    /// `call` is what the person deciding holds: the request of the agent's
+    /// [`ApprovalRequired`](DispatchError::ApprovalRequired) refusal (`&request`), which
+    /// approves exactly that call with the arguments it was refused with; an entry
+    /// [`pending`](Self::pending) listed, with the arguments listed; or either key of the
+    /// call (its [`RecordKey`], or the downstream key a refusal names), whatever its
+    /// arguments. A request or key no approval was requested for is
+    /// [`DecisionError::NoRequest`] (a downstream key) or `NotRequested` (a record key).
+    ///
+    /// With `edited` arguments the approval binds those instead: the agent's call with the
+    /// original arguments is then refused with `ApprovalEdited`, which carries them, and runs
+    /// once called with them. The arguments of a tool with secret parameters cannot be edited
+    /// ([`DecisionError::SecretsNotEditable`]: the approver sees only their seals). With
+    /// `shown`, only the call whose arguments have that fingerprint (the one the approver
+    /// was shown) is approved, as [`DecisionError::NotShown`] tells otherwise; a request or
+    /// listed entry binds its own.
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use idem::{Approver, DispatchError, Dispatcher, RunContext, ToolCall};
+    ///
+    /// # async fn demo(agent: &Dispatcher, approver: &Approver, call: &ToolCall, run: &RunContext)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// if let Err(DispatchError::ApprovalRequired { request }) = agent.dispatch(call, run).await {
+    ///     // A person looked at `request.arguments` and said yes to this call alone.
+    ///     agent.approvals().approve(&request, approver, None, None).await?;
+    ///     agent.dispatch(call, run).await?; // runs it once
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn approve<'k>(
+        &self,
+        call: impl Into<PendingCall<'k>>,
         approver: &Approver,
         edited: Option<&Value>,
         shown: Option<Fingerprint>,
     ) -> Result<PendingApproval, DecisionError> {
+        let (key, shown) = self.decided_on(call.into(), shown).await?;
         let registry = self.registry;
         let tool = |name: &str| {
             registry
@@ -154,7 +249,7 @@ impl<'a> ApprovalDesk<'a> {
         };
         decide_approval(
             self.store,
-            key,
+            &key,
             approver,
             edited,
             shown,
@@ -164,22 +259,24 @@ impl<'a> ApprovalDesk<'a> {
         .await
     }
 
-    /// Deny the call pending under `key`: the agent's calls with its key are refused with
-    /// `ApprovalDenied` and `reason` until the request expires. With `shown`, only the call
-    /// whose arguments have that fingerprint is denied, checked in the same swap as the
-    /// decision: a person who declined one call never denies another made under its key
-    /// since.
-    pub async fn deny(
+    /// Deny the call `call` names (as [`approve`](Self::approve) takes it: a refusal's
+    /// request, a listed entry, or either key): the agent's calls with its key are refused
+    /// with `ApprovalDenied` and `reason` until the request expires. With `shown`, or a
+    /// request or listed entry, only the call whose arguments have that fingerprint is
+    /// denied, checked in the same swap as the decision: a person who declined one call never
+    /// denies another made under its key since.
+    pub async fn deny<'k>(
         &self,
-        key: &RecordKey,
+        call: impl Into<PendingCall<'k>>,
         by: &str,
         reason: &str,
         shown: Option<Fingerprint>,
     ) -> Result<PendingApproval, DecisionError> {
+        let (key, shown) = self.decided_on(call.into(), shown).await?;
         let verdict = Verdict::Denied {
             reason: reason.to_owned(),
         };
-        Ok(approvals::decide_as_shown(self.store, key, by, &verdict, shown).await??)
+        Ok(approvals::decide_as_shown(self.store, &key, by, &verdict, shown).await??)
     }
 }
 
@@ -238,6 +335,13 @@ pub enum DecisionError {
     /// The store refused the decision (not requested, already decided, expired).
     #[error(transparent)]
     Refused(#[from] DecisionRefused),
+    /// No approval was requested for the call with this downstream key (for a refusal's
+    /// request: in its namespace, tenant and tool): it was never refused for want of one,
+    /// or its entry was purged.
+    #[error(
+        "no approval was requested for the call with downstream key {0}: it was never refused for want of one here, or its request was purged"
+    )]
+    NoRequest(IdempotencyKey),
     /// The store could not be reached or answered an error.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -67,7 +67,9 @@ pub enum DispatchError {
     },
     /// A call that needs a person's approval (every irreversible call, and those a tool's
     /// approval rule selects) without one for this key and these arguments; it is pending
-    /// in the store.
+    /// in the store. The request names the call by its downstream key, and is what the
+    /// approval desk takes to decide exactly this call with these arguments
+    /// (`desk.approve(&request, ..)`; `idem approvals approve` takes its key).
     #[error("`{}` needs approval from a person for key {} with these exact arguments; nothing ran", request.tool, request.key)]
     ApprovalRequired {
         /// What to approve.
@@ -272,6 +274,25 @@ impl DispatchError {
             DispatchError::StoreUnavailable { .. } => "store_unavailable",
             DispatchError::Store { .. } => "store_error",
             DispatchError::ToolFailed { .. } => "tool_failed",
+        }
+    }
+
+    /// The request of an [`ApprovalRequired`](DispatchError::ApprovalRequired) refusal:
+    /// what [`ApprovalDesk::approve`](super::ApprovalDesk::approve) and
+    /// [`deny`](super::ApprovalDesk::deny) take to decide exactly the call refused, with the
+    /// arguments it was refused with. `None` for every other error.
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use idem::DispatchError;
+    ///
+    /// let unknown = DispatchError::UnknownTool { name: "send_emial".into(), suggestion: None };
+    /// assert!(unknown.approval_request().is_none());
+    /// ```
+    pub fn approval_request(&self) -> Option<&ApprovalRequest> {
+        match self {
+            DispatchError::ApprovalRequired { request } => Some(request),
+            _ => None,
         }
     }
 
