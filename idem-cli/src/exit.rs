@@ -76,6 +76,9 @@ impl Failure {
                     "{store}: no approval was requested under key {key} (`idem approvals list --all` lists them)"
                 ),
             ),
+            e @ DecisionError::NoRequest(_) => {
+                Failure::new(Exit::NotFound, format!("{store}: {e}"))
+            }
             e @ DecisionError::Refused(_) => Failure::new(Exit::Refused, format!("{store}: {e}")),
             e @ (DecisionError::Tampered(_) | DecisionError::NotShown(_)) => {
                 Failure::new(Exit::Refused, format!("{store}: {e}"))

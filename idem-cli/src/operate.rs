@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::Fingerprint;
+use idem_core::IdempotencyKey;
 use idem_core::ListFilter;
 use idem_core::Outcome;
 use idem_core::PurgeFilter;
@@ -274,21 +275,26 @@ impl Operator {
             .map_err(|e| self.failed(e))
     }
 
-    /// The approval entry under `key`.
+    /// The approval entry of the call `key` names: its record key (what `idem approvals
+    /// list` prints) or its downstream key (what the agent's refusal names). The two never
+    /// share text, so either is found without saying which it is.
     pub async fn approval(&self, key: &str) -> Result<PendingApproval, Failure> {
-        let key = RecordKey::from_stored(key);
-        approvals::get(&*self.store, &key)
-            .await
-            .map_err(|e| self.failed(e))?
-            .ok_or_else(|| {
-                Failure::new(
-                    Exit::NotFound,
-                    format!(
-                        "{}: no approval was requested under key {key} (`idem approvals list --all` lists them)",
-                        self.name
-                    ),
-                )
-            })
+        let desk = ApprovalDesk::over(&*self.store);
+        let record = RecordKey::from_stored(key);
+        let mut found = desk.find(&record).await.map_err(|e| self.failed(e))?;
+        if found.is_none() {
+            let downstream = IdempotencyKey::new(key);
+            found = desk.find(&downstream).await.map_err(|e| self.failed(e))?;
+        }
+        found.ok_or_else(|| {
+            Failure::new(
+                Exit::NotFound,
+                format!(
+                    "{}: no approval was requested under key {key}: give the record key `idem approvals list --all` prints, or the downstream key (`idem-...`) the agent's refusal names",
+                    self.name
+                ),
+            )
+        })
     }
 
     /// The request under `key`, if it still awaits a decision, and the store's time: a

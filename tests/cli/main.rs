@@ -463,6 +463,7 @@ mod example_agent;
 mod fleet_stores;
 mod listing;
 mod prompt_postgres;
+mod refused_call;
 mod refused_stores;
 mod release_and_resolve;
 mod runs;

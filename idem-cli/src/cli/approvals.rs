@@ -39,19 +39,25 @@ pub enum ApprovalsCommand {
     },
     /// Show one request: the exact arguments (secrets sealed), who asked, until when.
     Show {
-        /// The request's key, as `list` shows it.
+        /// The call's key, record or downstream.
+        #[arg(help = KEY_HELP)]
         key: String,
     },
-    /// Approve a pending call, as called or with edited arguments; the agent's next call
-    /// runs it once.
+    /// Approve exactly one pending call, as called or with edited arguments; the agent's
+    /// next call runs it once. No other call is approved with it.
     Approve(ApproveArgs),
-    /// Deny a pending call: the agent's calls are refused with your reason until it expires.
+    /// Deny exactly one pending call: the agent's calls are refused with your reason until
+    /// it expires.
     Deny(DenyArgs),
 }
 
+/// What every `KEY` of `idem approvals` takes.
+const KEY_HELP: &str = "The call's key: the record key `idem approvals list` prints (64 hex digits), or the downstream key (`idem-` and 40 hex digits) the agent's refusal names (an `ApprovalRequired` error, an MCP client's answer)";
+
 #[derive(Args)]
 pub struct ApproveArgs {
-    /// The request's key.
+    /// The call's key, record or downstream.
+    #[arg(help = KEY_HELP)]
     pub key: String,
     /// Approve these arguments instead of the call's (JSON); the agent's call is refused
     /// with them, and runs once called with them.
@@ -72,7 +78,8 @@ pub struct ApproveArgs {
 
 #[derive(Args)]
 pub struct DenyArgs {
-    /// The request's key.
+    /// The call's key, record or downstream.
+    #[arg(help = KEY_HELP)]
     pub key: String,
     /// Why: the agent's model is told it.
     #[arg(long)]
@@ -188,10 +195,11 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             confirm(
                 approve.yes,
                 &format!(
-                    "Approve {} for tenant {} (key {}), {what}. Signed by {who} with key `{}`, valid until {}.",
+                    "Approve {} for tenant {} (key {}, downstream key {}), {what}. Signed by {who} with key `{}`, valid until {}.",
                     entry.tool,
                     entry.tenant,
                     entry.key,
+                    entry.downstream_key,
                     key.id(),
                     entry.expires_at.to_rfc3339()
                 ),
@@ -223,10 +231,11 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             confirm(
                 deny.yes,
                 &format!(
-                    "Deny {} for tenant {} (key {}) with arguments {}: its calls are refused with \"{}\" until {}.",
+                    "Deny {} for tenant {} (key {}, downstream key {}) with arguments {}: its calls are refused with \"{}\" until {}.",
                     entry.tool,
                     entry.tenant,
                     entry.key,
+                    entry.downstream_key,
                     entry.arguments,
                     deny.reason,
                     entry.expires_at.to_rfc3339()
