@@ -563,30 +563,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let operator = Dispatcher::approving(Registry::linked()?, store.clone(), keys)?
             .with_namespace("support-desk");
         let approver = Approver::new("dana@support-desk", approval_key);
+        // The agent hands the operator what its refusal handed back (the request is JSON: a
+        // ticket, a chat message; or its key, for `idem approvals approve KEY`), and the
+        // operator approves exactly that call, with the arguments it was refused with. Any
+        // other call pending for the tenant (from a run with --leave-to-operator) stays so.
         let approved = tokio::spawn(async move {
-            let filter = ApprovalFilter {
-                tenant: Some("acme-corp".into()),
-                ..ApprovalFilter::default()
-            };
-            let pending = operator.approvals().pending(&filter).await?;
-            for call in &pending {
-                println!(
-                    "operator sees: {} for {} with {}, requested {}",
-                    call.tool,
-                    call.tenant,
-                    call.arguments,
-                    call.requested_at.to_rfc3339()
-                );
-                operator
-                    .approvals()
-                    .approve(&call.key, &approver, None, None)
-                    .await?;
-            }
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(pending.len())
+            let desk = operator.approvals();
+            let call = desk
+                .find(&request)
+                .await?
+                .ok_or("the refused call is not pending")?;
+            println!(
+                "operator sees: {} for {} with {}, requested {}",
+                call.tool,
+                call.tenant,
+                call.arguments,
+                call.requested_at.to_rfc3339()
+            );
+            desk.approve(&request, &approver, None, None).await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(request.key)
         })
         .await?
         .map_err(|e| e.to_string())?;
-        println!("operator approved {approved} pending call(s)\n");
+        println!("operator approved the refused call (key {approved})\n");
         s.play("irreversible, approved by the operator", delete.clone())
             .await
             .ok();
