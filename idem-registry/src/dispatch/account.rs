@@ -189,7 +189,8 @@ pub struct RunAccount {
 }
 
 impl RunAccount {
-    /// How many calls had each outcome, by name, in the order of [`CallOutcome`].
+    /// How many calls had each outcome, by name, in the order each outcome first appears
+    /// among the calls.
     pub fn counts(&self) -> Vec<(&'static str, usize)> {
         let mut counts: Vec<(&'static str, usize)> = Vec::new();
         for call in &self.calls {
@@ -428,4 +429,83 @@ async fn now_outcome(
         });
     }
     Ok(then)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use idem_core::store::memory::MemoryStore;
+    use idem_core::{ToolClass, ToolError};
+    use serde_json::{Value, json};
+
+    use crate::context::ToolContext;
+    use crate::dispatch::{CallOutcome, DispatchError, Dispatcher, ToolCall};
+    use crate::registry::Registry;
+    use crate::run::RunContext;
+    use crate::tool::{ToolDef, Undo};
+
+    /// A trip whose car cannot be booked, and whose flight the agency will not cancel.
+    fn trip() -> ToolDef {
+        ToolDef::builder("book_trip", ToolClass::IdempotentWrite)
+            .description("Book a flight and a car.")
+            .input_schema(json!({"type": "object"}))
+            .handler(|ctx: ToolContext, _: Value| async move {
+                let _: String = ctx
+                    .step("flight", || async { Ok("flight-oslo".to_owned()) })
+                    .await?;
+                Err(ToolError::terminal("no car is available"))
+            })
+            .compensate(|_: ToolContext, undo: Undo| async move {
+                Err(ToolError::terminal(format!(
+                    "the agency refuses to cancel {}",
+                    undo.step
+                )))
+            })
+            .build()
+            .unwrap()
+    }
+
+    fn times(text: &str, phrase: &str) -> usize {
+        text.to_lowercase().matches(phrase).count()
+    }
+
+    #[tokio::test]
+    async fn an_unknown_after_a_failed_undo_says_once_who_must_settle_it() {
+        let registry = Registry::builder().add(trip()).build().unwrap();
+        let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new()))
+            .unwrap()
+            .with_run_accounts(Duration::from_secs(3600));
+        let run = RunContext::new("tenant-a").with_run("run-1", 0);
+        let call = ToolCall::new("book_trip", json!({})).with_call_id("c1");
+        let error = dispatcher.dispatch(&call, &run).await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                DispatchError::OutcomeUnknown {
+                    retry_after: None,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        // The caller is told once who settles it (the error's own words, not the reason's).
+        let told = error.to_string();
+        assert_eq!(times(&told, "must settle"), 0, "{told}");
+        assert_eq!(times(&told, "an operator must"), 1, "{told}");
+
+        let account = dispatcher.run_account("tenant-a", "run-1").await.unwrap();
+        assert!(matches!(
+            account.calls[0].outcome,
+            CallOutcome::Unknown {
+                retry_after: None,
+                ..
+            }
+        ));
+        assert_eq!(account.needing_a_person().count(), 1);
+        let shown = account.to_string();
+        assert!(shown.contains("undoing step `flight`"), "{shown}");
+        assert_eq!(times(&shown, "a person must settle"), 1, "{shown}");
+    }
 }
