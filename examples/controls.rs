@@ -1,5 +1,6 @@
 //! The controls beyond dedupe, in one scripted session of a shop's support agent: no LLM, no
-//! network, fake providers that count what they did, records in SQLite.
+//! network, fake providers that count every request they receive and what they applied,
+//! records in SQLite.
 //!
 //! - **Permission that reads the call**: the agent acts for one customer; a refund for
 //!   another customer's order is refused before anything is recorded.
@@ -9,8 +10,9 @@
 //!   written; the refusal says what changed.
 //! - **Compensation**: a trip whose car cannot be booked has its flight and hotel cancelled,
 //!   in reverse, once each.
-//! - **A run's account**: what became of every call, from the store, checked against the
-//!   providers' own counts.
+//! - **A run's account**: what became of every call, from the store (a call the host sent
+//!   again is one call), checked against the providers' own counts: a request idem sent
+//!   twice would fail the example.
 //!
 //! ```text
 //! cargo run --example controls
@@ -27,10 +29,12 @@ use idem::{ApprovalKey, Approver, SqliteStore, approval::ApprovalKeys};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// The providers: what each applied, by key (a repeated key applies nothing, as their
-/// idempotency keys promise), and the ticket desk's tickets.
+/// The providers: every request they received, and what each applied, by key. A repeated
+/// key applies nothing (as their idempotency keys promise) but is still a request received:
+/// idem sending an effect twice shows in `received`, under one key or under two.
 #[derive(Default)]
 struct Providers {
+    received: Vec<(String, String)>,
     applied: Vec<(String, String)>,
     tickets: BTreeMap<String, (u64, String)>,
 }
@@ -42,22 +46,33 @@ fn with_providers<T>(f: impl FnOnce(&mut Providers) -> T) -> T {
     f(guard.get_or_insert_with(Providers::default))
 }
 
-/// Apply `what` under `key` at a provider, once.
-fn apply(what: String, key: &str) {
+/// A request for `what` under `key`: counted whatever it is; `effect` happens only for a
+/// key the provider has not seen.
+fn request(what: String, key: &str, effect: impl FnOnce(&mut Providers)) {
     with_providers(|p| {
+        p.received.push((what.clone(), key.to_owned()));
         if !p.applied.iter().any(|(_, k)| k == key) {
             p.applied.push((what, key.to_owned()));
+            effect(p);
         }
     });
 }
 
-fn count(prefix: &str) -> usize {
-    with_providers(|p| {
-        p.applied
-            .iter()
-            .filter(|(w, _)| w.starts_with(prefix))
-            .count()
-    })
+/// How many requests for `prefix` the providers received.
+fn received(prefix: &str) -> usize {
+    with_providers(|p| count(&p.received, prefix))
+}
+
+/// How many requests for `prefix` the providers applied.
+fn applied(prefix: &str) -> usize {
+    with_providers(|p| count(&p.applied, prefix))
+}
+
+fn count(requests: &[(String, String)], prefix: &str) -> usize {
+    requests
+        .iter()
+        .filter(|(w, _)| w.starts_with(prefix))
+        .count()
 }
 
 // ---- Refunds: permission and approval read the call.
@@ -92,9 +107,10 @@ async fn refund(
     /// In euros.
     amount: u64,
 ) -> Result<String, ToolError> {
-    apply(
+    request(
         format!("refund {amount} to {customer_id} on {order_id}"),
         ctx.downstream_key().as_str(),
+        |_| {},
     );
     Ok(format!("refunded {amount} EUR on {order_id}"))
 }
@@ -129,17 +145,17 @@ async fn set_ticket_status(
     expected_version: u64,
     status: String,
 ) -> Result<String, ToolError> {
-    with_providers(|p| {
-        let ticket = p
-            .tickets
-            .get_mut(&ticket_id)
-            .expect("checked by the precondition");
-        ticket.0 = expected_version + 1;
-        ticket.1 = status.clone();
-    });
-    apply(
+    request(
         format!("status {ticket_id} {status}"),
         ctx.downstream_key().as_str(),
+        |p| {
+            let ticket = p
+                .tickets
+                .get_mut(&ticket_id)
+                .expect("checked by the precondition");
+            ticket.0 = expected_version + 1;
+            ticket.1 = status.clone();
+        },
     );
     Ok(format!("ticket {ticket_id} is {status}"))
 }
@@ -149,7 +165,11 @@ async fn set_ticket_status(
 /// Cancel a booked step, under the compensation's own key.
 async fn cancel(ctx: ToolContext, undo: Undo) -> Result<(), ToolError> {
     let booking: String = undo.output_as()?;
-    apply(format!("cancel {booking}"), ctx.downstream_key().as_str());
+    request(
+        format!("cancel {booking}"),
+        ctx.downstream_key().as_str(),
+        |_| {},
+    );
     Ok(())
 }
 
@@ -160,7 +180,11 @@ async fn book_trip(ctx: &ToolContext, city: String, car: bool) -> Result<Value, 
     for what in ["flight", "hotel"] {
         let booking: String = ctx
             .step(what, || async {
-                apply(format!("book {what} {city}"), ctx.downstream_key().as_str());
+                request(
+                    format!("book {what} {city}"),
+                    ctx.downstream_key().as_str(),
+                    |_| {},
+                );
                 Ok(format!("{what}-{city}"))
             })
             .await?;
@@ -193,6 +217,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .acting_for("cus_ana")
         .with_limit("refund", 50);
     let say = |what: &str, result: &Result<Dispatched, DispatchError>| match result {
+        Ok(done) if done.deduplicated => println!("{what}: {} (replayed)", done.output),
         Ok(done) => println!("{what}: {}", done.output),
         Err(e) => println!("{what}: refused ({}): {e}", e.code()),
     };
@@ -214,6 +239,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .with_call_id("call_2");
     say(
         "refund of 20",
+        &agent.dispatch(&small, &run.clone().at_step(1)).await,
+    );
+    // The host sends the same call again (it timed out waiting): replayed, nothing sent to
+    // the provider, and one call in the account.
+    say(
+        "refund of 20, sent again",
         &agent.dispatch(&small, &run.clone().at_step(1)).await,
     );
 
@@ -267,19 +298,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let account = agent.run_account("shop", "conversation-1").await?;
     println!("\n{account}");
     println!(
-        "\nproviders: {} refund(s), {} status change(s), {} booking(s), {} cancellation(s)",
-        count("refund"),
-        count("status"),
-        count("book"),
-        count("cancel")
+        "\nproviders: {} refund(s), {} status change(s), {} booking(s), {} cancellation(s) \
+         applied, from {} request(s) received",
+        applied("refund"),
+        applied("status"),
+        applied("book"),
+        applied("cancel"),
+        received(""),
     );
-    // What the account says is what the providers did.
-    assert_eq!(count("refund"), 2, "two refunds applied, each once");
-    assert_eq!(count("status"), 0, "the stale write applied nothing");
+    // What the account says is what the providers did, and idem asked for each effect once:
+    // a request sent twice (under one key or two) fails these.
+    for (what, effects, why) in [
+        (
+            "refund",
+            2,
+            "two refunds: the re-send and the refused calls sent none",
+        ),
+        ("status", 0, "the stale write sent nothing"),
+        ("book", 2, "the flight and the hotel, each once"),
+        ("cancel", 2, "each booking undone once"),
+    ] {
+        assert_eq!(applied(what), effects, "{what} applied: {why}");
+        assert_eq!(received(what), effects, "{what} requests received: {why}");
+    }
     assert_eq!(
-        (count("book"), count("cancel")),
-        (2, 2),
-        "booked and undone"
+        account.calls.len(),
+        5,
+        "seven dispatches, five calls: {account}"
     );
     let counts = account.counts();
     assert_eq!(
