@@ -55,11 +55,73 @@
 //! | `verify` | an `async fn(&ToolContext) -> Result<Verified, ToolError>` that asks the downstream system, by `ctx.idempotency_key()` (and `ctx.arguments()`, the call's arguments), whether an Unknown call's effect happened; the dispatcher then replays it (applied) or runs it (not applied) instead of refusing | none |
 //! | `verify_after_secs` | the settle delay: how long after a record became Unknown (store clock) its `verify` hook is first asked (for an orphan, at least one lease); until then a duplicate gets `OutcomeUnknown` with `retry_after` | 300 |
 //! | `on_key_reuse` | with a `natural_key`, what a call under it with other arguments gets: `"replay"` (find-or-create: the recorded outcome, `deduplicated`, with `differing_arguments` naming what differs) or `"reject"` (`KeyReused`, saying the entity exists); a key of any other source reused with other arguments is always `KeyReused` | `"replay"` |
+//! | `version` | the handler's version, a string of 1 to 64 characters without surrounding spaces or control characters, recorded with every call: change it when a deploy changes what the body does, so that a verify hook is never asked about an Unknown call the other version made (the rules: [`contract`]) | `"1"` |
+//! | `authorize` | a `fn(&A, &RunContext) -> Result<(), String>`, `A` a `Deserialize` type of the arguments it reads: checked before anything is recorded or run; `Err` is the refusal the model reads (`not_authorized`, nothing recorded), and arguments `A` cannot read are refused | none |
+//! | `approve_when` | a `fn(&A, &RunContext) -> bool`, `A` as for `authorize`: the calls it returns `true` for (and those whose arguments `A` cannot read) need a person's signed approval, as every call of an `irreversible` tool does (a compile error on one); the tool then needs a dispatcher with approval keys ([`Dispatcher::approving`]): [`Dispatcher::new`] refuses its registry at start-up | none |
+//! | `precondition` | an `async fn(ToolContext, A) -> Result<(), ToolError>`, `A` as for `authorize`: runs after the claim, before every attempt of the body ([guide](guide::controls)) | none |
+//! | `compensate` | an `async fn(ToolContext, Undo) -> Result<(), ToolError>` ([`Undo`](tool::Undo)): undoes one completed step (`ctx.step`) when the call fails for good after it, each step once, in reverse ([guide](guide::controls)) | none |
 //! | `crate` | the path of this crate, e.g. `"::my_idem"`: needed only where the macro cannot read the rename in the crate's `Cargo.toml` (`my_idem = { package = "idem-tools", .. }` is found) | `"::idem"` |
 //!
-//! A `read` tool records nothing, so `ttl_secs`, `lease_secs`, `wait_secs`, `natural_key`,
-//! `on_key_reuse`, `verify` and `verify_after_secs` on one are compile errors, as is a
-//! negative number or a duration over ten years.
+//! A `read` tool records nothing and makes no effect, so `ttl_secs`, `lease_secs`,
+//! `wait_secs`, `natural_key`, `on_key_reuse`, `verify`, `verify_after_secs`, `version`,
+//! `approve_when`, `precondition` and `compensate` on one are compile errors, as is
+//! `approve_when` on an `irreversible` tool, a negative number or a duration over ten years.
+//! The functions named by `natural_key`, `verify`, `authorize`, `approve_when`,
+//! `precondition` and `compensate` are paths (`approve_when = rules::large_refund`); one of
+//! the wrong shape is a compile error naming the shape it needs.
+//!
+//! The control keys, each with the shape the macro accepts:
+//!
+//! ```rust,standalone_crate
+//! use idem::prelude::*;
+//! use idem::tool::Undo;
+//! use serde::Deserialize;
+//!
+//! /// The arguments the controls read (others are ignored).
+//! #[derive(Deserialize)]
+//! struct Refund {
+//!     customer_id: String,
+//!     amount: u64,
+//! }
+//!
+//! fn own_customer(args: &Refund, run: &RunContext) -> Result<(), String> {
+//!     match run.acting_for.as_deref() == Some(args.customer_id.as_str()) {
+//!         true => Ok(()),
+//!         false => Err("only the customer this run acts for".into()),
+//!     }
+//! }
+//!
+//! fn large(args: &Refund, _run: &RunContext) -> bool {
+//!     args.amount > 50
+//! }
+//!
+//! async fn order_open(_ctx: ToolContext, _args: Refund) -> Result<(), ToolError> {
+//!     Ok(())
+//! }
+//!
+//! async fn cancel(_ctx: ToolContext, _undo: Undo) -> Result<(), ToolError> {
+//!     Ok(())
+//! }
+//!
+//! /// Refund part of an order.
+//! #[tool(
+//!     class = "non_idempotent_write",
+//!     version = "2",
+//!     authorize = own_customer,
+//!     approve_when = large,
+//!     precondition = order_open,
+//!     compensate = cancel
+//! )]
+//! async fn refund(customer_id: String, amount: u64) -> Result<String, ToolError> {
+//!     Ok(format!("refunded {amount} to {customer_id}"))
+//! }
+//!
+//! let registry = Registry::builder().tool::<refund>().build().unwrap();
+//! let run = RunContext::new("shop").acting_for("cus_a");
+//! let tool = registry.get("refund").unwrap();
+//! assert!(tool.needs_approval(&serde_json::json!({"customer_id": "cus_a", "amount": 80}), &run));
+//! assert!(!tool.needs_approval(&serde_json::json!({"customer_id": "cus_a", "amount": 20}), &run));
+//! ```
 //!
 //! The function may be `async` or not, takes named parameters of types that implement
 //! `Deserialize`, `Serialize` and `JsonSchema` (`Option<T>` ones are optional), at most one
