@@ -152,16 +152,28 @@ impl fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher over a registry and a store. A registry with an irreversible tool needs
-    /// keys to verify approvals with: [`Dispatcher::approving`]; here it is
-    /// [`SetupError::NoApprovalKeys`].
+    /// A dispatcher over a registry and a store, with no key to verify approvals with. A
+    /// registry with a tool whose calls may need a person's approval is refused here, at
+    /// start-up, with [`SetupError::NoApprovalKeys`] naming the tool and
+    /// [`Dispatcher::approving`]: build that one instead. Such a tool is every
+    /// `irreversible` one, and a write that selects calls for approval, even if it would
+    /// select none of the calls made: `#[tool(approve_when = f)]`,
+    /// [`ToolBuilder::approve_when`] or [`ToolBuilder::approve_rule`], a [`ToolSpec`]'s
+    /// `approve_when` rules. The facade's guide (`idem::guide::controls`) shows the refusal.
+    ///
+    /// [`ToolBuilder::approve_when`]: crate::tool::ToolBuilder::approve_when
+    /// [`ToolBuilder::approve_rule`]: crate::tool::ToolBuilder::approve_rule
+    /// [`ToolSpec`]: crate::ToolSpec
     pub fn new(registry: Registry, store: Arc<dyn Store>) -> Result<Self, SetupError> {
         Dispatcher::approving(registry, store, ApprovalKeys::default())
     }
 
-    /// A dispatcher that runs an irreversible call only with an [`Approval`] signed by one
-    /// of `keys` (several during a rotation) for exactly that call. No key and an
-    /// irreversible tool in the registry is [`SetupError::NoApprovalKeys`].
+    /// A dispatcher that runs a call needing approval (every call of an `irreversible`
+    /// tool, and the calls a tool's `approve_when` selects) only with an [`Approval`] signed
+    /// by one of `keys` (several during a rotation) for exactly that call. Empty `keys` and a
+    /// tool in the registry whose calls may need approval (an irreversible one, or a write
+    /// with `approve_when`, whether or not it would select any call) is
+    /// [`SetupError::NoApprovalKeys`], as with [`Dispatcher::new`].
     ///
     /// [`Approval`]: crate::Approval
     pub fn approving(
