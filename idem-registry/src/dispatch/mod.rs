@@ -25,6 +25,7 @@
 mod account;
 mod approve;
 mod arguments;
+mod authorize;
 mod body;
 mod call;
 mod claim;
@@ -435,7 +436,7 @@ impl Dispatcher {
             typed,
         } = arguments::validate(tool, &call.arguments)?;
         if scopes == Scopes::Checked {
-            authorize(tool, run, &args)?;
+            authorize::authorize(tool, run, &args)?;
         }
         let keyed = self.key(tool, call, run, &args)?;
         Ok(Checked {
@@ -445,36 +446,6 @@ impl Dispatcher {
             keyed,
         })
     }
-}
-
-/// The authorize stage: the run holds every scope the tool requires, and the call passes
-/// every authorization check and rule of the tool (which read its arguments and the run).
-fn authorize(tool: &ToolDef, run: &RunContext, args: &Value) -> Result<(), DispatchError> {
-    let scopes = &tool.policy.scopes;
-    if !scopes.iter().all(|s| run.scopes.contains(s)) {
-        return Err(DispatchError::PermissionDenied {
-            tool: tool.name.to_string(),
-            missing: scopes
-                .iter()
-                .filter(|s| !run.scopes.contains(*s))
-                .cloned()
-                .collect(),
-        });
-    }
-    for check in &tool.authorize {
-        if let Err(rule) = check(args, run) {
-            // The refusal may quote what the check was given: no secret leaves in it.
-            let rule = match tool.secrets.is_empty() {
-                true => rule,
-                false => crate::redact::scrub(&rule, args, &tool.secrets),
-            };
-            return Err(DispatchError::NotAuthorized {
-                tool: tool.name.to_string(),
-                rule,
-            });
-        }
-    }
-    Ok(())
 }
 
 /// A call that records, resolved and keyed: what the claim, execute and verify stages read.
