@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::store::approvals::ApprovalFilter;
 use idem::tool::Undo;
 use idem::{ApprovalKey, Approver, SqliteStore, approval::ApprovalKeys};
 use serde::Deserialize;
@@ -253,22 +252,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         json!({"customer_id": "cus_ana", "order_id": "o-1", "amount": 400}),
     )
     .with_call_id("call_3");
-    say(
-        "refund of 400",
-        &agent.dispatch(&large, &run.clone().at_step(2)).await,
-    );
-    // A person at the approvals desk (idem approvals, the inbox) approves it.
-    let desk = agent.approvals();
-    for pending in desk.pending(&ApprovalFilter::default()).await? {
-        desk.approve(
-            &pending.key,
+    let refused = agent.dispatch(&large, &run.clone().at_step(2)).await;
+    say("refund of 400", &refused);
+    // A person at the approvals desk (idem approvals, the inbox) approves exactly the call
+    // the agent was refused, with the arguments it was refused with.
+    let request = refused
+        .as_ref()
+        .err()
+        .and_then(DispatchError::approval_request)
+        .expect("a refund over the limit waits for a person");
+    agent
+        .approvals()
+        .approve(
+            request,
             &Approver::new("dana@shop", key.clone()),
             None,
             None,
         )
         .await?;
-        println!("dana@shop approved {} {}", pending.tool, pending.arguments);
-    }
+    println!("dana@shop approved {} {}", request.tool, request.arguments);
     say(
         "refund of 400, again",
         &agent.dispatch(&large, &run.clone().at_step(2)).await,
