@@ -143,8 +143,9 @@ impl<'d> Responder<'d> {
     }
 
     /// The run's account as a message the model can read: every tool call of the run so far
-    /// and what became of it (applied, replayed, refused and why, unknown, waiting for a
-    /// person, undone), from the store rather than from what the model remembers. Send it
+    /// and what became of it (answered for a read; applied, replayed, refused and why,
+    /// unknown, waiting for a person, undone), with its class and how many times it ran, from
+    /// the store rather than from what the model remembers. Send it
     /// before the model reports to a person, so that it reports what happened. The
     /// dispatcher must keep run accounts (`Dispatcher::with_run_accounts`).
     ///

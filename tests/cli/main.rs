@@ -467,4 +467,5 @@ mod refused_call;
 mod refused_stores;
 mod release_and_resolve;
 mod runs;
+mod runs_account;
 mod what_is_shown;

@@ -15,6 +15,7 @@
 mod support;
 
 mod account;
+mod account_attempts;
 mod approval;
 mod authorize;
 mod compensate;

@@ -7,6 +7,7 @@ mod support;
 
 mod keyless_secrets;
 mod mcp;
+mod mcp_account;
 mod mcp_approval;
 mod mcp_bad_input;
 mod mcp_http_auth;

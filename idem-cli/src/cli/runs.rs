@@ -1,5 +1,6 @@
-//! `idem runs show`: a run's account, every call of it with what became of it, from the
-//! store (as the dispatcher that kept it would tell it).
+//! `idem runs show`: a run's account, every call of it with its class, how many times its
+//! body ran and what became of it, from the store (as the dispatcher that kept it would tell
+//! it).
 
 use clap::{Args, Subcommand};
 use idem_registry::dispatch::{CallOutcome, run_account};
@@ -17,7 +18,8 @@ pub struct RunsArgs {
 
 #[derive(Subcommand)]
 pub enum RunsCommand {
-    /// Every call of one run and its outcome: applied, replayed, refused (why), unknown,
+    /// Every call of one run, its class, how many times its body ran (blank: not known),
+    /// and its outcome: answered (a read), applied, replayed, refused (why), unknown,
     /// pending approval, compensated. Needs dispatchers that keep run accounts.
     Show {
         /// The run id (an MCP client's session is `session:<id>`).
@@ -58,12 +60,19 @@ pub async fn runs(args: RunsArgs) -> Result<(), Failure> {
                 c.at.to_rfc3339(),
                 c.tool.clone(),
                 c.call_id.clone().unwrap_or_default(),
+                c.class.map(|k| k.as_str().to_owned()).unwrap_or_default(),
+                c.attempts.map(|n| n.to_string()).unwrap_or_default(),
                 c.outcome.name().to_owned(),
                 clip(&detail(&c.outcome), 100),
             ]
         })
         .collect();
-    table(&["#", "AT", "TOOL", "CALL", "OUTCOME", "DETAIL"], &rows);
+    table(
+        &[
+            "#", "AT", "TOOL", "CALL", "CLASS", "ATTEMPTS", "OUTCOME", "DETAIL",
+        ],
+        &rows,
+    );
     let counts: Vec<String> = account
         .counts()
         .into_iter()
@@ -90,6 +99,7 @@ fn detail(outcome: &CallOutcome) -> String {
         }
         CallOutcome::PendingApproval => "waiting for a person: idem approvals".into(),
         CallOutcome::Compensated { undone, .. } => format!("undone: {}", undone.join(", ")),
+        CallOutcome::Unrecognized => "written by a newer idem: update idem to read it".into(),
         _ => String::new(),
     }
 }

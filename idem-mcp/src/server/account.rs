@@ -1,7 +1,8 @@
 //! The run account tool: a read-only tool a server can expose
 //! ([`McpServer::expose_run_account`]) that tells the model, from the store, what became of
-//! the calls of its run: applied, replayed, refused and why, unknown, waiting for a person,
-//! undone. A client that sends a run id in `_meta` (`io.idem/run-id`) is accounted under it;
+//! the calls of its run: answered (a read), applied, replayed, refused and why, unknown,
+//! waiting for a person, undone; each with its tool's class and how many times its body ran.
+//! A client that sends a run id in `_meta` (`io.idem/run-id`) is accounted under it;
 //! one that sends none (most hosts) under its session, as `session:<id>`.
 
 use rmcp::ErrorData;
@@ -24,7 +25,7 @@ pub fn session_run(session: &str) -> String {
 pub(crate) fn tool() -> Tool {
     let entry = json!({
         "name": RUN_ACCOUNT_TOOL,
-        "description": "What became of this conversation's tool calls, as recorded: which were applied, replayed (not done again), refused and why, are of unknown outcome, wait for a person's approval, or were undone. Read it before telling the user what was done. Read-only.",
+        "description": "What became of this conversation's tool calls, as recorded: which reads were answered (no effect), which writes were applied, replayed (not done again), refused and why, are of unknown outcome, wait for a person's approval, or were undone; each with its tool's class and how many times it ran. Read it before telling the user what was done. Read-only.",
         "inputSchema": {
             "type": "object",
             "properties": {

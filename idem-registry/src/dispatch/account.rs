@@ -2,21 +2,28 @@
 //! any process can tell it (the host, the agent loop, an MCP client, `idem runs show`).
 //!
 //! A dispatcher that keeps accounts ([`Dispatcher::with_run_accounts`]) appends one entry
-//! per dispatch of a call whose run has an id, after the dispatch ended: its tool, call id,
-//! step and key, and its outcome then. Reading the account ([`Dispatcher::run_account`])
-//! brings entries whose outcome could still change (Unknown, pending approval, in progress)
-//! up to date from the call's record, so the account says what the store knows now: an
-//! Unknown call a verify hook settled since reads as applied. A call dispatched again under
-//! its call id (a re-send, a retry after an approval) is one call of the account, with its
-//! latest outcome; another call the model made with the same key is a call of its own
+//! per dispatch of a call whose run has an id, after the dispatch ended: its tool and class,
+//! call id, step and key, how many times the dispatch ran the body, and its outcome then. A
+//! `read` that ran is *answered*, never *applied*: only a write's outcome is an effect.
+//! Reading the account ([`Dispatcher::run_account`]) brings entries whose outcome could
+//! still change (Unknown, pending approval, in progress) up to date from the call's record,
+//! so the account says what the store knows now: an Unknown call a verify hook settled since
+//! reads as applied. A call dispatched again under its call id (a re-send, a retry after an
+//! approval) is one call of the account, with its latest outcome and the attempts of all its
+//! dispatches summed; another call the model made with the same key is a call of its own
 //! (replayed). Entries hold no arguments and no outputs: an account is safe to show the
 //! model and an operator.
+//!
+//! Entries are JSON texts kept in the store, read by whichever idem reads the account: a
+//! field added later has a default (an entry written before idem kept classes and attempts
+//! reads with neither), and an outcome this idem does not know reads as
+//! [`CallOutcome::Unrecognized`] rather than dropping the call.
 
 use std::fmt;
 use std::time::Duration;
 
 use idem_core::store::approvals;
-use idem_core::{Outcome, RecordKey, RecordState, StoreError, Timestamp};
+use idem_core::{Outcome, RecordKey, RecordState, StoreError, Timestamp, ToolClass};
 use serde::{Deserialize, Serialize};
 
 use super::Dispatcher;
@@ -32,8 +39,10 @@ pub const DEFAULT_ACCOUNT_RETENTION: Duration = Duration::from_secs(7 * 24 * 360
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CallOutcome {
-    /// The body ran and its effect is recorded (or a verify hook found it applied).
+    /// A write's body ran and its effect is recorded (or a verify hook found it applied).
     Applied,
+    /// A `read` ran and answered: no effect, and nothing recorded to replay.
+    Answered,
     /// A recorded outcome was replayed: no effect happened in this call.
     Replayed,
     /// Nothing was applied: refused before the body (authorization, arguments, approval
@@ -62,6 +71,10 @@ pub enum CallOutcome {
     },
     /// Another dispatch held the call when this one stopped waiting.
     InProgress,
+    /// An outcome written by a newer idem, which this one cannot tell: the call is listed
+    /// with what its entry says besides (tool, class, attempts), never dropped.
+    #[serde(other)]
+    Unrecognized,
 }
 
 impl CallOutcome {
@@ -69,12 +82,14 @@ impl CallOutcome {
     pub fn name(&self) -> &'static str {
         match self {
             CallOutcome::Applied => "applied",
+            CallOutcome::Answered => "answered",
             CallOutcome::Replayed => "replayed",
             CallOutcome::Refused { .. } => "refused",
             CallOutcome::Unknown { .. } => "unknown",
             CallOutcome::PendingApproval => "pending_approval",
             CallOutcome::Compensated { .. } => "compensated",
             CallOutcome::InProgress => "in_progress",
+            CallOutcome::Unrecognized => "unrecognized",
         }
     }
 
@@ -90,6 +105,7 @@ impl CallOutcome {
     fn of(result: &Result<Dispatched, DispatchError>) -> CallOutcome {
         match result {
             Ok(d) if d.deduplicated => CallOutcome::Replayed,
+            Ok(d) if d.class == ToolClass::Read => CallOutcome::Answered,
             Ok(_) => CallOutcome::Applied,
             Err(DispatchError::ToolFailed { error, .. }) => match compensated(error) {
                 Some(undone) => CallOutcome::Compensated {
@@ -145,6 +161,31 @@ impl CallOutcome {
     }
 }
 
+/// How many times a dispatch ran the body, if its result says: `Some(0)` for a refusal
+/// before the body; `None` where the body may have run and the error does not say how often
+/// (left Unknown, fenced, the store failing).
+fn attempts(result: &Result<Dispatched, DispatchError>) -> Option<u32> {
+    match result {
+        Ok(d) => Some(d.attempts),
+        Err(DispatchError::ToolFailed { attempts, .. }) => Some(*attempts),
+        Err(
+            DispatchError::UnknownTool { .. }
+            | DispatchError::InvalidArguments { .. }
+            | DispatchError::PermissionDenied { .. }
+            | DispatchError::NotAuthorized { .. }
+            | DispatchError::SecretKeyMissing { .. }
+            | DispatchError::MissingKey { .. }
+            | DispatchError::ApprovalRequired { .. }
+            | DispatchError::ApprovalRefused { .. }
+            | DispatchError::ApprovalDenied { .. }
+            | DispatchError::ApprovalEdited { .. }
+            | DispatchError::KeyReused { .. }
+            | DispatchError::InProgress { .. },
+        ) => Some(0),
+        Err(_) => None,
+    }
+}
+
 /// The steps a compensated failure undid, if it is one.
 fn compensated(error: &idem_core::ToolError) -> Option<Vec<String>> {
     let undone = error.details()?.get("compensated")?;
@@ -159,6 +200,10 @@ pub struct AccountEntry {
     pub at: Timestamp,
     /// The tool.
     pub tool: String,
+    /// The tool's class; `None` for a call of no known tool, and in entries written before
+    /// idem kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<ToolClass>,
     /// The provider's call id, if the call had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
@@ -171,6 +216,13 @@ pub struct AccountEntry {
     /// The record key, to bring the outcome up to date.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record: Option<RecordKey>,
+    /// How many times the body ran for this call: every attempt of every dispatch of it (a
+    /// re-send's added; 0 for a replay or a refusal before the body). `None` when not known:
+    /// a dispatch left the call Unknown, lost its key or met a failing store (the body may
+    /// have run), or an entry predates attempts. Executions by a take-over outside these
+    /// dispatches (`Dispatcher::recover`) are not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
     /// What became of the call.
     #[serde(flatten)]
     pub outcome: CallOutcome,
@@ -241,7 +293,14 @@ impl fmt::Display for RunAccount {
                     write!(f, ": undone {}", undone.join(", "))?
                 }
                 CallOutcome::PendingApproval => write!(f, ": waiting for a person")?,
+                CallOutcome::Unrecognized => write!(f, ": written by a newer idem")?,
                 _ => {}
+            }
+            match (c.class, c.attempts) {
+                (Some(class), Some(n)) => write!(f, " ({class}, {})", Attempts(n))?,
+                (Some(class), None) => write!(f, " ({class})")?,
+                (None, Some(n)) => write!(f, " ({})", Attempts(n))?,
+                (None, None) => {}
             }
             writeln!(f)?;
         }
@@ -251,6 +310,18 @@ impl fmt::Display for RunAccount {
             .map(|(n, c)| format!("{c} {n}"))
             .collect();
         write!(f, "in all: {}", counts.join(", "))
+    }
+}
+
+/// "1 attempt", "2 attempts".
+struct Attempts(u32);
+
+impl fmt::Display for Attempts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            1 => f.write_str("1 attempt"),
+            n => write!(f, "{n} attempts"),
+        }
     }
 }
 
@@ -290,13 +361,20 @@ impl Dispatcher {
                 idem_core::IdempotencyKey::of_record(r).map(|k| k.as_str().to_owned())
             }),
         };
+        // An error does not carry the class: the registry says it.
+        let class = match result {
+            Ok(d) => Some(d.class),
+            Err(_) => self.registry.get(&call.name).map(|t| t.class),
+        };
         let entry = AccountEntry {
             at,
             tool: call.name.clone(),
+            class,
             call_id: call.call_id.clone(),
             step: run.step,
             key,
             record: record.cloned(),
+            attempts: attempts(result),
             outcome: CallOutcome::of(result),
         };
         let text = match serde_json::to_string(&entry) {
@@ -370,11 +448,17 @@ pub async fn run_account(
             }
         };
         // The same call dispatched again (a re-send, the loop's retry after an approval) is
-        // one call: its latest word, unless that is a replay of its own outcome.
+        // one call: its latest word, unless that is a replay of its own outcome; the body ran
+        // as often as all its dispatches ran it.
         let same = calls.iter_mut().find(|c: &&mut AccountEntry| {
             entry.call_id.is_some() && c.call_id == entry.call_id && c.tool == entry.tool
         });
         if let Some(earlier) = same {
+            earlier.attempts = match (earlier.attempts, entry.attempts) {
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                _ => None,
+            };
+            earlier.class = entry.class.or(earlier.class);
             if entry.outcome != CallOutcome::Replayed || earlier.outcome.unsettled() {
                 earlier.outcome = entry.outcome;
                 earlier.at = entry.at;
@@ -432,80 +516,5 @@ async fn now_outcome(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use idem_core::store::memory::MemoryStore;
-    use idem_core::{ToolClass, ToolError};
-    use serde_json::{Value, json};
-
-    use crate::context::ToolContext;
-    use crate::dispatch::{CallOutcome, DispatchError, Dispatcher, ToolCall};
-    use crate::registry::Registry;
-    use crate::run::RunContext;
-    use crate::tool::{ToolDef, Undo};
-
-    /// A trip whose car cannot be booked, and whose flight the agency will not cancel.
-    fn trip() -> ToolDef {
-        ToolDef::builder("book_trip", ToolClass::IdempotentWrite)
-            .description("Book a flight and a car.")
-            .input_schema(json!({"type": "object"}))
-            .handler(|ctx: ToolContext, _: Value| async move {
-                let _: String = ctx
-                    .step("flight", || async { Ok("flight-oslo".to_owned()) })
-                    .await?;
-                Err(ToolError::terminal("no car is available"))
-            })
-            .compensate(|_: ToolContext, undo: Undo| async move {
-                Err(ToolError::terminal(format!(
-                    "the agency refuses to cancel {}",
-                    undo.step
-                )))
-            })
-            .build()
-            .unwrap()
-    }
-
-    fn times(text: &str, phrase: &str) -> usize {
-        text.to_lowercase().matches(phrase).count()
-    }
-
-    #[tokio::test]
-    async fn an_unknown_after_a_failed_undo_says_once_who_must_settle_it() {
-        let registry = Registry::builder().add(trip()).build().unwrap();
-        let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new()))
-            .unwrap()
-            .with_run_accounts(Duration::from_secs(3600));
-        let run = RunContext::new("tenant-a").with_run("run-1", 0);
-        let call = ToolCall::new("book_trip", json!({})).with_call_id("c1");
-        let error = dispatcher.dispatch(&call, &run).await.unwrap_err();
-        assert!(
-            matches!(
-                error,
-                DispatchError::OutcomeUnknown {
-                    retry_after: None,
-                    ..
-                }
-            ),
-            "{error}"
-        );
-        // The caller is told once who settles it (the error's own words, not the reason's).
-        let told = error.to_string();
-        assert_eq!(times(&told, "must settle"), 0, "{told}");
-        assert_eq!(times(&told, "an operator must"), 1, "{told}");
-
-        let account = dispatcher.run_account("tenant-a", "run-1").await.unwrap();
-        assert!(matches!(
-            account.calls[0].outcome,
-            CallOutcome::Unknown {
-                retry_after: None,
-                ..
-            }
-        ));
-        assert_eq!(account.needing_a_person().count(), 1);
-        let shown = account.to_string();
-        assert!(shown.contains("undoing step `flight`"), "{shown}");
-        assert_eq!(times(&shown, "a person must settle"), 1, "{shown}");
-    }
-}
+#[path = "account_tests.rs"]
+mod tests;
