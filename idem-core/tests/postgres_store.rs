@@ -211,6 +211,7 @@ CREATE INDEX records_open ON "{schema}".records (created_at, key) WHERE state <>
         "approvals",
         "approvals_tenant_tool",
         "fence_floor",
+        "budgets",
     ] {
         let row = client
             .query_one(
@@ -258,6 +259,55 @@ CREATE INDEX records_open ON "{schema}".records (created_at, key) WHERE state <>
         fence, 9_000_000_000_001,
         "claimed again above the freed fence"
     );
+}
+
+/// A schema from before budgets (every other table there) gains their table when a store
+/// connects, and keeps its records; connecting again changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_before_budgets_gains_their_table() {
+    let Some(url) = service_url(
+        POSTGRES_URL,
+        "a_schema_from_before_budgets_gains_their_table",
+    ) else {
+        return;
+    };
+    let schemas = postgres_schemas(&url);
+    let schema = schemas.fresh("idem_test");
+    let k = record_key("kept");
+    {
+        let store = PostgresStore::connect(&url, &schema)
+            .await
+            .expect("connect");
+        acquire(&store, &claim_request(&k, LEASE, OrphanPolicy::TakeOver)).await;
+    }
+    let (client, connection) = tokio_postgres::connect(&url, NoTls)
+        .await
+        .expect("raw connection");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("DROP TABLE \"{schema}\".budgets"))
+        .await
+        .expect("a schema from before budgets");
+    for round in 0..2 {
+        let store = PostgresStore::connect(&url, &schema)
+            .await
+            .expect("connect to a schema from before budgets");
+        assert!(store.get(&k).await.expect("get").is_some(), "its record");
+        let (expected, text) = match round {
+            0 => (None, "1"),
+            _ => (Some("1"), "2"),
+        };
+        assert!(
+            store
+                .swap_budget("acme:run:refunds", expected, text, TTL)
+                .await
+                .expect("swap")
+        );
+        assert_eq!(
+            store.budget_text("acme:run:refunds").await.expect("budget"),
+            Some(text.to_owned())
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,7 @@ use idem_core::{
     StoreError, Timestamp,
 };
 use serde_json::json;
+use sha2::Digest;
 use support::claims::{acquire, claim_request, record_key};
 use support::redis_keys::redis_prefixes;
 use support::services::{REDIS_URL, service_url, unique};
@@ -141,6 +142,58 @@ async fn a_records_keys_share_one_hash_tag() {
             "{name} is tagged by the record key"
         );
     }
+}
+
+/// A budget is one string named by the SHA-256 of its scope (no scope text in the key, no
+/// hash tag it could move), and carries the TTL of its last swap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_is_one_key_named_by_its_scope_digest_with_its_ttl() {
+    let Some(url) = service_url(REDIS_URL, "a_budget_is_one_key_named_by_its_scope_digest") else {
+        return;
+    };
+    let prefixes = redis_prefixes(&url);
+    let prefix = prefixes.fresh("idem-test");
+    let store = RedisStore::connect(&url, &prefix).await.expect("connect");
+    let scope = "acme:{run-7}:refunds";
+    assert!(
+        store
+            .swap_budget(scope, None, "1", Duration::from_secs(60))
+            .await
+            .expect("swap")
+    );
+    let digest: String = sha2::Sha256::digest(scope.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let name = format!("{prefix}:budget:{digest}");
+    assert_eq!(keys_under(&url, &prefix).await, vec![name.clone()]);
+    assert_eq!(hash_tag(&name), None, "no hash tag: a slot of its own");
+    let mut conn = raw(&url).await;
+    let mut pttl = async || -> i64 {
+        redis::cmd("PTTL")
+            .arg(&name)
+            .query_async(&mut conn)
+            .await
+            .expect("pttl")
+    };
+    let first = pttl().await;
+    assert!(first > 50_000 && first <= 60_000, "PTTL {first}");
+    assert!(
+        !store
+            .swap_budget(scope, Some("0"), "2", Duration::from_secs(3600))
+            .await
+            .expect("swap"),
+        "a stale swap"
+    );
+    assert!(pttl().await <= 60_000, "a refused swap keeps the TTL");
+    assert!(
+        store
+            .swap_budget(scope, Some("1"), "2", Duration::from_secs(3600))
+            .await
+            .expect("swap")
+    );
+    let renewed = pttl().await;
+    assert!(renewed > 3_500_000, "a swap puts its own TTL: {renewed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

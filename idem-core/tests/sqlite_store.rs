@@ -299,6 +299,47 @@ async fn a_file_from_before_tenants_gains_the_column() {
     );
 }
 
+/// A file from before budgets (version 3, every other table there) gains their table when it
+/// is opened, at the same version, and keeps its records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_from_before_budgets_gains_their_table() {
+    let dir = temp_dir("before-budgets");
+    let path = dir.path().join("idem.db");
+    let k = record_key("kept");
+    {
+        let store = SqliteStore::open(&path).expect("create");
+        acquire(&store, &claim_request(&k, LEASE, OrphanPolicy::TakeOver)).await;
+    }
+    rusqlite::Connection::open(&path)
+        .expect("raw connection")
+        .execute_batch("DROP TABLE idem_budgets")
+        .expect("a file from before budgets");
+    for round in 0..2 {
+        // Opening again finds the table there and changes nothing.
+        let store = SqliteStore::open(&path).expect("open a file from before budgets");
+        assert!(store.get(&k).await.expect("get").is_some(), "its record");
+        let (expected, text) = match round {
+            0 => (None, "1"),
+            _ => (Some("1"), "2"),
+        };
+        assert!(
+            store
+                .swap_budget("acme:run:refunds", expected, text, TTL)
+                .await
+                .expect("swap")
+        );
+        assert_eq!(
+            store.budget_text("acme:run:refunds").await.expect("budget"),
+            Some(text.to_owned())
+        );
+    }
+    let raw = rusqlite::Connection::open(&path).expect("raw connection");
+    let version: i64 = raw
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("version");
+    assert_eq!(version, 3, "budgets came without a new version");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_row_is_reported_not_replayed() {
     let dir = temp_dir("corrupt");

@@ -32,6 +32,8 @@ pub enum Op {
     Now,
     /// Any of the pending approvals' three operations.
     Approvals,
+    /// Either of the budgets' two operations.
+    Budgets,
 }
 
 /// What a test does around the operations of a [`Hooked`] store. Every method does nothing
@@ -219,5 +221,23 @@ impl<H: Hook> Store for Hooked<H> {
     }
     async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError> {
         self.inner.run_entries(tenant, run_id).await
+    }
+    async fn budget_text(&self, scope: &str) -> Result<Option<String>, StoreError> {
+        self.around(Op::Budgets, None, self.inner.budget_text(scope))
+            .await
+    }
+    async fn swap_budget(
+        &self,
+        scope: &str,
+        expected: Option<&str>,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.around(
+            Op::Budgets,
+            None,
+            self.inner.swap_budget(scope, expected, text, ttl),
+        )
+        .await
     }
 }

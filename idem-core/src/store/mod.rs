@@ -31,6 +31,7 @@ use crate::key::RecordKey;
 use crate::record::{Fence, JournalEntry, Outcome, Record, StateKind, Timestamp};
 
 pub mod approvals;
+pub mod budgets;
 pub(crate) mod codec;
 pub mod layer;
 pub mod machine;
@@ -49,6 +50,11 @@ pub mod conformance;
 
 /// The default limit on one recorded outcome (1 MiB).
 pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 1024 * 1024;
+
+/// The longest budget scope every store keeps, in bytes: what a PostgreSQL index entry holds
+/// of text that does not compress, with room to spare. A longer scope may be refused
+/// ([`StoreError::Unavailable`]); the conformance suite keeps scopes of this length apart.
+pub const MAX_BUDGET_SCOPE_BYTES: usize = 2048;
 
 /// The deepest nesting of arrays and objects an outcome may have to be recorded: what
 /// serde_json reads back (127 levels), less the two levels a record may wrap a terminal
@@ -547,4 +553,25 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// order they were appended (by concurrent appenders: the order the store committed
     /// them). A run nobody appended to has none.
     async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError>;
+
+    /// Budgets: the JSON text kept under budget `scope`, as last put by
+    /// [`Store::swap_budget`], unless it expired. What reads and counts budgets is
+    /// [`budgets`], written once.
+    async fn budget_text(&self, scope: &str) -> Result<Option<String>, StoreError>;
+
+    /// Budgets: put `text` under `scope` if the text there is still `expected` (`None`: no
+    /// text, or an expired one), atomically, kept at least `ttl` from now on the store's clock.
+    /// Returns whether it was put; `false` changes nothing.
+    ///
+    /// A scope is any string of up to [`MAX_BUDGET_SCOPE_BYTES`] (a tenant, a run, a limit's
+    /// name, an argument's value): each store keeps every scope apart from every other, byte
+    /// for byte. An expired text matches no `expected` text: it reads as absent, and only a
+    /// swap expecting `None` replaces it.
+    async fn swap_budget(
+        &self,
+        scope: &str,
+        expected: Option<&str>,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
 }

@@ -23,8 +23,9 @@
 //!
 //! The cases live by theme: `holders.rs` (claims, orphans, fences, stale writes),
 //! `outcomes.rs` (what replays, what is refused), `operators.rs` (listing, settling, purging),
-//! `tenants.rs`, `instances.rs` (two instances on the same data, cold starts); `fixtures.rs`
-//! holds what they share.
+//! `tenants.rs`, `instances.rs` (two instances on the same data, cold starts), `approvals.rs`,
+//! `runs.rs` (run accounts), `budgets.rs` (budgets' compare-and-swap); `fixtures.rs` holds what
+//! they share.
 //!
 //! A store of one's own is checked against what idem's stores refuse to record (an oversized
 //! outcome, an operator's outcome that is not JSON) when it runs behind their
@@ -35,6 +36,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 mod approvals;
+mod budgets;
 mod fixtures;
 mod holders;
 mod instances;
@@ -162,6 +164,18 @@ pub const CASES: &[(&str, CaseFn)] = &[
     }),
     ("expired_run_entries_are_not_returned", |s| {
         Box::pin(runs::expired_run_entries_are_not_returned(s))
+    }),
+    ("a_budget_is_swapped_only_from_what_is_there", |s| {
+        Box::pin(budgets::a_budget_is_swapped_only_from_what_is_there(s))
+    }),
+    ("budgets_expire_on_the_store_clock", |s| {
+        Box::pin(budgets::budgets_expire_on_the_store_clock(s))
+    }),
+    ("budget_scopes_are_kept_apart", |s| {
+        Box::pin(budgets::budget_scopes_are_kept_apart(s))
+    }),
+    ("concurrent_budget_swaps_lose_no_update", |s| {
+        Box::pin(budgets::concurrent_budget_swaps_lose_no_update(s))
     }),
     (
         "a_completed_record_keeps_its_fingerprint_across_a_cold_start",

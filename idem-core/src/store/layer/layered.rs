@@ -1,11 +1,13 @@
 //! The seam itself: a [`Layer`] runs code around each operation of a store, and
-//! [`Layered`] is a store with a layer around it.
+//! [`Layered`] is a store with a layer around it (the operations it sees are in
+//! `operation.rs`).
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use super::operation::Operation;
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp};
 use crate::store::approvals::{ApprovalFilter, PendingApproval};
@@ -13,200 +15,6 @@ use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreErr
 
 /// The future of one store operation, as every [`Store`] method returns it.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// One operation asked of a store, with its inputs, as a [`Layer`] sees it.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub enum Operation<'a> {
-    /// [`Store::claim`].
-    Claim(&'a ClaimRequest),
-    /// [`Store::complete`].
-    Complete {
-        /// The key.
-        key: &'a RecordKey,
-        /// The holder's fence.
-        fence: Fence,
-        /// The outcome to record.
-        outcome: &'a Outcome,
-        /// How long the record is kept.
-        ttl: Duration,
-    },
-    /// [`Store::release`].
-    Release {
-        /// The key.
-        key: &'a RecordKey,
-        /// The holder's fence.
-        fence: Fence,
-    },
-    /// [`Store::renew`].
-    Renew {
-        /// The key.
-        key: &'a RecordKey,
-        /// The holder's fence.
-        fence: Fence,
-        /// The new lease.
-        lease: Duration,
-    },
-    /// [`Store::journal`].
-    Journal {
-        /// The key.
-        key: &'a RecordKey,
-        /// The holder's fence.
-        fence: Fence,
-        /// The step's name.
-        step: &'a str,
-        /// The step's result.
-        value: &'a str,
-    },
-    /// [`Store::mark_unknown`].
-    MarkUnknown {
-        /// The key.
-        key: &'a RecordKey,
-        /// The holder's fence.
-        fence: Fence,
-        /// Why the outcome is unknown.
-        error: &'a str,
-    },
-    /// [`Store::get`].
-    Get {
-        /// The key.
-        key: &'a RecordKey,
-    },
-    /// [`Store::list`].
-    List(&'a ListFilter),
-    /// [`Store::resolve`].
-    Resolve {
-        /// The key.
-        key: &'a RecordKey,
-        /// The outcome to settle with.
-        outcome: &'a Outcome,
-        /// How long the record is kept.
-        ttl: Duration,
-    },
-    /// [`Store::settle_unknown`].
-    SettleUnknown {
-        /// The key.
-        key: &'a RecordKey,
-        /// The fence the record must still be Unknown at.
-        fence: Fence,
-        /// The outcome (the effect happened), or none (it did not).
-        outcome: Option<&'a Outcome>,
-        /// How long the record is kept.
-        ttl: Duration,
-    },
-    /// [`Store::force_release`].
-    ForceRelease {
-        /// The key.
-        key: &'a RecordKey,
-    },
-    /// [`Store::purge_expired`].
-    PurgeExpired(&'a PurgeFilter),
-    /// [`Store::now`].
-    Now,
-    /// [`Store::approval_text`].
-    ApprovalText {
-        /// The key.
-        key: &'a RecordKey,
-    },
-    /// [`Store::swap_approval`].
-    SwapApproval {
-        /// The key.
-        key: &'a RecordKey,
-        /// The entry to put.
-        entry: &'a PendingApproval,
-    },
-    /// [`Store::remove_approval`].
-    RemoveApproval {
-        /// The key.
-        key: &'a RecordKey,
-    },
-    /// [`Store::approval_texts`].
-    ApprovalTexts(&'a ApprovalFilter),
-    /// [`Store::append_run_entry`].
-    AppendRunEntry {
-        /// The tenant.
-        tenant: &'a str,
-        /// The run.
-        run_id: &'a str,
-        /// The entry.
-        text: &'a str,
-        /// How long it is kept.
-        ttl: Duration,
-    },
-    /// [`Store::run_entries`].
-    RunEntries {
-        /// The tenant.
-        tenant: &'a str,
-        /// The run.
-        run_id: &'a str,
-    },
-}
-
-impl Operation<'_> {
-    /// The operation's name: the [`Store`] method's.
-    ///
-    /// ```
-    /// use idem_core::store::layer::Operation;
-    /// assert_eq!(Operation::Now.name(), "now");
-    /// ```
-    pub fn name(&self) -> &'static str {
-        match self {
-            Operation::Claim(_) => "claim",
-            Operation::Complete { .. } => "complete",
-            Operation::Release { .. } => "release",
-            Operation::Renew { .. } => "renew",
-            Operation::Journal { .. } => "journal",
-            Operation::MarkUnknown { .. } => "mark_unknown",
-            Operation::Get { .. } => "get",
-            Operation::List(_) => "list",
-            Operation::Resolve { .. } => "resolve",
-            Operation::SettleUnknown { .. } => "settle_unknown",
-            Operation::ForceRelease { .. } => "force_release",
-            Operation::PurgeExpired(_) => "purge_expired",
-            Operation::Now => "now",
-            Operation::ApprovalText { .. } => "approval_text",
-            Operation::SwapApproval { .. } => "swap_approval",
-            Operation::RemoveApproval { .. } => "remove_approval",
-            Operation::ApprovalTexts(_) => "approval_texts",
-            Operation::AppendRunEntry { .. } => "append_run_entry",
-            Operation::RunEntries { .. } => "run_entries",
-        }
-    }
-
-    /// The key the operation is about, if it is about one.
-    ///
-    /// ```
-    /// use idem_core::RecordKey;
-    /// use idem_core::store::layer::Operation;
-    ///
-    /// let key = RecordKey::from_stored("k");
-    /// assert_eq!(Operation::Get { key: &key }.key(), Some(&key));
-    /// assert_eq!(Operation::Now.key(), None);
-    /// ```
-    pub fn key(&self) -> Option<&RecordKey> {
-        match *self {
-            Operation::Claim(request) => Some(&request.key),
-            Operation::Complete { key, .. }
-            | Operation::Release { key, .. }
-            | Operation::Renew { key, .. }
-            | Operation::Journal { key, .. }
-            | Operation::MarkUnknown { key, .. }
-            | Operation::Get { key }
-            | Operation::Resolve { key, .. }
-            | Operation::SettleUnknown { key, .. }
-            | Operation::ForceRelease { key }
-            | Operation::ApprovalText { key }
-            | Operation::SwapApproval { key, .. }
-            | Operation::RemoveApproval { key } => Some(key),
-            Operation::List(_)
-            | Operation::PurgeExpired(_)
-            | Operation::Now
-            | Operation::ApprovalTexts(_)
-            | Operation::AppendRunEntry { .. }
-            | Operation::RunEntries { .. } => None,
-        }
-    }
-}
 
 /// Code run around every operation of a store: it sees the [`Operation`], and decides
 /// whether and how the rest runs (`next` starts it).
@@ -592,5 +400,34 @@ impl<S: Store, L: Layer> Store for Layered<S, L> {
         let op = Operation::RunEntries { tenant, run_id };
         self.layer
             .around(&op, || self.inner.run_entries(tenant, run_id))
+    }
+
+    fn budget_text<'s, 'a, 'f>(&'s self, scope: &'a str) -> StoreFuture<'f, Option<String>>
+    where
+        's: 'f,
+        'a: 'f,
+        Self: 'f,
+    {
+        let op = Operation::BudgetText { scope };
+        self.layer.around(&op, || self.inner.budget_text(scope))
+    }
+
+    fn swap_budget<'s, 'a, 'x, 't, 'f>(
+        &'s self,
+        scope: &'a str,
+        expected: Option<&'x str>,
+        text: &'t str,
+        ttl: Duration,
+    ) -> StoreFuture<'f, bool>
+    where
+        's: 'f,
+        'a: 'f,
+        'x: 'f,
+        't: 'f,
+        Self: 'f,
+    {
+        let op = Operation::SwapBudget { scope, text, ttl };
+        let next = || self.inner.swap_budget(scope, expected, text, ttl);
+        self.layer.around(&op, next)
     }
 }

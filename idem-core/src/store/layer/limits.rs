@@ -25,7 +25,8 @@
 //!
 //! [`MemoryStore`]: crate::store::memory::MemoryStore
 
-use super::layered::{Layer, Layered, Operation, StoreFuture};
+use super::layered::{Layer, Layered, StoreFuture};
+use super::operation::Operation;
 use crate::record::Outcome;
 use crate::store::machine::{check_settled, check_size};
 use crate::store::{DEFAULT_MAX_OUTCOME_BYTES, StoreError};

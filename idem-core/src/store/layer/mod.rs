@@ -63,8 +63,10 @@
 
 mod layered;
 pub mod limits;
+mod operation;
 pub mod trace;
 
-pub use layered::{Layer, Layered, Operation, StoreFuture};
+pub use layered::{Layer, Layered, StoreFuture};
 pub use limits::{Limited, Limits};
+pub use operation::Operation;
 pub use trace::{Trace, Traced};

@@ -12,7 +12,8 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
-use super::layered::{Layer, Layered, Operation, StoreFuture};
+use super::layered::{Layer, Layered, StoreFuture};
+use super::operation::Operation;
 use crate::canonical::hex;
 use crate::key::RecordKey;
 

@@ -60,7 +60,12 @@ pub struct MemoryBackend {
     approvals: Mutex<std::collections::BTreeMap<String, String>>,
     /// Run accounts by tenant and run: each entry with when it expires, in append order.
     runs: Mutex<RunAccounts>,
+    /// Budgets' texts by scope, each with when it expires (few, one lock).
+    budgets: Mutex<Budgets>,
 }
+
+/// Budgets: by scope, when the text expires and the text.
+type Budgets = std::collections::HashMap<String, (crate::record::Timestamp, String)>;
 
 /// Run accounts, by tenant and run id.
 type RunAccounts =
@@ -106,6 +111,7 @@ impl MemoryStore {
             clock: Arc::new(SystemClock),
             approvals: Mutex::default(),
             runs: Mutex::default(),
+            budgets: Mutex::default(),
         };
         Limits::default().layer(backend)
     }

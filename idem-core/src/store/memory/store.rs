@@ -197,6 +197,8 @@ impl Store for MemoryBackend {
             entries.retain(|(expires, _)| *expires > now);
             !entries.is_empty()
         });
+        // So do expired budgets, of no tenant: gone for every reader already.
+        lock(&self.budgets).retain(|_, (expires, _)| *expires > now);
         Ok(purged)
     }
 
@@ -270,5 +272,33 @@ impl Store for MemoryBackend {
             .filter(|(expires, _)| *expires > now)
             .map(|(_, text)| text.clone())
             .collect())
+    }
+
+    async fn budget_text(&self, scope: &str) -> Result<Option<String>, StoreError> {
+        let now = self.clock.now();
+        Ok(lock(&self.budgets)
+            .get(scope)
+            .filter(|(expires, _)| *expires > now)
+            .map(|(_, text)| text.clone()))
+    }
+
+    async fn swap_budget(
+        &self,
+        scope: &str,
+        expected: Option<&str>,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = self.clock.now();
+        let mut budgets = lock(&self.budgets);
+        let current = budgets
+            .get(scope)
+            .filter(|(expires, _)| *expires > now)
+            .map(|(_, text)| text.as_str());
+        if current != expected {
+            return Ok(false);
+        }
+        budgets.insert(scope.to_owned(), (now.plus(ttl), text.to_owned()));
+        Ok(true)
     }
 }

@@ -9,8 +9,8 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{self, Row};
 
 use super::statements::{
-    APPROVALS_TABLE, FLOOR_TABLE, LATER_COLUMNS, LATER_INDEXES, RUNS_TABLE, approvals_ddl, ddl,
-    floor_ddl, runs_ddl,
+    APPROVALS_TABLE, BUDGETS_TABLE, FLOOR_TABLE, LATER_COLUMNS, LATER_INDEXES, RUNS_TABLE,
+    approvals_ddl, budgets_ddl, ddl, floor_ddl, runs_ddl,
 };
 use crate::store::StoreError;
 
@@ -45,7 +45,7 @@ pub(super) struct Connections {
 impl Connections {
     /// Create the schema, tables and indexes unless the records table already exists, or add what a
     /// schema made by an older idem lacks (the tenant column, later indexes, the pending
-    /// approvals', run accounts' and fence floor's tables). Concurrent `IF NOT EXISTS` statements
+    /// approvals', run accounts', fence floor's and budgets' tables). Concurrent `IF NOT EXISTS` statements
     /// can still collide on the catalogs' unique indexes, so set-up is serialised on a
     /// transaction-scoped advisory lock keyed by the schema name.
     pub(super) async fn set_up(&self, schema: &str) -> Result<(), StoreError> {
@@ -146,6 +146,13 @@ impl Connections {
             let floor = format!("\"{schema}\".{FLOOR_TABLE}");
             if !yes(&tx, HAS_RELATION, &[&floor]).await? {
                 tx.batch_execute(&floor_ddl(schema))
+                    .await
+                    .map_err(db_error)?;
+            }
+            // A schema from before budgets.
+            let budgets = format!("\"{schema}\".{BUDGETS_TABLE}");
+            if !yes(&tx, HAS_RELATION, &[&budgets]).await? {
+                tx.batch_execute(&budgets_ddl(schema))
                     .await
                     .map_err(db_error)?;
             }

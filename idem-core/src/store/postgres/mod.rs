@@ -34,7 +34,9 @@
 //! as [`StoreError::Unavailable`] (nothing is written).
 //!
 //! Pending approvals live in a table of their own, `approvals` (one JSON text per record key,
-//! indexed by tenant and tool), created in the schema when a store first connects to it.
+//! indexed by tenant and tool), created in the schema when a store first connects to it. So do
+//! budgets, `budgets` (one JSON text per scope, the scope's bytes its key, since `text` cannot
+//! hold U+0000, with when it expires on the database's clock).
 //!
 //! # The folder
 //!

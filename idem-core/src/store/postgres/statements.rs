@@ -53,6 +53,7 @@ CREATE INDEX IF NOT EXISTS records_open ON "{schema}".records (created_at, key)
 {approvals}
 {runs}
 {floor}
+{budgets}
 "#,
         later = LATER_INDEXES
             .iter()
@@ -61,6 +62,7 @@ CREATE INDEX IF NOT EXISTS records_open ON "{schema}".records (created_at, key)
         approvals = approvals_ddl(schema),
         runs = runs_ddl(schema),
         floor = floor_ddl(schema),
+        budgets = budgets_ddl(schema),
     )
 }
 
@@ -124,6 +126,25 @@ CREATE TABLE IF NOT EXISTS "{schema}".{RUNS_TABLE} (
     entry      text NOT NULL
 );
 CREATE INDEX IF NOT EXISTS run_entries_run ON "{schema}".{RUNS_TABLE} (tenant, run_id, seq);
+"#
+    )
+}
+
+/// The name of the budgets' table, unqualified: set-up looks for it in the schema.
+pub(super) const BUDGETS_TABLE: &str = "budgets";
+
+/// The budgets' table ([`Store::swap_budget`](crate::Store::swap_budget)): one JSON text per
+/// scope, with when it expires on the database's clock. The scope is kept as the bytes of its
+/// text (`bytea`), compared byte for byte, so any string is a scope (`text` cannot hold
+/// U+0000). [`ddl`] creates it; set-up adds it to a schema made by an older idem.
+pub(super) fn budgets_ddl(schema: &str) -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS "{schema}".{BUDGETS_TABLE} (
+    scope      bytea PRIMARY KEY,
+    body       text NOT NULL,
+    expires_at bigint NOT NULL
+);
 "#
     )
 }
@@ -205,6 +226,10 @@ pub(super) struct Statements {
     pub(super) append_run_entry: String,
     pub(super) run_entries: String,
     pub(super) purge_run_entries: String,
+    pub(super) budget_text: String,
+    pub(super) insert_budget: String,
+    pub(super) update_budget: String,
+    pub(super) purge_budgets: String,
 }
 
 impl Statements {
@@ -438,6 +463,24 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
             "DELETE FROM {runs} AS r WHERE r.expires_at <= {NOW} \
              AND ($1::text IS NULL OR r.tenant = $1::text)"
         );
+        // Budgets: a compare-and-swap of one row's text, as the approvals' (a concurrent
+        // writer waits for the other to commit, then checks its condition again on the row the
+        // other left), where an expired text counts as none.
+        let budgets = format!("\"{schema}\".{BUDGETS_TABLE}");
+        let budget_text = format!(
+            "SELECT b.body FROM {budgets} AS b WHERE b.scope = $1::bytea AND b.expires_at > {NOW}"
+        );
+        let insert_budget = format!(
+            "INSERT INTO {budgets} AS b (scope, body, expires_at) \
+             VALUES ($1::bytea, $2::text, {NOW} + $3::bigint) \
+             ON CONFLICT (scope) DO UPDATE SET body = excluded.body, \
+             expires_at = excluded.expires_at WHERE b.expires_at <= {NOW}"
+        );
+        let update_budget = format!(
+            "UPDATE {budgets} AS b SET body = $2::text, expires_at = {NOW} + $3::bigint \
+             WHERE b.scope = $1::bytea AND b.expires_at > {NOW} AND b.body = $4::text"
+        );
+        let purge_budgets = format!("DELETE FROM {budgets} AS b WHERE b.expires_at <= {NOW}");
         Statements {
             claim,
             complete,
@@ -464,6 +507,10 @@ LEFT JOIN seen ON true LEFT JOIN gone ON true
             append_run_entry,
             run_entries,
             purge_run_entries,
+            budget_text,
+            insert_budget,
+            update_budget,
+            purge_budgets,
         }
     }
 }
@@ -501,6 +548,14 @@ mod tests {
             &sql.approval_texts,
         ] {
             assert!(s.contains("\"tenant_a\".approvals"), "{s}");
+        }
+        for s in [
+            &sql.budget_text,
+            &sql.insert_budget,
+            &sql.update_budget,
+            &sql.purge_budgets,
+        ] {
+            assert!(s.contains("\"tenant_a\".budgets"), "{s}");
         }
     }
 }

@@ -276,10 +276,12 @@ impl Store for PostgresBackend {
             .db
             .execute(&self.sql.purge, &[&limit, &retention, &filter.tenant])
             .await?;
-        // Run accounts past their time go too (they are not records: not counted).
+        // Run accounts past their time go too (they are not records: not counted), and
+        // expired budgets, of no tenant: gone for every reader already.
         self.db
             .execute(&self.sql.purge_run_entries, &[&filter.tenant])
             .await?;
+        self.db.execute(&self.sql.purge_budgets, &[]).await?;
         Ok(usize::try_from(purged).unwrap_or(usize::MAX))
     }
 
@@ -403,6 +405,42 @@ impl Store for PostgresBackend {
                 })
             })
             .collect()
+    }
+
+    async fn budget_text(&self, scope: &str) -> Result<Option<String>, StoreError> {
+        let rows = self
+            .db
+            .query(&self.sql.budget_text, &[&scope.as_bytes()])
+            .await?;
+        rows.first()
+            .map(|row| {
+                row.try_get(0)
+                    .map_err(|e| StoreError::Unavailable(format!("unreadable budget: {e}")))
+            })
+            .transpose()
+    }
+
+    async fn swap_budget(
+        &self,
+        scope: &str,
+        expected: Option<&str>,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let (scope, ttl) = (scope.as_bytes(), millis(ttl));
+        let changed = match expected {
+            None => {
+                self.db
+                    .execute(&self.sql.insert_budget, &[&scope, &text, &ttl])
+                    .await?
+            }
+            Some(expected) => {
+                self.db
+                    .execute(&self.sql.update_budget, &[&scope, &text, &ttl, &expected])
+                    .await?
+            }
+        };
+        Ok(changed == 1)
     }
 }
 

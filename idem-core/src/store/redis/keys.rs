@@ -1,6 +1,7 @@
 //! Where a record lives in Redis: three keys under the record key's cluster hash tag (and
-//! its pending approval, a fourth under the same tag), the index of pending approvals, the
-//! prefix that may not move that tag, and the `SCAN` pattern that finds a store's records.
+//! its pending approval, a fourth under the same tag), the index of pending approvals, run
+//! accounts and budgets (named by digests), the prefix that may not move that tag, and the
+//! `SCAN` pattern that finds a store's records.
 
 use crate::key::RecordKey;
 use crate::store::StoreError;
@@ -63,6 +64,15 @@ pub(super) fn run_account(prefix: &str, tenant: &str, run_id: &str) -> String {
     format!("{prefix}:run:{hex}")
 }
 
+/// The string that holds the budget of `scope`: named by a digest of it, so every scope has a
+/// key of its own whatever it holds (braces, separators, a kilobyte of text), in a slot of its
+/// own, and no `SCAN` for records finds it.
+pub(super) fn budget(prefix: &str, scope: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(scope.as_bytes());
+    format!("{prefix}:budget:{}", crate::canonical::hex(&digest))
+}
+
 pub(super) fn check_prefix(prefix: &str) -> Result<(), StoreError> {
     if prefix.contains(['{', '}']) {
         return Err(StoreError::Unavailable(format!(
@@ -104,6 +114,16 @@ mod tests {
     fn the_approval_index_is_under_the_prefix_and_matches_no_record() {
         assert_eq!(approval_index("app"), "app:approvals");
         assert!(RecordKeys::from_rec(&approval_index("app")).is_none());
+    }
+
+    #[test]
+    fn a_budget_is_named_by_the_digest_of_its_scope() {
+        let name = budget("app", "{tenant}:run:limit");
+        assert_eq!(name.len(), "app:budget:".len() + 64, "{name}");
+        assert!(name.starts_with("app:budget:"));
+        assert!(!name.contains('{') && !name.contains("tenant"), "{name}");
+        assert_ne!(name, budget("app", "{tenant}:run:limit "));
+        assert!(RecordKeys::from_rec(&name).is_none());
     }
 
     #[test]

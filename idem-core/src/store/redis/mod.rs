@@ -48,6 +48,12 @@
 //! swap. The listing skips a member without an entry
 //! (a swap that failed or lost its race, a removal under way).
 //!
+//! A budget ([`Store::swap_budget`]) is the string `P:budget:<D>`, `D` the SHA-256 of its
+//! scope in hex: one key per scope whatever the scope holds (no scope text in a key name, none
+//! that could move a hash tag), so its compare-and-swap is one script on one key
+//! (`swap_budget.lua`), in a cluster too. It carries its TTL (`PX`, the server's clock) and is
+//! gone once it expires.
+//!
 //! Timestamps are milliseconds since the Unix epoch on the server's clock, as decimal
 //! strings. A record written before tenants were kept has no `tenant` field and reads back
 //! with an empty tenant.

@@ -3,7 +3,8 @@
 //! clock, helpers), so each decision is atomic on the server. The swap and the removal of a
 //! pending approval are scripts too, without the prelude: they touch no record, only the
 //! approval's key (the index of approvals, in another slot, is written around them).
-//! So is the read of one record in a cluster (`read.lua`), which writes nothing.
+//! So are the swap of a budget, on its one key, and the read of one record in a cluster
+//! (`read.lua`), which writes nothing.
 //!
 //! What a script writes that Rust also knows (the `last_error` of an orphan turned Unknown)
 //! comes in as an argument, never as a copy of the text in Lua: the text is written once, in
@@ -19,6 +20,9 @@ const SWAP_APPROVAL: &str = include_str!("scripts/swap_approval.lua");
 
 /// The compare-and-delete of a pending approval, run as it is (no record, no prelude).
 const REMOVE_APPROVAL: &str = include_str!("scripts/remove_approval.lua");
+
+/// The compare-and-swap of a budget, run as it is (no record, no prelude).
+const SWAP_BUDGET: &str = include_str!("scripts/swap_budget.lua");
 
 /// The atomic read of one record with the server's clock, in a cluster (no prelude).
 const READ: &str = include_str!("scripts/read.lua");
@@ -37,6 +41,7 @@ pub(super) struct Scripts {
     pub(super) purge: Script,
     pub(super) swap_approval: Script,
     pub(super) remove_approval: Script,
+    pub(super) swap_budget: Script,
     pub(super) read: Script,
 }
 
@@ -81,11 +86,12 @@ impl Scripts {
             purge,
             swap_approval: Script::new(SWAP_APPROVAL),
             remove_approval: Script::new(REMOVE_APPROVAL),
+            swap_budget: Script::new(SWAP_BUDGET),
             read: Script::new(READ),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 13] {
+    pub(super) fn all(&self) -> [&Script; 14] {
         [
             &self.claim,
             &self.complete,
@@ -99,6 +105,7 @@ impl Scripts {
             &self.purge,
             &self.swap_approval,
             &self.remove_approval,
+            &self.swap_budget,
             &self.read,
         ]
     }
@@ -118,6 +125,7 @@ mod tests {
             ("prelude", PRELUDE),
             ("swap_approval", SWAP_APPROVAL),
             ("remove_approval", REMOVE_APPROVAL),
+            ("swap_budget", SWAP_BUDGET),
             ("read", READ),
         ];
         for (name, body) in others.into_iter().chain(BODIES) {

@@ -1,6 +1,7 @@
 //! The [`Store`] impl of the Redis backend: each state change is its script's arguments and
 //! the reading of its reply (what runs it is in `commands.rs`); the operator listings walk
-//! the prefix with `SCAN`; pending approvals are one string each, listed by an index set.
+//! the prefix with `SCAN`; pending approvals are one string each, listed by an index set;
+//! budgets are one string each, named by a digest of their scope.
 
 use std::time::Duration;
 
@@ -446,6 +447,55 @@ impl Store for RedisBackend {
 
     async fn run_entries(&self, tenant: &str, run_id: &str) -> Result<Vec<String>, StoreError> {
         self.read_run(tenant, run_id).await
+    }
+
+    async fn budget_text(&self, scope: &str) -> Result<Option<String>, StoreError> {
+        let name = super::keys::budget(&self.prefix, scope);
+        let name = name.as_str();
+        let value: Value = self
+            .conn
+            .call(Resend::AfterDrop, move |mut conn| async move {
+                redis::cmd("GET").arg(name).query_async(&mut conn).await
+            })
+            .await?;
+        match value {
+            Value::Nil => Ok(None),
+            other => text(&other).map(Some).ok_or_else(|| {
+                StoreError::Unavailable(format!("the budget {name} is not UTF-8 text"))
+            }),
+        }
+    }
+
+    async fn swap_budget(
+        &self,
+        scope: &str,
+        expected: Option<&str>,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let (has_expected, expected) = match expected {
+            Some(e) => ("1", e),
+            None => ("0", ""),
+        };
+        let name = super::keys::budget(&self.prefix, scope);
+        // Errors name the key by its digest, never by the scope (which may be an argument).
+        let named = RecordKey::from_stored(name.as_str());
+        let ttl = millis(ttl).max(1).to_string();
+        let (status, _) = self
+            .run_on(
+                &self.scripts.swap_budget,
+                &named,
+                &[&name],
+                "the budget",
+                &[
+                    has_expected.as_bytes(),
+                    expected.as_bytes(),
+                    text.as_bytes(),
+                    ttl.as_bytes(),
+                ],
+            )
+            .await?;
+        changed(&named, &status)
     }
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
 use super::statements::{
-    ADD_CONTRACT, ADD_TENANT, APPROVALS_SCHEMA, FENCE_FLOOR_SCHEMA, RUNS_SCHEMA, SCHEMA,
-    SCHEMA_VERSION,
+    ADD_CONTRACT, ADD_TENANT, APPROVALS_SCHEMA, BUDGETS_SCHEMA, FENCE_FLOOR_SCHEMA, RUNS_SCHEMA,
+    SCHEMA, SCHEMA_VERSION,
 };
 use super::worker::Closing;
 use crate::record::Timestamp;
@@ -68,14 +68,15 @@ impl Synchronous {
 }
 
 /// Set up the schema, bring a version 1 file up to date, or check that the file holds a schema this
-/// code understands; then create the pending approvals', run accounts' and fence floor's tables if
-/// the file lacks them (a version 2 or 3 file from before them). Runs inside `BEGIN IMMEDIATE`, so
-/// processes opening the file at once take turns and the later ones find it done.
+/// code understands; then create the pending approvals', run accounts', fence floor's and budgets'
+/// tables if the file lacks them (a version 2 or 3 file from before them). Runs inside `BEGIN
+/// IMMEDIATE`, so processes opening the file at once take turns and the later ones find it done.
 pub(super) fn migrate(conn: &Connection, path: &Path) -> Result<(), Failure> {
     migrate_records(conn, path)?;
     conn.execute_batch(APPROVALS_SCHEMA)?;
     conn.execute_batch(RUNS_SCHEMA)?;
     conn.execute_batch(FENCE_FLOOR_SCHEMA)?;
+    conn.execute_batch(BUDGETS_SCHEMA)?;
     Ok(())
 }
 

@@ -138,15 +138,18 @@
 //! # Pending approvals
 //!
 //! Pending approvals live in a table of their own, `idem_approvals` (one JSON text per record
-//! key, indexed by tenant and tool), created when a store opens a file that lacks it.
+//! key, indexed by tenant and tool), created when a store opens a file that lacks it. So do
+//! budgets, `idem_budgets` (one JSON text per scope, the scope's bytes its key, with when it
+//! expires), at the same schema version.
 //!
 //! # The folder
 //!
 //! `statements.rs` holds the SQL text, `connection.rs` the file and its connection (opening,
 //! settings, migrations, transactions, checkpoints), `codec.rs` rows to records and back,
-//! `store.rs` the [`Store`] impl, where each operation runs inline or on the store's thread,
-//! and `worker.rs` that thread, which the store's drop ends before it waits for the
-//! connection to close.
+//! `job.rs` what an operation is, `store.rs` the [`Store`] impl, where each operation runs
+//! inline or on the store's thread, `texts.rs` the operations on the tables beside the records
+//! (approvals, run accounts, budgets), and `worker.rs` that thread, which the store's drop ends
+//! before it waits for the connection to close.
 
 use std::fmt;
 use std::path::Path;
@@ -154,10 +157,12 @@ use std::sync::Arc;
 
 mod codec;
 mod connection;
+mod job;
 mod statements;
 mod store;
 #[cfg(test)]
 mod tests;
+mod texts;
 mod worker;
 
 pub use connection::Synchronous;

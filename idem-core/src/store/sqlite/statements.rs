@@ -58,6 +58,17 @@ CREATE TABLE IF NOT EXISTS idem_run_entries (
 CREATE INDEX IF NOT EXISTS idem_run_entries_run ON idem_run_entries (tenant, run_id, seq);
 ";
 
+/// The budgets ([`Store::swap_budget`](crate::Store::swap_budget)): one JSON text per scope,
+/// with when it expires. The scope is kept as the bytes of its text (a `BLOB`), compared byte
+/// for byte, whatever characters it holds. Created at every open, as [`APPROVALS_SCHEMA`].
+pub(super) const BUDGETS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS idem_budgets (
+    scope      BLOB PRIMARY KEY NOT NULL,
+    body       TEXT NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+";
+
 /// The fence floor ([`Records::fence_floor`](crate::store::transition::Records::fence_floor)):
 /// one row holding the highest fence of any record deleted from `idem_records`, raised by a
 /// trigger on every delete (a release, a purge, an eviction, an operator's), so that a key
@@ -185,3 +196,23 @@ pub(super) const APPROVAL_TEXTS_OF_TENANT: &str = "SELECT key, body FROM idem_ap
 /// [`Store::approval_texts`] of every tenant, of tool `?1` unless it is null.
 pub(super) const APPROVAL_TEXTS: &str =
     "SELECT key, body FROM idem_approvals WHERE ?1 IS NULL OR tool = ?1";
+
+/// [`Store::budget_text`](crate::Store::budget_text): the text under scope `?1`, unless it expired at `?2`.
+pub(super) const BUDGET_TEXT: &str =
+    "SELECT body FROM idem_budgets WHERE scope = ?1 AND expires_at > ?2";
+
+/// [`Store::swap_budget`](crate::Store::swap_budget) where no text is expected: put text `?2`
+/// under scope `?1`, expiring at `?3`, unless an unexpired text is there at `?4` (then no row
+/// changes).
+pub(super) const INSERT_BUDGET: &str = "INSERT INTO idem_budgets (scope, body, expires_at) \
+     VALUES (?1, ?2, ?3) ON CONFLICT (scope) DO UPDATE SET body = excluded.body, \
+     expires_at = excluded.expires_at WHERE idem_budgets.expires_at <= ?4";
+
+/// [`Store::swap_budget`](crate::Store::swap_budget) where a text is expected: replace the text
+/// under scope `?1` by `?2`, expiring at `?3`, if it is still exactly `?5` and unexpired at `?4`
+/// (else no row changes).
+pub(super) const UPDATE_BUDGET: &str = "UPDATE idem_budgets SET body = ?2, expires_at = ?3 \
+     WHERE scope = ?1 AND expires_at > ?4 AND body = ?5";
+
+/// Drop the budgets expired at `?1` (of no tenant: an expired one is gone for every reader).
+pub(super) const PURGE_BUDGETS: &str = "DELETE FROM idem_budgets WHERE expires_at <= ?1";

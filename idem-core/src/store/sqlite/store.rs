@@ -1,7 +1,7 @@
 //! The [`Store`] impl of the SQLite backend. Each operation is a [`Job`]: a [`Transition`]
 //! of one record (load, decide, apply, inside `BEGIN IMMEDIATE`), a statement over many, or
-//! a statement on the pending approvals' table (a swap inside `BEGIN IMMEDIATE`, as writes
-//! are).
+//! a statement on a table of texts beside the records (`texts.rs`: pending approvals, run
+//! accounts, budgets).
 //! A job runs inline on the caller's borrows when it can start at once, or on the blocking
 //! pool on a copy made only then ("Where operations run" in the [store's
 //! documentation](super)).
@@ -16,10 +16,14 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::SqliteBackend;
 use super::codec::{load, load_many, put};
 use super::connection::{CheckpointReservation, Database, Failure};
+use super::job::Job;
 use super::statements::{
-    APPROVAL_TEXT, APPROVAL_TEXTS, APPROVAL_TEXTS_OF_TENANT, DELETE_APPROVAL, DELETE_ONE,
-    EVICT_ON_CLAIM, FENCE_FLOOR, INSERT_APPROVAL, INSERT_RUN_ENTRY, LIST_ATTENTION, LIST_STATE,
-    PURGE_EXPIRED, PURGE_RUN_ENTRIES, RUN_ENTRIES, UPDATE_APPROVAL,
+    DELETE_ONE, EVICT_ON_CLAIM, FENCE_FLOOR, LIST_ATTENTION, LIST_STATE, PURGE_BUDGETS,
+    PURGE_EXPIRED, PURGE_RUN_ENTRIES,
+};
+use super::texts::{
+    AppendRunEntry, ApprovalText, ApprovalTexts, BudgetText, RemoveApproval, RunEntries,
+    SwapApproval, SwapBudget,
 };
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp};
@@ -28,22 +32,6 @@ use crate::store::codec::{signed_millis, state_name};
 use crate::store::machine::{self, Write};
 use crate::store::transition::{self as t, Records, Transition};
 use crate::store::{Claim, ClaimRequest, ListFilter, PurgeFilter, Store, StoreError};
-
-/// One operation as the store runs it: on a connection, at the clock read once it holds what
-/// it needs; borrowing its inputs inline, owning a copy of them on the pool.
-trait Job: Send + Sync {
-    /// What the operation answers.
-    type Output: Send + 'static;
-
-    /// The same job owning its inputs.
-    type Owned: Job<Output = Self::Output> + 'static;
-
-    /// Run on `conn` (inside a transaction, for a write).
-    fn run(&self, conn: &Connection, now: Timestamp) -> Result<Self::Output, Failure>;
-
-    /// The job with its inputs copied, for the store's thread.
-    fn detached(&self) -> Self::Owned;
-}
 
 /// The rows of one transaction.
 struct Rows<'c>(&'c Connection);
@@ -187,197 +175,17 @@ impl Job for Purge<'_> {
             filter.tenant,
             limit
         ])?;
-        // Run accounts past their time go too (they are not records: not counted).
+        // Run accounts past their time go too (they are not records: not counted), and
+        // expired budgets, of no tenant: gone for every reader already.
         conn.prepare_cached(PURGE_RUN_ENTRIES)?
             .execute(params![signed_millis(now), filter.tenant])?;
+        conn.prepare_cached(PURGE_BUDGETS)?
+            .execute([signed_millis(now)])?;
         Ok(purged)
     }
 
     fn detached(&self) -> Self::Owned {
         Purge(t::owned(&*self.0))
-    }
-}
-
-/// [`Store::approval_text`]: the text under a key.
-struct ApprovalText<'a>(Cow<'a, RecordKey>);
-
-impl Job for ApprovalText<'_> {
-    type Output = Option<String>;
-    type Owned = ApprovalText<'static>;
-
-    fn run(&self, conn: &Connection, _: Timestamp) -> Result<Option<String>, Failure> {
-        Ok(conn
-            .prepare_cached(APPROVAL_TEXT)?
-            .query_row([self.0.as_str()], |row| row.get(0))
-            .optional()?)
-    }
-
-    fn detached(&self) -> Self::Owned {
-        ApprovalText(t::owned(&*self.0))
-    }
-}
-
-/// [`Store::swap_approval`]: one statement inside the write transaction, which changes one
-/// row if the text under the key is still the expected one (or, expecting none, if there is
-/// no entry), and no row otherwise.
-struct SwapApproval<'a> {
-    key: Cow<'a, RecordKey>,
-    expected: Option<Cow<'a, str>>,
-    tenant: Cow<'a, str>,
-    tool: Cow<'a, str>,
-    text: Cow<'a, str>,
-}
-
-impl Job for SwapApproval<'_> {
-    type Output = bool;
-    type Owned = SwapApproval<'static>;
-
-    fn run(&self, conn: &Connection, _: Timestamp) -> Result<bool, Failure> {
-        let (key, tenant, tool, text) =
-            (self.key.as_str(), &*self.tenant, &*self.tool, &*self.text);
-        let changed = match &self.expected {
-            None => conn
-                .prepare_cached(INSERT_APPROVAL)?
-                .execute(params![key, tenant, tool, text])?,
-            Some(expected) => conn.prepare_cached(UPDATE_APPROVAL)?.execute(params![
-                key,
-                tenant,
-                tool,
-                text,
-                &**expected
-            ])?,
-        };
-        Ok(changed == 1)
-    }
-
-    fn detached(&self) -> Self::Owned {
-        SwapApproval {
-            key: t::owned(&*self.key),
-            expected: self.expected.as_deref().map(t::owned),
-            tenant: t::owned(&*self.tenant),
-            tool: t::owned(&*self.tool),
-            text: t::owned(&*self.text),
-        }
-    }
-}
-
-/// [`Store::remove_approval`]: delete the entry if its text is still the expected one.
-struct RemoveApproval<'a> {
-    key: Cow<'a, RecordKey>,
-    expected: Cow<'a, str>,
-}
-
-impl Job for RemoveApproval<'_> {
-    type Output = bool;
-    type Owned = RemoveApproval<'static>;
-
-    fn run(&self, conn: &Connection, _: Timestamp) -> Result<bool, Failure> {
-        let deleted = conn
-            .prepare_cached(DELETE_APPROVAL)?
-            .execute(params![self.key.as_str(), &*self.expected])?;
-        Ok(deleted == 1)
-    }
-
-    fn detached(&self) -> Self::Owned {
-        RemoveApproval {
-            key: t::owned(&*self.key),
-            expected: t::owned(&*self.expected),
-        }
-    }
-}
-
-/// [`Store::approval_texts`]: the entries of the filter's tenant and tool, when it names
-/// them; its state and limit are the caller's to apply.
-struct ApprovalTexts<'a>(Cow<'a, ApprovalFilter>);
-
-impl Job for ApprovalTexts<'_> {
-    type Output = Vec<(RecordKey, String)>;
-    type Owned = ApprovalTexts<'static>;
-
-    fn run(&self, conn: &Connection, _: Timestamp) -> Result<Self::Output, Failure> {
-        let filter = &self.0;
-        let mut stmt;
-        let mut rows = match &filter.tenant {
-            Some(tenant) => {
-                stmt = conn.prepare_cached(APPROVAL_TEXTS_OF_TENANT)?;
-                stmt.query(params![tenant, filter.tool])?
-            }
-            None => {
-                stmt = conn.prepare_cached(APPROVAL_TEXTS)?;
-                stmt.query(params![filter.tool])?
-            }
-        };
-        let mut out = Vec::new();
-        while let Some(row) = rows.next()? {
-            out.push((
-                RecordKey::from_stored(row.get::<_, String>(0)?),
-                row.get(1)?,
-            ));
-        }
-        Ok(out)
-    }
-
-    fn detached(&self) -> Self::Owned {
-        ApprovalTexts(t::owned(&*self.0))
-    }
-}
-
-/// [`Store::append_run_entry`]: one row, expiring `ttl` from the store's clock.
-struct AppendRunEntry<'a> {
-    tenant: Cow<'a, str>,
-    run_id: Cow<'a, str>,
-    text: Cow<'a, str>,
-    ttl: Duration,
-}
-
-impl Job for AppendRunEntry<'_> {
-    type Output = ();
-    type Owned = AppendRunEntry<'static>;
-
-    fn run(&self, conn: &Connection, now: Timestamp) -> Result<(), Failure> {
-        conn.prepare_cached(INSERT_RUN_ENTRY)?.execute(params![
-            &*self.tenant,
-            &*self.run_id,
-            signed_millis(now.plus(self.ttl)),
-            &*self.text
-        ])?;
-        Ok(())
-    }
-
-    fn detached(&self) -> Self::Owned {
-        AppendRunEntry {
-            tenant: t::owned(&*self.tenant),
-            run_id: t::owned(&*self.run_id),
-            text: t::owned(&*self.text),
-            ttl: self.ttl,
-        }
-    }
-}
-
-/// [`Store::run_entries`]: a run's unexpired entries, in append order.
-struct RunEntries<'a> {
-    tenant: Cow<'a, str>,
-    run_id: Cow<'a, str>,
-}
-
-impl Job for RunEntries<'_> {
-    type Output = Vec<String>;
-    type Owned = RunEntries<'static>;
-
-    fn run(&self, conn: &Connection, now: Timestamp) -> Result<Vec<String>, Failure> {
-        let mut stmt = conn.prepare_cached(RUN_ENTRIES)?;
-        let rows = stmt.query_map(
-            params![&*self.tenant, &*self.run_id, signed_millis(now)],
-            |row| row.get::<_, String>(0),
-        )?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    fn detached(&self) -> Self::Owned {
-        RunEntries {
-            tenant: t::owned(&*self.tenant),
-            run_id: t::owned(&*self.run_id),
-        }
     }
 }
 
@@ -594,5 +402,26 @@ impl Store for SqliteBackend {
             run_id: Cow::Borrowed(run_id),
         };
         self.run(Access::Read, job).await
+    }
+
+    async fn budget_text(&self, scope: &str) -> Result<Option<String>, StoreError> {
+        self.run(Access::Read, BudgetText(Cow::Borrowed(scope)))
+            .await
+    }
+
+    async fn swap_budget(
+        &self,
+        scope: &str,
+        expected: Option<&str>,
+        text: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let job = SwapBudget {
+            scope: Cow::Borrowed(scope),
+            expected: expected.map(Cow::Borrowed),
+            text: Cow::Borrowed(text),
+            ttl,
+        };
+        self.run(Access::Write, job).await
     }
 }
