@@ -23,6 +23,7 @@ mod example;
 mod kill;
 mod precondition;
 mod under_way;
+mod undo_run;
 mod world;
 
 use std::sync::Arc;

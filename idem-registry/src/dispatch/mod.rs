@@ -40,6 +40,7 @@ mod key;
 mod metrics;
 mod observe;
 mod recover;
+mod undo_run;
 mod verify;
 mod wait;
 
@@ -65,6 +66,10 @@ pub use error::DispatchError;
 pub use key::KeySource;
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
 pub use recover::{Recovered, RecoveryAction, RecoveryOptions, RecoveryReport, Unrecoverable};
+pub use undo_run::{
+    AppliedCall, RunUndo, UNDO_TOOL_SUFFIX, UndoOptions, UndoOutcome, UndoRunError, Undoer,
+    UndoneCall,
+};
 
 use crate::approval::ApprovalKeys;
 use crate::redact::SecretKey;

@@ -24,6 +24,10 @@ use crate::error::{ArgumentError, RegistryError};
 use crate::run::RunContext;
 use crate::schema::check_argument_pointer;
 
+// How an applied call is undone when its run is.
+#[path = "builder_undo.rs"]
+mod undo;
+
 impl ToolDef {
     /// Start a tool built at runtime. The class is a required argument: a tool cannot be
     /// constructed without one.
@@ -62,6 +66,7 @@ impl ToolDef {
             rules: ToolRules::default(),
             precondition: None,
             compensate: None,
+            undo: None,
         }
     }
 }
@@ -88,6 +93,7 @@ pub struct ToolBuilder {
     rules: ToolRules,
     precondition: Option<Precondition>,
     compensate: Option<Compensator>,
+    undo: Option<crate::dispatch::Undoer>,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -502,6 +508,7 @@ impl ToolBuilder {
             ),
             ("precondition", self.precondition.is_some()),
             ("compensate", self.compensate.is_some()),
+            ("undo", self.undo.is_some()),
         ];
         if !class.records()
             && let Some((control, _)) = writes_only.iter().find(|(_, set)| *set)
@@ -573,6 +580,7 @@ impl ToolBuilder {
             rules: Arc::new(self.rules),
             has_precondition,
             compensate: self.compensate,
+            undo: self.undo,
             location: self.location,
             version: self.version,
             contract: Arc::default(),

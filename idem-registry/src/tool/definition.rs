@@ -161,6 +161,9 @@ pub struct ToolDef {
     pub(crate) has_precondition: bool,
     /// How a completed step of the tool is undone when a later one fails for good.
     pub(crate) compensate: Option<Compensator>,
+    /// How an applied call of the tool is undone when its run is undone
+    /// ([`ToolBuilder::undo`](crate::ToolBuilder::undo), `dispatch/undo_run.rs`).
+    pub(crate) undo: Option<crate::dispatch::Undoer>,
     pub(crate) location: Option<Location>,
     /// The handler's version (`#[tool(version = "...")]`, [`ToolBuilder::version`](crate::ToolBuilder::version)).
     pub(crate) version: Cow<'static, str>,
@@ -289,5 +292,11 @@ impl ToolDef {
     /// Whether the tool undoes its completed steps when a later one fails for good.
     pub fn has_compensation(&self) -> bool {
         self.compensate.is_some()
+    }
+
+    /// Whether an applied call of the tool can be undone when its run is undone
+    /// ([`Dispatcher::undo_run`](crate::Dispatcher::undo_run)).
+    pub fn has_undo(&self) -> bool {
+        self.undo.is_some()
     }
 }

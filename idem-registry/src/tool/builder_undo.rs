@@ -1,0 +1,52 @@
+//! [`ToolBuilder::undo`]: how an applied call of a write is undone when its run is undone
+//! (see [`Dispatcher::undo_run`](crate::Dispatcher::undo_run)).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use idem_core::ToolError;
+
+use super::ToolBuilder;
+use crate::context::ToolContext;
+use crate::dispatch::AppliedCall;
+
+impl ToolBuilder {
+    /// How an applied call of this write is undone (a reservation released, a charge
+    /// refunded) when its run is undone by [`Dispatcher::undo_run`](crate::Dispatcher::undo_run).
+    /// `f` is given the call as it was recorded ([`AppliedCall`]: its arguments, sealed as
+    /// recorded, its output and the key it handed downstream). While it runs,
+    /// `ctx.downstream_key()` is a key of the undo's own, derived from the undone call's key
+    /// and the same on every attempt, worker and process: send it with the undoing request,
+    /// so that the provider undoes once. Each applied call is undone at most once, across
+    /// crashes and concurrent hosts. Only a write has effects to undo: on a `read` tool the
+    /// build is refused, naming the tool.
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use idem::{ToolContext, ToolDef};
+    /// use idem_core::{ToolClass, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let reserve = ToolDef::builder("reserve", ToolClass::IdempotentWrite)
+    ///     .description("Reserve stock for an order.")
+    ///     .input_schema(json!({"type": "object"}))
+    ///     .handler(|_: ToolContext, _: Value| async move { Ok::<_, ToolError>(json!({"hold": "h-1"})) })
+    ///     .undo(|ctx: ToolContext, applied: idem::dispatch::AppliedCall| async move {
+    ///         let hold = applied.output["hold"].as_str().unwrap_or_default().to_owned();
+    ///         // release(hold, ctx.downstream_key()) at the provider
+    ///         let _ = (hold, ctx.downstream_key());
+    ///         Ok::<_, ToolError>(())
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(reserve.has_undo());
+    /// ```
+    pub fn undo<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolContext, AppliedCall) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), ToolError>> + Send + 'static,
+    {
+        self.undo = Some(Arc::new(move |ctx, applied| Box::pin(f(ctx, applied))));
+        self
+    }
+}
