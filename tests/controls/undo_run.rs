@@ -67,6 +67,16 @@ fn payments(store: Arc<dyn idem::Store>) -> Dispatcher {
         })
         .build()
         .expect("capture");
+    let settle = ToolDef::builder("settle", ToolClass::NonIdempotentWrite)
+        .description("Capture a reserved amount, or release the run's reservations.")
+        .input_schema(json!({"type": "object"}))
+        .policy(policy.clone())
+        .handler(|_: ToolContext, _: Value| async move {
+            Err::<Value, _>(ToolError::terminal("the card was declined"))
+        })
+        .on_failure_undo_run(UndoOptions::only(["reserve"]))
+        .build()
+        .expect("settle");
     let note = ToolDef::builder("note", ToolClass::IdempotentWrite)
         .description("Note something on the order.")
         .input_schema(json!({"type": "object"}))
@@ -77,6 +87,7 @@ fn payments(store: Arc<dyn idem::Store>) -> Dispatcher {
     let registry = Registry::builder()
         .add(reserve)
         .add(capture)
+        .add(settle)
         .add(note)
         .build()
         .expect("registry");
@@ -293,3 +304,44 @@ async fn undo_needs_run_accounts_and_a_write() {
         "{read}"
     );
 }
+
+async fn a_capture_that_fails_for_good_undoes_its_run_before_answering(
+    store: Arc<dyn idem::Store>,
+) {
+    let tenant = fresh_tenant("undo_run_policy");
+    let d = payments(store.clone());
+    let run = RunContext::new(tenant.as_str()).with_run("run-settle", 1);
+    let reserve = ToolCall::new("reserve", json!({"order": "o5"})).with_call_id("call_reserve");
+    d.dispatch(&reserve, &run).await.unwrap();
+    let settle = ToolCall::new("settle", json!({})).with_call_id("call_settle");
+    let failed = d
+        .dispatch(&settle, &run.clone().at_step(2))
+        .await
+        .unwrap_err();
+    let DispatchError::ToolFailed { error, .. } = &failed else {
+        panic!("the capture fails, got {failed:?}");
+    };
+    assert!(
+        error
+            .message()
+            .contains("the card was declined; the run's applied calls were undone (reserve)"),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.details().unwrap()["run_undo"]["complete"],
+        json!(true)
+    );
+    assert_eq!(world(&tenant).effects("release hold-o5").len(), 1);
+
+    // Asked again, the failure replays and so does the undo: released once.
+    let again = d
+        .dispatch(&settle, &run.clone().at_step(2))
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), "tool_failed");
+    assert_eq!(world(&tenant).effects("release").len(), 1);
+}
+
+on_stores!(a_capture_that_fails_for_good_undoes_its_run_before_answering =>
+    sqlite_a_capture_that_fails_for_good_undoes_its_run_before_answering,
+    postgres_a_capture_that_fails_for_good_undoes_its_run_before_answering);

@@ -315,7 +315,8 @@ impl Dispatcher {
         if self.accounts.is_some() {
             self.account(call, run, key.as_ref(), &result).await;
         }
-        result
+        // A failure policy may undo the run's applied calls (`undo_run.rs`).
+        Box::pin(self.undo_after_failure(call, run, result)).await
     }
 
     /// The order of checks, top to bottom (see the module docs).

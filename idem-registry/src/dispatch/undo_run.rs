@@ -14,6 +14,10 @@
 //! succeed, and the calls after it are reported as not reached. Running `undo_run` again
 //! replays what was undone and resumes there.
 //!
+//! A tool built with `on_failure_undo_run` undoes its run this way when one of its calls
+//! fails for good, before the dispatcher answers (`undo_after_failure`, called at the end of
+//! [`Dispatcher::dispatch`]); the answer's message and details say what was undone.
+//!
 //! [`ToolBuilder::undo`]: crate::ToolBuilder::undo
 
 use std::borrow::Cow;
@@ -420,6 +424,85 @@ impl Dispatcher {
     }
 }
 
+impl Dispatcher {
+    /// The failure policy of [`ToolBuilder::on_failure_undo_run`]: a call of such a tool
+    /// that failed for good undoes its run's applied calls, and its answer says so.
+    ///
+    /// [`ToolBuilder::on_failure_undo_run`]: crate::ToolBuilder::on_failure_undo_run
+    pub(super) async fn undo_after_failure(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+        result: Result<Dispatched, DispatchError>,
+    ) -> Result<Dispatched, DispatchError> {
+        let Err(DispatchError::ToolFailed {
+            tool,
+            error,
+            attempts,
+            deduplicated,
+        }) = result
+        else {
+            return result;
+        };
+        let options = self
+            .registry
+            .get(&call.name)
+            .and_then(|t| t.on_failure_undo.as_ref());
+        let run_id = run.run_id.as_deref().or(run.account_as.as_deref());
+        let (Some(options), Some(run_id), Some(_)) = (options, run_id, self.accounts) else {
+            return Err(DispatchError::ToolFailed {
+                tool,
+                error,
+                attempts,
+                deduplicated,
+            });
+        };
+        let (said, details) = match self.undo_run(&run.tenant, run_id, options).await {
+            Ok(undone) => {
+                let said = match undone.is_complete() {
+                    true => format!(
+                        "the run's applied calls were undone ({})",
+                        undone
+                            .calls
+                            .iter()
+                            .map(|c| c.tool.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    false => format!("the run's undo did not complete: {undone}"),
+                };
+                let details = json!({
+                    "complete": undone.is_complete(),
+                    "calls": undone.calls.iter().map(|c| json!({
+                        "tool": c.tool,
+                        "call_id": c.call_id,
+                        "outcome": c.outcome.name(),
+                    })).collect::<Vec<_>>(),
+                });
+                (said, details)
+            }
+            Err(e) => (
+                format!("the run could not be undone: {e}"),
+                json!({"complete": false, "error": e.to_string()}),
+            ),
+        };
+        let mut all = match error.details() {
+            Some(Value::Object(map)) => map.clone(),
+            Some(other) => serde_json::Map::from_iter([("details".to_owned(), other.clone())]),
+            None => serde_json::Map::new(),
+        };
+        all.insert("run_undo".to_owned(), details);
+        let error = ToolError::new(error.kind(), format!("{}; {said}", error.message()))
+            .with_details(Value::Object(all));
+        Err(DispatchError::ToolFailed {
+            tool,
+            error,
+            attempts,
+            deduplicated,
+        })
+    }
+}
+
 /// The undo of `tool`'s applied call as a tool of its own: the undone tool's lease, retries
 /// and TTL, class `idempotent_write` (a take-over runs it again under the same downstream
 /// key, which the provider dedupes), and none of its checks (the undo is the host's act,
@@ -446,6 +529,7 @@ fn undo_tool(tool: &ToolDef, undo: &Undoer, applied: AppliedCall) -> ToolDef {
     def.has_precondition = false;
     def.compensate = None;
     def.undo = None;
+    def.on_failure_undo = None;
     def.contract = Arc::default();
     def.validator = Arc::default();
     def

@@ -67,6 +67,7 @@ impl ToolDef {
             precondition: None,
             compensate: None,
             undo: None,
+            on_failure_undo: None,
         }
     }
 }
@@ -94,6 +95,7 @@ pub struct ToolBuilder {
     precondition: Option<Precondition>,
     compensate: Option<Compensator>,
     undo: Option<crate::dispatch::Undoer>,
+    on_failure_undo: Option<crate::dispatch::UndoOptions>,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -581,6 +583,7 @@ impl ToolBuilder {
             has_precondition,
             compensate: self.compensate,
             undo: self.undo,
+            on_failure_undo: self.on_failure_undo,
             location: self.location,
             version: self.version,
             contract: Arc::default(),

@@ -50,3 +50,34 @@ impl ToolBuilder {
         self
     }
 }
+
+impl ToolBuilder {
+    /// When a call of this tool fails for good (its error is the answer: a `terminal` one,
+    /// or the last attempt's), undo its run's earlier applied calls as
+    /// [`Dispatcher::undo_run`](crate::Dispatcher::undo_run) does with `options`, before
+    /// answering; the answer's message then says what was undone (or what a person must
+    /// settle) and its details carry it (`details.run_undo`). A capture that fails for good
+    /// releases the run's reservation. Needs a dispatcher that keeps run accounts and a run
+    /// with an id; otherwise the failure is answered as it is.
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use idem::dispatch::UndoOptions;
+    /// use idem::{ToolContext, ToolDef};
+    /// use idem_core::{ToolClass, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let capture = ToolDef::builder("capture", ToolClass::NonIdempotentWrite)
+    ///     .description("Capture a reserved amount.")
+    ///     .input_schema(json!({"type": "object"}))
+    ///     .handler(|_: ToolContext, _: Value| async move { Err::<Value, _>(ToolError::terminal("declined")) })
+    ///     .on_failure_undo_run(UndoOptions::only(["reserve"]))
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = capture;
+    /// ```
+    pub fn on_failure_undo_run(mut self, options: crate::dispatch::UndoOptions) -> Self {
+        self.on_failure_undo = Some(options);
+        self
+    }
+}

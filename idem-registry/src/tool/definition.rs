@@ -164,6 +164,9 @@ pub struct ToolDef {
     /// How an applied call of the tool is undone when its run is undone
     /// ([`ToolBuilder::undo`](crate::ToolBuilder::undo), `dispatch/undo_run.rs`).
     pub(crate) undo: Option<crate::dispatch::Undoer>,
+    /// Which of the run's applied calls are undone when a call of the tool fails for good
+    /// ([`ToolBuilder::on_failure_undo_run`](crate::ToolBuilder::on_failure_undo_run)).
+    pub(crate) on_failure_undo: Option<crate::dispatch::UndoOptions>,
     pub(crate) location: Option<Location>,
     /// The handler's version (`#[tool(version = "...")]`, [`ToolBuilder::version`](crate::ToolBuilder::version)).
     pub(crate) version: Cow<'static, str>,
