@@ -15,7 +15,7 @@ pub(crate) const CLASSES: [&str; 4] = [
     "irreversible",
 ];
 
-const KEYS: [&str; 20] = [
+const KEYS: [&str; 21] = [
     "class",
     "version",
     "name",
@@ -32,6 +32,7 @@ const KEYS: [&str; 20] = [
     "verify_after_secs",
     "on_key_reuse",
     "authorize",
+    "authorize_async",
     "approve_when",
     "precondition",
     "compensate",
@@ -81,6 +82,8 @@ pub(crate) struct Attr {
     pub krate: Option<syn::Path>,
     /// `authorize = f`.
     pub authorize: Option<syn::Path>,
+    /// `authorize_async = f`.
+    pub authorize_async: Option<syn::Path>,
     /// `approve_when = f`.
     pub approve_when: Option<syn::Path>,
     /// `precondition = f`.
@@ -263,7 +266,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                     "`verify` names an async function `fn(&ToolContext) -> Result<Verified, ToolError>`: `verify = check_sent`",
                 ),
             },
-            "authorize" | "approve_when" | "precondition" | "compensate" => {
+            "authorize" | "authorize_async" | "approve_when" | "precondition" | "compensate" => {
                 let Expr::Path(p) = value else {
                     errors.spanned(
                         value,
@@ -278,6 +281,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                 let path = Some(p.path.clone());
                 match key.as_str() {
                     "authorize" => attr.authorize = path,
+                    "authorize_async" => attr.authorize_async = path,
                     "approve_when" => attr.approve_when = path,
                     "precondition" => attr.precondition = path,
                     _ => attr.compensate = path,
@@ -577,6 +581,7 @@ fn example(key: &str) -> String {
         "verify_after_secs" => "`verify_after_secs = 300`".into(),
         "version" => "`version = \"2\"`".into(),
         "authorize" => "`authorize = own_orders_only`".into(),
+        "authorize_async" => "`authorize_async = owns_the_order`".into(),
         "approve_when" => "`approve_when = large_refund`".into(),
         "precondition" => "`precondition = still_open`".into(),
         "compensate" => "`compensate = cancel_step`".into(),

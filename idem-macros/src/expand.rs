@@ -409,6 +409,11 @@ fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream>
         let call = quote_spanned!(path.span()=> #p::authorize(&#path, __idem_v, __idem_run));
         settings.push(quote!(#s::Authorize(|__idem_v, __idem_run| #call)));
     }
+    if let Some(path) = &attr.authorize_async {
+        let p = respan(p, path.span());
+        let call = quote_spanned!(path.span()=> #p::authorize_async(&#path, __idem_ctx, __idem_v));
+        settings.push(quote!(#s::AuthorizeAsync(|__idem_ctx, __idem_v| #call)));
+    }
     if let Some(path) = &attr.approve_when {
         let p = respan(p, path.span());
         let call = quote_spanned!(path.span()=> #p::approve_when(&#path, __idem_v, __idem_run));

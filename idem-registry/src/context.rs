@@ -1,7 +1,7 @@
 //! What a tool body sees of the call: its stable key, its run, and the step journal.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -9,6 +9,9 @@ use std::sync::{Arc, Mutex};
 use idem_core::{Fence, IdempotencyKey, JournalEntry, RecordKey, Store, ToolClass, ToolError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::run::RunContext;
 
 /// The prefix of the journal entries the dispatcher writes itself (an approval, a
 /// precondition passed, a compensation under way and each undo): a tool's own
@@ -154,6 +157,9 @@ struct Inner {
     tenant: String,
     run_id: Option<String>,
     step: Option<u64>,
+    /// Whom the run acts for, and its limits ([`RunContext`]).
+    acting_for: Option<String>,
+    limits: BTreeMap<String, Value>,
     attempt: u32,
     takeover: bool,
     holder: Option<FencedKey>,
@@ -186,6 +192,7 @@ impl fmt::Debug for ToolContext {
             .field("class", &self.inner.class)
             .field("key", &self.inner.key)
             .field("tenant", &self.inner.tenant)
+            .field("acting_for", &self.inner.acting_for)
             .field("attempt", &self.inner.attempt)
             .finish_non_exhaustive()
     }
@@ -200,6 +207,8 @@ pub(crate) struct ContextParts<'a> {
     pub tenant: &'a str,
     pub run_id: Option<&'a str>,
     pub step: Option<u64>,
+    pub acting_for: Option<&'a str>,
+    pub limits: &'a BTreeMap<String, Value>,
 }
 
 impl ToolContext {
@@ -218,6 +227,8 @@ impl ToolContext {
                 tenant: parts.tenant.to_owned(),
                 run_id: parts.run_id.map(str::to_owned),
                 step: parts.step,
+                acting_for: parts.acting_for.map(str::to_owned),
+                limits: parts.limits.clone(),
                 attempt,
                 takeover,
                 holder,
@@ -284,6 +295,35 @@ impl ToolContext {
             tenant: "",
             run_id: None,
             step: None,
+            acting_for: None,
+            limits: &BTreeMap::new(),
+        };
+        ToolContext::new(parts, 1, None, false, Vec::new())
+    }
+
+    /// A context outside any dispatcher in `run` (its tenant, run and step, whom it acts for,
+    /// its limits), for unit tests of a check, precondition or body that reads them. Steps
+    /// run but are not journaled.
+    ///
+    /// ```
+    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
+    /// use idem::{RunContext, ToolClass, ToolContext};
+    ///
+    /// let run = RunContext::new("shop").acting_for("cus_a").with_limit("refund", 50);
+    /// let ctx = ToolContext::detached_in(&run, "refund", ToolClass::NonIdempotentWrite, "k");
+    /// assert_eq!((ctx.tenant(), ctx.acting_for()), ("shop", Some("cus_a")));
+    /// assert_eq!(ctx.limit("refund"), Some(&serde_json::json!(50)));
+    /// ```
+    pub fn detached_in(run: &RunContext, tool: &str, class: ToolClass, key: &str) -> Self {
+        let parts = ContextParts {
+            tool: &Cow::Owned(tool.to_owned()),
+            class,
+            key: &IdempotencyKey::new(key),
+            tenant: &run.tenant,
+            run_id: run.run_id.as_deref(),
+            step: run.step,
+            acting_for: run.acting_for.as_deref(),
+            limits: &run.limits,
         };
         ToolContext::new(parts, 1, None, false, Vec::new())
     }
@@ -355,6 +395,26 @@ impl ToolContext {
     /// The step within the run, if the caller gave one.
     pub fn run_step(&self) -> Option<u64> {
         self.inner.step
+    }
+
+    /// Whom the run acts for ([`RunContext::acting_for`](crate::RunContext::acting_for)), as
+    /// the dispatcher was given it for this call: in an authorization check, a precondition,
+    /// the body and a compensation alike. `None` when the run acts for no one in particular,
+    /// and in a call settled by recovery, which runs without the caller's run.
+    pub fn acting_for(&self) -> Option<&str> {
+        self.inner.acting_for.as_deref()
+    }
+
+    /// One of the run's limits, by name ([`RunContext::with_limit`]); `None` when the run
+    /// carries none of that name (or the call is settled by recovery, as for
+    /// [`acting_for`](Self::acting_for)).
+    pub fn limit(&self, name: &str) -> Option<&Value> {
+        self.inner.limits.get(name)
+    }
+
+    /// All of the run's limits, by name.
+    pub fn limits(&self) -> &BTreeMap<String, Value> {
+        &self.inner.limits
     }
 
     /// Which attempt this is within the dispatch, from 1.

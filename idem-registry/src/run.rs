@@ -12,7 +12,10 @@ use crate::approval::Approval;
 /// which limits, what it may do (scopes), and what was approved. A tool's authorization
 /// check and its approval rule read the run beside the call's arguments
 /// ([`ToolBuilder::authorize`](crate::ToolBuilder::authorize),
-/// [`Rule`](crate::tool::Rule)).
+/// [`Rule`](crate::tool::Rule)); a check that may read, a precondition, the body and a
+/// compensation read whom it acts for and its limits from their context
+/// ([`ToolContext::acting_for`](crate::ToolContext::acting_for),
+/// [`ToolContext::limit`](crate::ToolContext::limit)).
 ///
 /// ```
 /// # use idem_registry as idem;

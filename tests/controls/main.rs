@@ -18,6 +18,7 @@ mod account;
 mod account_attempts;
 mod approval;
 mod authorize;
+mod authorize_reads;
 mod compensate;
 mod example;
 mod kill;

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | resolve | `mod.rs` | the tool, by name |
 //! | validate | `arguments.rs` | the arguments fit the published schema, before and after serde |
-//! | authorize | `mod.rs` | the run holds the tool's scopes |
+//! | authorize | `authorize.rs` | the run holds the tool's scopes, the call passes its checks (those that read, in `dispatch` alone) |
 //! | key | `key.rs` | secrets sealed, key material, record and downstream keys, fingerprint |
 //! | approve | `approve.rs` | an irreversible call carries its approval (a completed one replays) |
 //! | claim | `claim.rs` | take the key, replay, wait for a holder, or verify an Unknown (`verify.rs`) |
@@ -327,12 +327,15 @@ impl Dispatcher {
         watch: &Watch<'_>,
         key: &mut Option<RecordKey>,
     ) -> Result<Dispatched, DispatchError> {
+        let (tool, prepared) = self.authorized(call, run, Scopes::Checked)?;
+        // The checks that may read run only for a call about to act, never for `record_key`.
+        authorize::authorize_async(tool, run, &prepared.arguments).await?;
         let Checked {
             tool,
             args,
             typed,
             keyed,
-        } = self.check(call, run, Scopes::Checked)?;
+        } = self.keyed(call, run, tool, prepared)?;
         // The approval path is boxed: its future is large and most calls never take it, so the
         // future of every dispatch stays small (it is moved at each await that starts it).
         let approval = match tool.needs_approval(&args, run) {
@@ -429,26 +432,31 @@ enum Scopes {
 impl Dispatcher {
     /// The checks before any record or effect, in their one order: resolve the tool,
     /// validate its arguments, authorize the run (unless `scopes` says the key alone is
-    /// wanted), derive the keys. Every path that acts on a call starts here.
+    /// wanted), derive the keys. Every path that acts on a call starts here (`dispatch` with
+    /// the checks that may read between its halves).
     fn check<'a>(
         &'a self,
         call: &'a ToolCall,
         run: &RunContext,
         scopes: Scopes,
     ) -> Result<Checked<'a>, DispatchError> {
-        let tool = self.lookup(&call.name)?;
-        let PreparedArguments {
-            arguments: args,
-            typed,
-        } = arguments::validate(tool, &call.arguments)?;
-        if scopes == Scopes::Checked {
-            authorize::authorize(tool, run, &args)?;
-        }
-        let keyed = self.key(tool, call, run, &args)?;
+        let (tool, prepared) = self.authorized(call, run, scopes)?;
+        self.keyed(call, run, tool, prepared)
+    }
+
+    /// Derive the keys of an authorized call.
+    fn keyed<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        run: &RunContext,
+        tool: &'a ToolDef,
+        prepared: PreparedArguments<'a>,
+    ) -> Result<Checked<'a>, DispatchError> {
+        let keyed = self.key(tool, call, run, &prepared.arguments)?;
         Ok(Checked {
             tool,
-            args,
-            typed,
+            args: prepared.arguments,
+            typed: prepared.typed,
             keyed,
         })
     }
@@ -538,6 +546,8 @@ fn context_parts<'a>(
         tenant: &run.tenant,
         run_id: run.run_id.as_deref(),
         step: run.step,
+        acting_for: run.acting_for.as_deref(),
+        limits: &run.limits,
     }
 }
 

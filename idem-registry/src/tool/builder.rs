@@ -24,6 +24,10 @@ use crate::error::{ArgumentError, RegistryError};
 use crate::run::RunContext;
 use crate::schema::check_argument_pointer;
 
+// The checks that may read: their methods in a room of their own.
+#[path = "builder_authorize_async.rs"]
+mod authorize_async;
+
 // How an applied call is undone when its run is.
 #[path = "builder_undo.rs"]
 mod undo;
@@ -62,6 +66,7 @@ impl ToolDef {
             version: Cow::Borrowed(idem_core::DEFAULT_VERSION),
             explicit: ExplicitSettings::default(),
             authorize: Vec::new(),
+            authorize_async: Vec::new(),
             approve_when: Vec::new(),
             rules: ToolRules::default(),
             precondition: None,
@@ -90,6 +95,7 @@ pub struct ToolBuilder {
     /// The policy settings the tool's author wrote out, for [`ToolPolicy::check`].
     explicit: ExplicitSettings,
     authorize: Vec<Authorizer>,
+    authorize_async: Vec<super::controls::AsyncAuthorizer>,
     approve_when: Vec<ApprovalSelector>,
     rules: ToolRules,
     precondition: Option<Precondition>,
@@ -578,6 +584,7 @@ impl ToolBuilder {
             verify: self.verify,
             secrets: self.secrets,
             authorize,
+            authorize_async: self.authorize_async,
             approve_when,
             rules: Arc::new(self.rules),
             has_precondition,

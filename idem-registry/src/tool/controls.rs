@@ -1,5 +1,5 @@
 //! The controls a tool layers around dedupe, each read from the call itself: who may make it
-//! ([`Authorizer`], rules), which calls need a person ([`ApprovalSelector`], rules), what
+//! ([`Authorizer`], rules, and checks that may read what the call acts on), which calls need a person ([`ApprovalSelector`], rules), what
 //! must still hold just before each attempt ([`Precondition`]), and how a completed step is
 //! undone when a later one fails for good ([`Compensator`]).
 //!
@@ -24,6 +24,11 @@ use crate::run::RunContext;
 /// An authorization check over a call's arguments and its run: `Err` names the rule that
 /// failed, in words the model can act on (never an argument's value).
 pub type Authorizer = Arc<dyn Fn(&Value, &RunContext) -> Result<(), String> + Send + Sync>;
+
+/// An authorization check that may read (the resource the call acts on), given a context of
+/// the run and the arguments (see [`ToolBuilder::authorize_async`](super::ToolBuilder::authorize_async)).
+pub(crate) type AsyncAuthorizer =
+    Arc<dyn Fn(ToolContext, &Value) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 /// Selects the calls that need a person's approval, from their arguments and run.
 pub type ApprovalSelector = Arc<dyn Fn(&Value, &RunContext) -> bool + Send + Sync>;

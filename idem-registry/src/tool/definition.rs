@@ -153,6 +153,8 @@ pub struct ToolDef {
     pub(crate) secrets: Vec<String>,
     /// Who may make a call, read from the call: functions and rules, all of which must pass.
     pub(crate) authorize: Vec<Authorizer>,
+    /// Who may make a call, read from what it acts on: run in order after `authorize`.
+    pub(crate) authorize_async: Vec<super::controls::AsyncAuthorizer>,
     /// Which calls need a person's approval besides every irreversible one: any that selects.
     pub(crate) approve_when: Vec<ApprovalSelector>,
     /// The rules written as data, for exports and operators.
@@ -285,6 +287,12 @@ impl ToolDef {
     /// the calls its approval rule selects.
     pub fn needs_approval(&self, args: &Value, run: &crate::run::RunContext) -> bool {
         self.class.requires_approval() || self.approve_when.iter().any(|f| f(args, run))
+    }
+
+    /// Whether an authorization check that may read runs before each call is keyed
+    /// ([`ToolBuilder::authorize_async`](crate::ToolBuilder::authorize_async)).
+    pub fn has_authorize_async(&self) -> bool {
+        !self.authorize_async.is_empty()
     }
 
     /// Whether a precondition is checked before each attempt.

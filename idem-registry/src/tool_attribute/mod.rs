@@ -28,9 +28,10 @@ pub use idem_core::ToolClass;
 // The proof traits too, though the expansion does not name them: rustc names them in its
 // errors by their shortest public path, `idem::__private::ToolParam`.
 pub use proofs::{
-    ApproveWhenFn, AuthorizeFn, CompensateFn, IntoToolError, NaturalKeyFn, PreconditionFn,
-    SendFuture, ToolOutput, ToolParam, ToolReturn, VerifyHook, approve_when, authorize, compensate,
-    output, param, param_with_codec, precondition, send, tool_error, verify,
+    ApproveWhenFn, AuthorizeAsyncFn, AuthorizeFn, CompensateFn, IntoToolError, NaturalKeyFn,
+    PreconditionFn, SendFuture, ToolOutput, ToolParam, ToolReturn, VerifyHook, approve_when,
+    authorize, authorize_async, compensate, output, param, param_with_codec, precondition, send,
+    tool_error, verify,
 };
 pub use {inventory, schemars, serde};
 
@@ -91,6 +92,8 @@ pub enum Setting {
     Secret(&'static str),
     /// `authorize`, its check called with the arguments and the run.
     Authorize(fn(&Value, &crate::run::RunContext) -> Result<(), String>),
+    /// `authorize_async`, its check called with a context of the run and the arguments.
+    AuthorizeAsync(fn(ToolContext, &Value) -> BoxFuture<'static, Result<(), String>>),
     /// `approve_when`.
     ApproveWhen(fn(&Value, &crate::run::RunContext) -> bool),
     /// `precondition`.
@@ -162,6 +165,7 @@ impl Declaration {
                 Setting::Verify(hook) => builder = builder.verify(move |ctx, _| hook(ctx)),
                 Setting::Secret(pointer) => builder = builder.secret(pointer),
                 Setting::Authorize(check) => builder = builder.authorize(check),
+                Setting::AuthorizeAsync(check) => builder = builder.authorize_async_boxed(check),
                 Setting::ApproveWhen(select) => builder = builder.approve_when(select),
                 Setting::Precondition(check) => builder = builder.precondition_boxed(check),
                 Setting::Compensate(undo) => builder = builder.compensate(undo),
@@ -213,6 +217,7 @@ mod tests {
             Setting::NaturalKey(by_word),
             Setting::Verify(|_| Box::pin(async { Ok(Verified::NotApplied) })),
             Setting::Secret("/word"),
+            Setting::AuthorizeAsync(|_, _| Box::pin(async { Ok(()) })),
         ],
         body: &Body::new(
             (param::<String, _>(), (param::<u8, _>(), ())),
@@ -239,7 +244,7 @@ mod tests {
             ..ToolPolicy::default()
         };
         assert_eq!(def.policy(), &expected);
-        assert!(def.has_natural_key() && def.has_verify());
+        assert!(def.has_natural_key() && def.has_verify() && def.has_authorize_async());
         assert_eq!(def.secrets(), ["/word"]);
         assert_eq!(def.location().map(|l| l.file), Some(file!()));
         assert_eq!(

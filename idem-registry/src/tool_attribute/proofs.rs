@@ -282,6 +282,63 @@ pub fn authorize<A: serde::de::DeserializeOwned, F: AuthorizeFn<A>>(
     f.check(&typed, run)
 }
 
+/// An `authorize_async = ...` check. Like the type proofs, it has an impossible second impl,
+/// so that a function of another shape (the synchronous `authorize` form, a borrowed
+/// context, another error type) is reported as this trait's message, naming the shape it
+/// needs, rather than as a mismatch of closure signatures.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's asynchronous authorization check",
+    label = "an asynchronous authorization check is `async fn(ctx: ToolContext, args: A) -> Result<(), String>`, `A` a `Deserialize` type of the arguments it reads",
+    note = "it may read what the call acts on (`ctx.tenant()`, `ctx.acting_for()` and `ctx.limit(..)` say whose run it is) and says why a call is refused: `Err(\"only the orders of the customer this run acts for\".into())`; a check of the arguments and the run alone is `authorize = f`, a `fn(&A, &RunContext) -> Result<(), String>`"
+)]
+pub trait AuthorizeAsyncFn<P> {
+    /// The arguments it reads.
+    type Args;
+    /// The check's future.
+    type Future: std::future::Future<Output = Result<(), String>> + 'static;
+    /// Check a call.
+    fn check(&self, ctx: crate::context::ToolContext, args: Self::Args) -> Self::Future;
+}
+
+impl<A, F, Fut> AuthorizeAsyncFn<Checked<A>> for F
+where
+    F: Fn(crate::context::ToolContext, A) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>> + 'static,
+{
+    type Args = A;
+    type Future = Fut;
+    fn check(&self, ctx: crate::context::ToolContext, args: A) -> Fut {
+        self(ctx, args)
+    }
+}
+
+impl<F: Never> AuthorizeAsyncFn<Unchecked> for F {
+    type Args = Unchecked;
+    type Future = std::future::Ready<Result<(), String>>;
+    fn check(&self, _: crate::context::ToolContext, args: Unchecked) -> Self::Future {
+        match args {}
+    }
+}
+
+/// Run an asynchronous authorization check on the arguments read as its type: arguments it
+/// cannot read are refused (fail closed). Its future must be `Send`, asked here, after the
+/// shape, so that rustc names the value held across an `.await`.
+pub fn authorize_async<P, F>(
+    f: &F,
+    ctx: crate::context::ToolContext,
+    args: &serde_json::Value,
+) -> crate::tool::BoxFuture<'static, Result<(), String>>
+where
+    F: AuthorizeAsyncFn<P>,
+    F::Args: serde::de::DeserializeOwned,
+    F::Future: Send,
+{
+    match crate::tool::typed_args::<F::Args>("authorization check", args) {
+        Ok(typed) => Box::pin(f.check(ctx, typed)),
+        Err(why) => Box::pin(std::future::ready(Err(why))),
+    }
+}
+
 /// An `approve_when = ...` selector.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot select a tool's calls for approval",

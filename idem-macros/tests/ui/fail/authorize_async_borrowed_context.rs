@@ -1,0 +1,20 @@
+use idem::prelude::*;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Order {
+    order_id: String,
+}
+
+async fn owns_the_order(ctx: &ToolContext, args: Order) -> Result<(), String> {
+    let _ = (ctx.acting_for(), args.order_id);
+    Ok(())
+}
+
+/// Cancel an order.
+#[tool(class = "idempotent_write", authorize_async = owns_the_order)]
+async fn cancel_order(order_id: String) -> Result<String, ToolError> {
+    Ok(order_id)
+}
+
+fn main() {}
