@@ -28,6 +28,9 @@ pub use crate::tool::check_name;
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     tools: BTreeMap<String, Arc<ToolDef>>,
+    /// The tools a combination rule of another tool names (their applied calls are counted
+    /// per run).
+    combined: std::collections::BTreeSet<String>,
 }
 
 impl Registry {
@@ -59,6 +62,12 @@ impl Registry {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+
+    /// Whether a combination rule of some tool names `tool` (`ToolBuilder::after`): its
+    /// applied calls are then counted per run.
+    pub fn is_combined(&self, tool: &str) -> bool {
+        !self.combined.is_empty() && self.combined.contains(tool)
     }
 
     /// The registered name closest to `name`, for "did you mean" messages.
@@ -143,12 +152,65 @@ impl RegistryBuilder {
             }
             tools.insert(def.name.to_string(), Arc::new(def));
         }
+        errors.extend(check_across(&tools));
         for e in &errors {
             tracing::error!(error = %e, "tool not registered");
         }
         match errors.into_iter().next() {
             Some(e) => Err(e),
-            None => Ok(Registry { tools }),
+            None => {
+                let combined = tools
+                    .values()
+                    .flat_map(|t| t.rules.after.iter().map(|r| r.tool.clone()))
+                    .collect();
+                Ok(Registry { tools, combined })
+            }
         }
     }
+}
+
+/// What only the whole registry can check: a combination rule names a tool of the registry,
+/// and the tools sharing a limit's group agree on it.
+fn check_across(tools: &BTreeMap<String, Arc<ToolDef>>) -> Vec<RegistryError> {
+    let mut errors = Vec::new();
+    let mut groups: BTreeMap<(&str, &str), (&str, &crate::tool::Limit)> = BTreeMap::new();
+    for (name, tool) in tools {
+        for rule in &tool.rules.after {
+            if !tools.contains_key(&rule.tool) {
+                let near = Registry {
+                    tools: tools.clone(),
+                    combined: Default::default(),
+                }
+                .nearest(&rule.tool)
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
+                errors.push(RegistryError::invalid(
+                    name,
+                    format!(
+                        "`after` names the tool `{}`, which is not in the registry{near}: a combination rule looks for that tool's applied calls in the run",
+                        rule.tool
+                    ),
+                ));
+            }
+        }
+        for limit in &tool.rules.limits {
+            let Some(group) = &limit.group else { continue };
+            match groups.get(&(group.as_str(), limit.name.as_str())) {
+                Some((first, other)) if *other != limit => {
+                    errors.push(RegistryError::invalid(
+                        name,
+                        format!(
+                            "limit `{}` of group `{group}` differs from the one tool `{first}` declares: the tools of a group share one limit, so declare it alike on each",
+                            limit.name
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    groups.insert((group, &limit.name), (name, limit));
+                }
+            }
+        }
+    }
+    errors
 }

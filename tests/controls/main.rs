@@ -22,6 +22,8 @@ mod authorize_reads;
 mod compensate;
 mod example;
 mod kill;
+mod limit_processes;
+mod limits;
 mod precondition;
 mod under_way;
 mod undo_run;
@@ -61,6 +63,18 @@ pub(crate) async fn postgres(tag: &str) -> Option<Opened> {
     Some(Opened {
         store: Arc::new(store),
         _scratch: Some(Box::new(schemas)),
+    })
+}
+
+pub(crate) async fn redis(tag: &str) -> Option<Opened> {
+    let url = support::services::service_url(support::services::REDIS_URL, tag)?;
+    let prefix = support::services::unique(&format!("controls-{tag}"));
+    let store = idem::store::redis::RedisStore::connect(&url, &prefix)
+        .await
+        .expect("connect to Redis");
+    Some(Opened {
+        store: Arc::new(store),
+        _scratch: None,
     })
 }
 

@@ -27,8 +27,10 @@ pub const DEFAULT_TENANT: &str = "local";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The keys of a `[tools.<name>]` table that go to the tool's [`ToolSpec`].
-const SPEC_KEYS: [&str; 13] = [
+const SPEC_KEYS: [&str; 15] = [
     "class",
+    "limits",
+    "after",
     "description",
     "natural_key",
     "ttl_secs",

@@ -549,3 +549,41 @@ async fn a_call_the_upstream_never_got_is_not_applied_and_its_key_stays_free() {
         assert!(error.message().contains("no-such-mcp-server"), "{err}");
     }
 }
+
+#[test]
+fn an_upstream_tool_nobody_can_annotate_takes_limits_from_the_file() {
+    let config = parse(
+        r#"
+[tools.create_entities]
+class = "non_idempotent_write"
+limits = [{ name = "entities per run", max = 20 }]
+"#,
+    )
+    .unwrap();
+    let planned = plan(&config, &memory_tools()).unwrap();
+    let (spec, _) = &planned.served[0];
+    assert_eq!(
+        spec.limits,
+        [idem_registry::tool::Limit::calls("entities per run", 20)]
+    );
+    let def = spec
+        .clone()
+        .into_def(|_ctx, args| async move { Ok(args) })
+        .unwrap();
+    assert_eq!(def.rules().limits.len(), 1);
+    // A limit over an argument the upstream's schema lacks is refused, naming it.
+    let wrong = parse(
+        r#"
+[tools.create_entities]
+class = "non_idempotent_write"
+limits = [{ name = "entities", sum = "/count", max = 20 }]
+"#,
+    )
+    .unwrap();
+    let err = plan(&wrong, &memory_tools()).err().unwrap().to_string();
+    assert!(
+        err.contains("tool `create_entities`")
+            && err.contains("limit `entities`: `sum` entry `/count` names the argument `count`, which the input schema does not list"),
+        "{err}"
+    );
+}

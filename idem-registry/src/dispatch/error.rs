@@ -337,3 +337,27 @@ pub(crate) fn store_error(tool: &ToolDef, e: StoreError) -> DispatchError {
         DispatchError::Store { tool, error: e }
     }
 }
+
+/// A dispatcher that cannot be made as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// A tool whose calls may need approval (every irreversible one, and one with an
+    /// approval rule), and no key to verify its approvals with: those calls would be refused.
+    #[error(
+        "tool `{tool}` has calls that need approval and this dispatcher has no approval key to verify its approvals with: build it with `Dispatcher::approving(registry, store, ApprovalKeys::new([key]))` (see `idem::approval`)"
+    )]
+    NoApprovalKeys {
+        /// The first tool of the registry that may need approval.
+        tool: String,
+    },
+    /// A limit given to the dispatcher ([`Dispatcher::with_limit`](super::Dispatcher::with_limit))
+    /// that cannot work: its tool is not in the registry, or the limit does not fit the tool.
+    #[error("a limit for tool `{tool}` cannot work: {reason}")]
+    InvalidLimit {
+        /// The tool named.
+        tool: String,
+        /// What is wrong, and the fix.
+        reason: String,
+    },
+}

@@ -36,6 +36,7 @@ mod error;
 mod execute;
 mod guard;
 mod key;
+mod limits;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod observe;
@@ -56,20 +57,18 @@ use tracing::Instrument;
 #[cfg(feature = "metrics")]
 pub use self::metrics::MetricsObserver;
 pub use crate::run::RunContext;
+pub use crate::tool::{AppliedCall, UNDO_TOOL_SUFFIX, UndoOptions, Undoer};
 pub use account::{AccountEntry, CallOutcome, DEFAULT_ACCOUNT_RETENTION, RunAccount, run_account};
 pub use approve::APPROVAL_STEP;
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, ResendWindow, ToolCall};
 pub use compensate::{COMPENSATING_STEP, UNDO_PREFIX, undone_steps};
 pub use desk::{ApprovalDesk, DecisionError};
-pub use error::DispatchError;
+pub use error::{DispatchError, SetupError};
 pub use key::KeySource;
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
 pub use recover::{Recovered, RecoveryAction, RecoveryOptions, RecoveryReport, Unrecoverable};
-pub use undo_run::{
-    AppliedCall, RunUndo, UNDO_TOOL_SUFFIX, UndoOptions, UndoOutcome, UndoRunError, Undoer,
-    UndoneCall,
-};
+pub use undo_run::{RunUndo, UndoOutcome, UndoRunError, UndoneCall};
 
 use crate::approval::ApprovalKeys;
 use crate::redact::SecretKey;
@@ -116,21 +115,8 @@ pub struct Dispatcher {
     execution: Option<Arc<dyn Execution>>,
     /// How long run accounts are kept, if they are (`account.rs`).
     accounts: Option<Duration>,
-}
-
-/// A dispatcher that cannot be made as asked.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SetupError {
-    /// A tool whose calls may need approval (every irreversible one, and one with an
-    /// approval rule), and no key to verify its approvals with: those calls would be refused.
-    #[error(
-        "tool `{tool}` has calls that need approval and this dispatcher has no approval key to verify its approvals with: build it with `Dispatcher::approving(registry, store, ApprovalKeys::new([key]))` (see `idem::approval`)"
-    )]
-    NoApprovalKeys {
-        /// The first tool of the registry that may need approval.
-        tool: String,
-    },
+    /// Limits the dispatcher adds to tools, by tool name (`limits.rs`).
+    limits: Arc<std::collections::BTreeMap<String, Vec<crate::tool::Limit>>>,
 }
 
 /// The largest arguments a recorded call may have unless
@@ -205,6 +191,7 @@ impl Dispatcher {
             observers: Observers::tracing(),
             execution: None,
             accounts: None,
+            limits: Arc::default(),
         })
     }
 
@@ -336,9 +323,14 @@ impl Dispatcher {
             typed,
             keyed,
         } = self.keyed(call, run, tool, prepared)?;
+        // Limits across calls (`limits.rs`): refused here, or sent to a person.
+        let (shares, asked) = match self.has_run_rules(tool) {
+            false => (Vec::new(), false),
+            true => Box::pin(self.limits_before(tool, run, &args, &keyed)).await?,
+        };
         // The approval path is boxed: its future is large and most calls never take it, so the
         // future of every dispatch stays small (it is moved at each await that starts it).
-        let approval = match tool.needs_approval(&args, run) {
+        let approval = match asked || tool.needs_approval(&args, run) {
             false => None,
             true => match Box::pin(self.approve(tool, run, &keyed, &args, watch)).await? {
                 approve::Approved::Replayed(replayed) => return Ok(replayed),
@@ -350,6 +342,7 @@ impl Dispatcher {
             // A read (the key stage refuses a recording call without key material).
             keys => {
                 let downstream = keys.map(|(_, downstream)| downstream);
+                self.take_read_shares(tool, &shares).await?;
                 return self
                     .execute_unrecorded(tool, run, args, typed, downstream, watch)
                     .await;
@@ -380,6 +373,9 @@ impl Dispatcher {
             .await;
         watch.finished(&call, Stage::Claim, begun);
         match claimed? {
+            claim::Claimed::WonClaim(held) if !shares.is_empty() => {
+                Box::pin(self.execute_with_shares(&call, held, typed, &shares, watch)).await
+            }
             claim::Claimed::WonClaim(held) => self.execute_held(&call, held, typed, watch).await,
             claim::Claimed::Settled(dispatched) => Ok(dispatched),
         }

@@ -27,7 +27,9 @@ use crate::schema::check_argument_pointer;
 // The checks that may read: their methods in a room of their own.
 #[path = "builder_authorize_async.rs"]
 mod authorize_async;
-
+// Rules across the calls of a run.
+#[path = "builder_limits.rs"]
+mod limits;
 // How an applied call is undone when its run is.
 #[path = "builder_undo.rs"]
 mod undo;
@@ -100,8 +102,8 @@ pub struct ToolBuilder {
     rules: ToolRules,
     precondition: Option<Precondition>,
     compensate: Option<Compensator>,
-    undo: Option<crate::dispatch::Undoer>,
-    on_failure_undo: Option<crate::dispatch::UndoOptions>,
+    undo: Option<super::Undoer>,
+    on_failure_undo: Option<crate::tool::UndoOptions>,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -460,12 +462,12 @@ impl ToolBuilder {
     }
 
     /// Check and finish the definition.
-    pub fn build(self) -> Result<ToolDef, RegistryError> {
+    pub fn build(mut self) -> Result<ToolDef, RegistryError> {
         // A `'static` name (every `#[tool]`) stays borrowed: contexts then share it for free.
-        let name_cow = self.name;
+        let name_cow = std::mem::take(&mut self.name);
         let name = name_cow.to_string();
         check_name(&name)?;
-        let description = match self.description {
+        let description = match self.description.take() {
             Some(d) if !d.trim().is_empty() => d,
             _ => {
                 return Err(RegistryError::invalid(
@@ -474,7 +476,7 @@ impl ToolBuilder {
                 ));
             }
         };
-        let Some(input_schema) = self.input_schema else {
+        let Some(input_schema) = self.input_schema.take() else {
             return Err(RegistryError::invalid(name, "an input schema is required"));
         };
         if input_schema.get("type").and_then(Value::as_str) != Some("object") {
@@ -498,7 +500,7 @@ impl ToolBuilder {
         if let Err(reason) = idem_core::contract::check_version(&self.version) {
             return Err(RegistryError::invalid(name, reason));
         }
-        let Some(handler) = self.handler else {
+        let Some(handler) = self.handler.take() else {
             return Err(RegistryError::invalid(name, "a handler is required"));
         };
         let mut written = self.explicit;
@@ -508,41 +510,7 @@ impl ToolBuilder {
         if let Err(e) = self.policy.check(self.class, &written) {
             return Err(RegistryError::invalid(name, e.to_string()));
         }
-        let class = self.class;
-        let writes_only = [
-            (
-                "approve_when",
-                !self.approve_when.is_empty() || !self.rules.approve_when.is_empty(),
-            ),
-            ("precondition", self.precondition.is_some()),
-            ("compensate", self.compensate.is_some()),
-            ("undo", self.undo.is_some()),
-        ];
-        if !class.records()
-            && let Some((control, _)) = writes_only.iter().find(|(_, set)| *set)
-        {
-            return Err(RegistryError::invalid(
-                name,
-                format!(
-                    "`{control}` has no effect on a `read` tool, which makes no effect: remove it, or give the tool the class of a write"
-                ),
-            ));
-        }
-        if class.requires_approval() && writes_only[0].1 {
-            return Err(RegistryError::invalid(
-                name,
-                "`approve_when` has no effect on an `irreversible` tool, every call of which needs approval: remove it, or give the tool the class `non_idempotent_write` to ask only for the calls it selects",
-            ));
-        }
-        for (use_, rules) in [
-            ("authorize", &self.rules.authorize),
-            ("approve_when", &self.rules.approve_when),
-        ] {
-            for rule in rules {
-                rule.check(use_, &input_schema)
-                    .map_err(|reason| RegistryError::invalid(&name, reason))?;
-            }
-        }
+        self.check_controls(&name, &input_schema)?;
         let mut authorize = self.authorize;
         for rule in &self.rules.authorize {
             let rule = rule.clone();

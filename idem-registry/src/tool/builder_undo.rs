@@ -8,7 +8,7 @@ use idem_core::ToolError;
 
 use super::ToolBuilder;
 use crate::context::ToolContext;
-use crate::dispatch::AppliedCall;
+use crate::tool::AppliedCall;
 
 impl ToolBuilder {
     /// How an applied call of this write is undone (a reservation released, a charge
@@ -76,7 +76,7 @@ impl ToolBuilder {
     ///     .unwrap();
     /// # let _ = capture;
     /// ```
-    pub fn on_failure_undo_run(mut self, options: crate::dispatch::UndoOptions) -> Self {
+    pub fn on_failure_undo_run(mut self, options: crate::tool::UndoOptions) -> Self {
         self.on_failure_undo = Some(options);
         self
     }

@@ -119,6 +119,11 @@ pub struct ToolRules {
     pub authorize: Vec<Rule>,
     /// Approval rules: a call for which one holds needs a person.
     pub approve_when: Vec<Rule>,
+    /// Limits across the calls of a run or a tenant ([`Limit`](super::Limit)).
+    pub limits: Vec<super::Limit>,
+    /// Rules on combinations: a call after an applied call of another tool in the same run
+    /// ([`After`](super::After)).
+    pub after: Vec<super::After>,
 }
 
 /// Where a tool was defined, for error messages.
@@ -165,10 +170,10 @@ pub struct ToolDef {
     pub(crate) compensate: Option<Compensator>,
     /// How an applied call of the tool is undone when its run is undone
     /// ([`ToolBuilder::undo`](crate::ToolBuilder::undo), `dispatch/undo_run.rs`).
-    pub(crate) undo: Option<crate::dispatch::Undoer>,
+    pub(crate) undo: Option<super::Undoer>,
     /// Which of the run's applied calls are undone when a call of the tool fails for good
     /// ([`ToolBuilder::on_failure_undo_run`](crate::ToolBuilder::on_failure_undo_run)).
-    pub(crate) on_failure_undo: Option<crate::dispatch::UndoOptions>,
+    pub(crate) on_failure_undo: Option<crate::tool::UndoOptions>,
     pub(crate) location: Option<Location>,
     /// The handler's version (`#[tool(version = "...")]`, [`ToolBuilder::version`](crate::ToolBuilder::version)).
     pub(crate) version: Cow<'static, str>,
@@ -194,6 +199,11 @@ impl fmt::Debug for ToolDef {
 }
 
 impl ToolDef {
+    /// Whether the tool has rules across a run's calls: limits, combinations.
+    pub fn has_run_rules(&self) -> bool {
+        !self.rules.limits.is_empty() || !self.rules.after.is_empty()
+    }
+
     /// The registered name.
     pub fn name(&self) -> &str {
         &self.name

@@ -19,10 +19,12 @@ mod arguments;
 mod builder;
 mod controls;
 mod definition;
+mod limits;
 mod name;
 mod policy;
 mod registration;
 mod spec;
+mod undo;
 
 pub use crate::context::PRECONDITION_STEP;
 pub use builder::ToolBuilder;
@@ -32,9 +34,11 @@ pub use definition::{
     BoxFuture, Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, ToolRules,
     TypedArguments, Verified, Verifier,
 };
+pub use limits::{After, Exceeded, Limit, Per};
 pub use name::check_name;
 pub use policy::{
     DEFAULT_VERIFY_AFTER, ExplicitSettings, LONGEST_POLICY_DURATION, PolicyError, ToolPolicy,
 };
 pub use registration::{StaticTool, ToolRegistration};
 pub use spec::ToolSpec;
+pub use undo::{AppliedCall, UNDO_TOOL_SUFFIX, UndoOptions, Undoer};

@@ -149,6 +149,14 @@ pub struct ToolSpec {
     /// `irreversible` (which always needs one).
     #[serde(default)]
     pub approve_when: Vec<Rule>,
+    /// Limits across the calls of a run or a tenant ([`Limit`](super::Limit)), as
+    /// [`ToolBuilder::limit`]: `{"name": "refunds per run", "max": 3}`.
+    #[serde(default)]
+    pub limits: Vec<super::Limit>,
+    /// Combination rules ([`After`](super::After)), as [`ToolBuilder::after`]:
+    /// `{"tool": "drop_database", "then": "ask"}`.
+    #[serde(default)]
+    pub after: Vec<super::After>,
 }
 
 impl<'de> Deserialize<'de> for ToolSpec {
@@ -290,6 +298,12 @@ impl ToolSpec {
         }
         for rule in self.approve_when {
             builder = builder.approve_rule(rule);
+        }
+        for limit in self.limits {
+            builder = builder.limit(limit);
+        }
+        for rule in self.after {
+            builder = builder.after(rule);
         }
         if let Some(version) = self.version {
             builder = builder.version(version);
