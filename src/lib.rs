@@ -61,6 +61,7 @@
 //! | `approve_when` | a `fn(&A, &RunContext) -> bool`, `A` as for `authorize`: the calls it returns `true` for (and those whose arguments `A` cannot read) need a person's signed approval, as every call of an `irreversible` tool does (a compile error on one); the tool then needs a dispatcher with approval keys ([`Dispatcher::approving`]): [`Dispatcher::new`] refuses its registry at start-up | none |
 //! | `precondition` | an `async fn(ToolContext, A) -> Result<(), ToolError>`, `A` as for `authorize`: runs after the claim, before the body starts, and is not asked again once the call is under way (its pass journaled, or a step of its own) ([guide](guide::controls)) | none |
 //! | `compensate` | an `async fn(ToolContext, Undo) -> Result<(), ToolError>` ([`Undo`](tool::Undo)): undoes one completed step (`ctx.step`) when the call fails for good after it, each step once, in reverse ([guide](guide::controls)) | none |
+//! | `limits` | a `fn() -> Vec<Limit>` ([`Limit`](tool::Limit)): the tool's limits across a run's calls (calls per run, a sum per run or per tenant within a window, apart per destination), over which a call is refused or sent to a person ([guide](guide::controls)) | none |
 //! | `crate` | the path of this crate, e.g. `"::my_idem"`: needed only where the macro cannot read the rename in the crate's `Cargo.toml` (`my_idem = { package = "idem-tools", .. }` is found) | `"::idem"` |
 //!
 //! A `read` tool records nothing and makes no effect, so `ttl_secs`, `lease_secs`,

@@ -15,7 +15,7 @@ pub(crate) const CLASSES: [&str; 4] = [
     "irreversible",
 ];
 
-const KEYS: [&str; 21] = [
+const KEYS: [&str; 22] = [
     "class",
     "version",
     "name",
@@ -36,6 +36,7 @@ const KEYS: [&str; 21] = [
     "approve_when",
     "precondition",
     "compensate",
+    "limits",
     "crate",
 ];
 
@@ -90,6 +91,8 @@ pub(crate) struct Attr {
     pub precondition: Option<syn::Path>,
     /// `compensate = f`.
     pub compensate: Option<syn::Path>,
+    /// `limits = f`: a `fn() -> Vec<Limit>` naming the tool's limits across a run's calls.
+    pub limits: Option<syn::Path>,
 }
 
 impl Attr {
@@ -266,7 +269,8 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                     "`verify` names an async function `fn(&ToolContext) -> Result<Verified, ToolError>`: `verify = check_sent`",
                 ),
             },
-            "authorize" | "authorize_async" | "approve_when" | "precondition" | "compensate" => {
+            "authorize" | "authorize_async" | "approve_when" | "precondition" | "compensate"
+            | "limits" => {
                 let Expr::Path(p) = value else {
                     errors.spanned(
                         value,
@@ -284,6 +288,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                     "authorize_async" => attr.authorize_async = path,
                     "approve_when" => attr.approve_when = path,
                     "precondition" => attr.precondition = path,
+                    "limits" => attr.limits = path,
                     _ => attr.compensate = path,
                 }
             }
@@ -585,6 +590,7 @@ fn example(key: &str) -> String {
         "approve_when" => "`approve_when = large_refund`".into(),
         "precondition" => "`precondition = still_open`".into(),
         "compensate" => "`compensate = cancel_step`".into(),
+        "limits" => "`limits = refund_limits`".into(),
         other => format!("`{other} = 30`"),
     }
 }

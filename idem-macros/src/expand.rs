@@ -429,6 +429,9 @@ fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream>
         let call = quote_spanned!(path.span()=> #p::compensate(&#path, __idem_ctx, __idem_undo));
         settings.push(quote!(#s::Compensate(|__idem_ctx, __idem_undo| #call)));
     }
+    if let Some(path) = &attr.limits {
+        settings.push(quote_spanned!(path.span()=> #s::Limits(#path)));
+    }
     for param in tool.args().filter(|param| param.secret.is_some()) {
         // The argument's JSON name, escaped as RFC 6901 says.
         let name = json_name(param).replace('~', "~0").replace('/', "~1");

@@ -302,8 +302,14 @@ impl Dispatcher {
         if self.accounts.is_some() {
             self.account(call, run, key.as_ref(), &result).await;
         }
-        // A failure policy may undo the run's applied calls (`undo_run.rs`).
-        Box::pin(self.undo_after_failure(call, run, result)).await
+        // A failure policy may undo the run's applied calls (`undo_run.rs`); boxed, and
+        // only for a failure, so that other calls pay nothing for it.
+        match result {
+            Err(DispatchError::ToolFailed { .. }) => {
+                Box::pin(self.undo_after_failure(call, run, result)).await
+            }
+            result => result,
+        }
     }
 
     /// The order of checks, top to bottom (see the module docs).

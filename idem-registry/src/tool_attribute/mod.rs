@@ -100,6 +100,8 @@ pub enum Setting {
     Precondition(fn(ToolContext, &Value) -> BoxFuture<'static, Result<(), ToolError>>),
     /// `compensate`.
     Compensate(fn(ToolContext, crate::tool::Undo) -> BoxFuture<'static, Result<(), ToolError>>),
+    /// `limits`, the function naming the tool's limits across a run's calls.
+    Limits(fn() -> Vec<crate::tool::Limit>),
 }
 
 /// One tool's schemas, built on first use.
@@ -168,6 +170,11 @@ impl Declaration {
                 Setting::AuthorizeAsync(check) => builder = builder.authorize_async_boxed(check),
                 Setting::ApproveWhen(select) => builder = builder.approve_when(select),
                 Setting::Precondition(check) => builder = builder.precondition_boxed(check),
+                Setting::Limits(limits) => {
+                    for limit in limits() {
+                        builder = builder.limit(limit);
+                    }
+                }
                 Setting::Compensate(undo) => builder = builder.compensate(undo),
             }
         }

@@ -29,13 +29,21 @@ async fn take_back(_ctx: ToolContext, _undo: Undo) -> Result<(), ToolError> {
     Ok(())
 }
 
+fn refund_limits() -> Vec<idem::tool::Limit> {
+    vec![
+        idem::tool::Limit::calls("refunds per run", 3),
+        idem::tool::Limit::sum("refunded per run", "/amount", 500),
+    ]
+}
+
 /// Refund part of an order.
 #[tool(
     class = "non_idempotent_write",
     authorize = own_customer,
     approve_when = large,
     precondition = not_refunded_yet,
-    compensate = take_back
+    compensate = take_back,
+    limits = refund_limits
 )]
 async fn refund(customer_id: String, amount: u64) -> Result<String, ToolError> {
     Ok(format!("{amount} to {customer_id}"))
@@ -44,4 +52,5 @@ async fn refund(customer_id: String, amount: u64) -> Result<String, ToolError> {
 fn main() {
     let def = Registry::linked().unwrap().get("refund").unwrap().clone();
     assert!(def.may_need_approval() && def.has_precondition() && def.has_compensation());
+    assert_eq!(def.rules().limits, refund_limits());
 }
