@@ -72,12 +72,7 @@ impl Registry {
 
     /// The registered name closest to `name`, for "did you mean" messages.
     pub fn nearest(&self, name: &str) -> Option<&str> {
-        self.tools
-            .keys()
-            .map(|k| (idem_core::class::edit_distance(name, k), k))
-            .filter(|(d, k)| *d <= k.len() / 3 + 1)
-            .min_by_key(|(d, _)| *d)
-            .map(|(_, k)| k.as_str())
+        nearest_of(&self.tools, name)
     }
 }
 
@@ -177,13 +172,9 @@ fn check_across(tools: &BTreeMap<String, Arc<ToolDef>>) -> Vec<RegistryError> {
     for (name, tool) in tools {
         for rule in &tool.rules.after {
             if !tools.contains_key(&rule.tool) {
-                let near = Registry {
-                    tools: tools.clone(),
-                    combined: Default::default(),
-                }
-                .nearest(&rule.tool)
-                .map(|n| format!(" (did you mean `{n}`?)"))
-                .unwrap_or_default();
+                let near = nearest_of(tools, &rule.tool)
+                    .map(|n| format!(" (did you mean `{n}`?)"))
+                    .unwrap_or_default();
                 errors.push(RegistryError::invalid(
                     name,
                     format!(
@@ -213,4 +204,14 @@ fn check_across(tools: &BTreeMap<String, Arc<ToolDef>>) -> Vec<RegistryError> {
         }
     }
     errors
+}
+
+/// The name among `tools` closest to `name`, if one is close enough.
+fn nearest_of<'a>(tools: &'a BTreeMap<String, Arc<ToolDef>>, name: &str) -> Option<&'a str> {
+    tools
+        .keys()
+        .map(|k| (idem_core::class::edit_distance(name, k), k))
+        .filter(|(d, k)| *d <= k.len() / 3 + 1)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.as_str())
 }

@@ -38,7 +38,7 @@ pub(crate) fn compensating(steps: &[JournalEntry]) -> bool {
 pub(crate) fn undoable(steps: &[JournalEntry]) -> Vec<&JournalEntry> {
     steps
         .iter()
-        .filter(|s| !s.step.starts_with("idem:"))
+        .filter(|s| !s.step.starts_with(crate::context::RESERVED_STEP_PREFIX))
         .collect()
 }
 

@@ -245,12 +245,16 @@ impl Dispatcher {
             tool: tool.name.to_string(),
             rule,
         };
+        // One reading of the store's clock judges every share of the call.
+        let now = match shares.is_empty() {
+            true => idem_core::Timestamp(0),
+            false => store
+                .now()
+                .await
+                .map_err(|e| super::error::store_error(tool, e))?,
+        };
         for share in shares {
             let budget = budgets::read(store, &share.scope)
-                .await
-                .map_err(|e| super::error::store_error(tool, e))?;
-            let now = store
-                .now()
                 .await
                 .map_err(|e| super::error::store_error(tool, e))?;
             if let (Taken::Exceeded { used, left }, _) =

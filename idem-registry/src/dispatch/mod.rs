@@ -556,7 +556,9 @@ fn context_parts<'a>(
 /// Whether a journal holds steps of the tool's own (the approval a record journals, and a
 /// compensation's entries, are the dispatcher's: `idem:`).
 fn tool_steps(steps: &[idem_core::JournalEntry]) -> bool {
-    !compensate::undoable(steps).is_empty()
+    steps
+        .iter()
+        .any(|s| !s.step.starts_with(crate::context::RESERVED_STEP_PREFIX))
 }
 
 /// Replay a recorded outcome.
