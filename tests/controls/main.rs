@@ -26,6 +26,7 @@ mod limit_processes;
 mod limits;
 mod precondition;
 mod under_way;
+mod undo_processes;
 mod undo_run;
 mod world;
 
