@@ -62,6 +62,7 @@
 //! | `precondition` | an `async fn(ToolContext, A) -> Result<(), ToolError>`, `A` as for `authorize`: runs after the claim, before the body starts, and is not asked again once the call is under way (its pass journaled, or a step of its own) ([guide](guide::controls)) | none |
 //! | `compensate` | an `async fn(ToolContext, Undo) -> Result<(), ToolError>` ([`Undo`](tool::Undo)): undoes one completed step (`ctx.step`) when the call fails for good after it, each step once, in reverse ([guide](guide::controls)) | none |
 //! | `limits` | a `fn() -> Vec<Limit>` ([`Limit`](tool::Limit)): the tool's limits across a run's calls (calls per run, a sum per run or per tenant within a window, apart per destination), over which a call is refused or sent to a person ([guide](guide::controls)) | none |
+//! | `escalate` | `"failures"`, `"unknown"` or `"failures_and_unknown"` ([`Escalate`](tool::Escalate)): which calls that end badly wait for a person's decision as a case instead of being answered and forgotten ([guide](guide::controls)) | none |
 //! | `crate` | the path of this crate, e.g. `"::my_idem"`: needed only where the macro cannot read the rename in the crate's `Cargo.toml` (`my_idem = { package = "idem-tools", .. }` is found) | `"::idem"` |
 //!
 //! A `read` tool records nothing and makes no effect, so `ttl_secs`, `lease_secs`,
@@ -230,9 +231,9 @@ pub mod store {
     pub use idem_core::store::tenant::TenantStore;
     pub use idem_core::store::*;
     pub use idem_core::{
-        DEFAULT_UNKNOWN_RETENTION, Fence, JournalEntry, ListFilter, MAX_OUTCOME_DEPTH, ORPHANED,
-        Outcome, PurgeFilter, Record, RecordState, StateKind, Store, StoreError, Timestamp,
-        UnknownCause,
+        DEFAULT_UNKNOWN_RETENTION, ESCALATED, Fence, JournalEntry, ListFilter, MAX_OUTCOME_DEPTH,
+        ORPHANED, Outcome, PurgeFilter, Record, RecordState, StateKind, Store, StoreError,
+        Timestamp, UnknownCause,
     };
 }
 

@@ -56,7 +56,11 @@ enum Command {
     /// approval rule selects): list, show, approve, deny.
     #[command(after_help = EXIT_CODES)]
     Approvals(cli::ApprovalsArgs),
-    /// A run's account: every call of it and what became of it.
+    /// Calls sent to a person (a tool's `escalate`): list, show, and decide one (run it
+    /// again, resolve it, or have its run undone).
+    #[command(after_help = EXIT_CODES)]
+    Cases(cli::CasesArgs),
+    /// A run's account (every call of it and what became of it), and undoing a run.
     #[command(after_help = EXIT_CODES)]
     Runs(cli::RunsArgs),
     /// Counts by state, tool and tenant, the oldest unknown outcome, pending approvals.
@@ -176,6 +180,7 @@ async fn run(command: Command) -> Result<(), Failure> {
     match command {
         Command::Records(args) => cli::records(args).await,
         Command::Approvals(args) => cli::approvals(args).await,
+        Command::Cases(args) => cli::cases(args).await,
         Command::Runs(args) => cli::runs(args).await,
         Command::Stats(args) => cli::stats(args).await,
         Command::Ui(args) => ui::serve(args).await,

@@ -16,7 +16,8 @@ pub use contract::{Contract, DEFAULT_VERSION, Reconciled};
 pub use error::{ErrorKind, ToolError};
 pub use key::{IdempotencyKey, KeyMaterial, LogicalKey, RecordKey};
 pub use record::{
-    Fence, JournalEntry, ORPHANED, Outcome, Record, RecordState, StateKind, Timestamp, UnknownCause,
+    ESCALATED, Fence, JournalEntry, ORPHANED, Outcome, Record, RecordState, StateKind, Timestamp,
+    UnknownCause,
 };
 pub use store::{
     Claim, ClaimRequest, DEFAULT_UNKNOWN_RETENTION, ListCursor, ListFilter, MAX_OUTCOME_DEPTH,

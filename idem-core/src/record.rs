@@ -17,11 +17,17 @@ use crate::key::RecordKey;
 /// without any store's orphans losing their cause.
 pub const ORPHANED: &str = "the holder's lease expired before it recorded an outcome";
 
+/// What the `last_error` of a call sent to a person starts with: the rest is the case, as
+/// JSON (the call's error, its run, what the run applied before it), which only a person's
+/// decision settles (see [`UnknownCause::Escalated`]).
+pub const ESCALATED: &str = "idem:escalated ";
+
 /// Why a record is Unknown, read from its recorded `last_error`.
 ///
 /// A record keeps the cause as text (stores written by any version read back the same), and
-/// this type tells the two kinds apart: a store turns an orphan Unknown with [`ORPHANED`];
-/// anything else is the error a holder reported.
+/// this type tells the kinds apart: a store turns an orphan Unknown with [`ORPHANED`]; a
+/// dispatcher sends a call to a person with [`ESCALATED`] and the case; anything else is the
+/// error a holder reported.
 ///
 /// ```
 /// # use idem_core as idem;
@@ -41,6 +47,11 @@ pub enum UnknownCause<'a> {
     /// The holder reported an error after which the effect may or may not have happened (a
     /// timeout after sending, a panic, a cancelled call): its message, as recorded.
     Ambiguous(&'a str),
+    /// The call failed for good, or its outcome became unknown, and its tool sends such a
+    /// call to a person: the recorded text ([`ESCALATED`], then the case as JSON, which
+    /// [`UnknownCause::case`] gives). No verify hook and no recovery pass settles it; a
+    /// person's decision does.
+    Escalated(&'a str),
 }
 
 impl<'a> UnknownCause<'a> {
@@ -49,6 +60,8 @@ impl<'a> UnknownCause<'a> {
     pub fn of(last_error: &'a str) -> Self {
         if last_error == ORPHANED {
             UnknownCause::Orphaned
+        } else if last_error.starts_with(ESCALATED) {
+            UnknownCause::Escalated(last_error)
         } else {
             UnknownCause::Ambiguous(last_error)
         }
@@ -58,7 +71,24 @@ impl<'a> UnknownCause<'a> {
     pub fn recorded(self) -> &'a str {
         match self {
             UnknownCause::Orphaned => ORPHANED,
-            UnknownCause::Ambiguous(message) => message,
+            UnknownCause::Ambiguous(text) | UnknownCause::Escalated(text) => text,
+        }
+    }
+
+    /// The case of a call sent to a person, as JSON; `None` for the other causes.
+    ///
+    /// ```
+    /// # use idem_core as idem;
+    /// use idem::{ESCALATED, UnknownCause};
+    ///
+    /// let recorded = format!("{ESCALATED}{{\"kind\":\"failure\"}}");
+    /// assert_eq!(UnknownCause::of(&recorded).case(), Some("{\"kind\":\"failure\"}"));
+    /// assert_eq!(UnknownCause::of("timed out").case(), None);
+    /// ```
+    pub fn case(self) -> Option<&'a str> {
+        match self {
+            UnknownCause::Escalated(text) => text.strip_prefix(ESCALATED),
+            _ => None,
         }
     }
 }

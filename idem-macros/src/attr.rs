@@ -15,7 +15,7 @@ pub(crate) const CLASSES: [&str; 4] = [
     "irreversible",
 ];
 
-const KEYS: [&str; 22] = [
+const KEYS: [&str; 23] = [
     "class",
     "version",
     "name",
@@ -37,6 +37,7 @@ const KEYS: [&str; 22] = [
     "precondition",
     "compensate",
     "limits",
+    "escalate",
     "crate",
 ];
 
@@ -93,6 +94,8 @@ pub(crate) struct Attr {
     pub compensate: Option<syn::Path>,
     /// `limits = f`: a `fn() -> Vec<Limit>` naming the tool's limits across a run's calls.
     pub limits: Option<syn::Path>,
+    /// `escalate = "failures"`: the `Escalate` variant's name, checked.
+    pub escalate: Option<(&'static str, Span)>,
 }
 
 impl Attr {
@@ -308,6 +311,19 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
                     other => errors.spanned(&lit, format!("unknown `on_key_reuse` policy `{other}`: expected `\"replay\"` (the default: find-or-create) or `\"reject\"`")),
                 }
             }
+            "escalate" => {
+                let Some(lit) = string(value, &key, errors) else {
+                    continue;
+                };
+                match lit.value().as_str() {
+                    "failures" => attr.escalate = Some(("Failures", lit.span())),
+                    "unknown" => attr.escalate = Some(("Unknown", lit.span())),
+                    "failures_and_unknown" => {
+                        attr.escalate = Some(("FailuresAndUnknown", lit.span()))
+                    }
+                    other => errors.spanned(&lit, format!("`escalate = \"{other}\"` is not a kind of call sent to a person: write `\"failures\"`, `\"unknown\"` or `\"failures_and_unknown\"`")),
+                }
+            }
             "crate" => {
                 let Some(lit) = string(value, &key, errors) else {
                     continue;
@@ -361,6 +377,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             ("approve_when", attr.approve_when.is_some()),
             ("precondition", attr.precondition.is_some()),
             ("compensate", attr.compensate.is_some()),
+            ("escalate", attr.escalate.is_some()),
         ] {
             if given {
                 errors.at(
@@ -591,6 +608,7 @@ fn example(key: &str) -> String {
         "precondition" => "`precondition = still_open`".into(),
         "compensate" => "`compensate = cancel_step`".into(),
         "limits" => "`limits = refund_limits`".into(),
+        "escalate" => "`escalate = \"failures\"`".into(),
         other => format!("`{other} = 30`"),
     }
 }

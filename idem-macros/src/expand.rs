@@ -432,6 +432,10 @@ fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream>
     if let Some(path) = &attr.limits {
         settings.push(quote_spanned!(path.span()=> #s::Limits(#path)));
     }
+    if let Some((variant, span)) = attr.escalate {
+        let variant = syn::Ident::new(variant, span);
+        settings.push(quote_spanned!(span=> #s::Escalate(#p::Escalate::#variant)));
+    }
     for param in tool.args().filter(|param| param.secret.is_some()) {
         // The argument's JSON name, escaped as RFC 6901 says.
         let name = json_name(param).replace('~', "~0").replace('/', "~1");

@@ -255,42 +255,7 @@ pub async fn a_call_over_a_limit_that_asks_waits_for_a_person(store: Arc<dyn Sto
     assert_eq!(next.code(), "approval_required", "{next}");
 }
 
-/// Every scenario on SQLite, PostgreSQL and Redis.
-macro_rules! on_every_store {
-    ($($scenario:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    let opened = $crate::sqlite(stringify!($scenario)).await.unwrap();
-                    super::$scenario(opened.store.clone()).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    if let Some(opened) = $crate::postgres(stringify!($scenario)).await {
-                        super::$scenario(opened.store.clone()).await;
-                    }
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    if let Some(opened) = $crate::redis(stringify!($scenario)).await {
-                        super::$scenario(opened.store.clone()).await;
-                    }
-                }
-            )*
-        }
-    };
-}
-
-on_every_store!(
+crate::on_every_store!(
     workers_racing_for_the_last_unit_apply_exactly_the_limit,
     twenty_refunds_to_one_account_stop_at_the_destination_limit,
     a_replay_never_counts_twice_and_a_failure_gives_its_share_back,

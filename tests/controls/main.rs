@@ -20,6 +20,7 @@ mod approval;
 mod authorize;
 mod authorize_reads;
 mod compensate;
+mod escalate;
 mod example;
 mod kill;
 mod limit_processes;
@@ -95,6 +96,42 @@ macro_rules! on_stores {
             if let Some(opened) = $crate::postgres(stringify!($postgres)).await {
                 $scenario(opened.store.clone()).await;
             }
+        }
+    };
+}
+
+/// Every scenario on SQLite, PostgreSQL and Redis.
+#[macro_export]
+macro_rules! on_every_store {
+    ($($scenario:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    let opened = $crate::sqlite(stringify!($scenario)).await.unwrap();
+                    super::$scenario(opened.store.clone()).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    if let Some(opened) = $crate::postgres(stringify!($scenario)).await {
+                        super::$scenario(opened.store.clone()).await;
+                    }
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    if let Some(opened) = $crate::redis(stringify!($scenario)).await {
+                        super::$scenario(opened.store.clone()).await;
+                    }
+                }
+            )*
         }
     };
 }

@@ -271,6 +271,42 @@ async fn an_undo_that_fails_is_reported_for_a_person(store: Arc<dyn idem::Store>
         .unwrap();
     assert_eq!(again.calls[0].outcome.name(), "failed");
     assert!(world(&tenant).effects("release").is_empty());
+
+    // The failed undo waits for a person as a case of its own, with its error; once they let
+    // it run again, the next undo of the run releases both reservations, once each.
+    let cases = d.cases().pending(Some(&tenant), 10).await.unwrap();
+    assert_eq!(cases.len(), 1, "{cases:?}");
+    assert_eq!(cases[0].tool, "reserve.undo");
+    assert!(
+        cases[0]
+            .escalation
+            .error
+            .message()
+            .contains("refuses to release hold-o4")
+    );
+    d.cases()
+        .decide(
+            &cases[0],
+            "ops@example.com",
+            idem::dispatch::CaseDecision::Retry,
+        )
+        .await
+        .unwrap();
+    let resumed = d
+        .undo_run(&tenant, "run-two", &UndoOptions::all())
+        .await
+        .unwrap();
+    assert!(resumed.is_complete(), "{resumed}");
+    assert_eq!(world(&tenant).effects("release hold-o4").len(), 1);
+    assert_eq!(world(&tenant).effects("release hold-o3").len(), 1);
+    let account = d.run_account(&tenant, "run-two").await.unwrap();
+    let undo: Vec<Option<&str>> = account
+        .calls
+        .iter()
+        .filter(|c| c.tool == "reserve")
+        .map(|c| c.undo.as_deref())
+        .collect();
+    assert_eq!(undo, [Some("undone"), Some("undone")], "{account}");
 }
 
 on_stores!(an_undo_that_fails_is_reported_for_a_person =>

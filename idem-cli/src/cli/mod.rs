@@ -13,10 +13,12 @@ use crate::operate::{self, Operator};
 use crate::present;
 
 mod approvals;
+mod cases;
 mod records;
 mod runs;
 
 pub use approvals::{ApprovalsArgs, approvals};
+pub use cases::{CasesArgs, cases};
 pub use records::{RecordsArgs, records};
 pub use runs::{RunsArgs, runs};
 

@@ -28,10 +28,34 @@ pub enum RunsCommand {
         #[arg(long)]
         tenant: String,
     },
+    /// Have a run undone: its applied calls of tools that declare an undo, newest first,
+    /// each once. The agent's dispatcher carries it out on its next recovery pass
+    /// (`Dispatcher::recover_every`, or `Dispatcher::undo_requested`); `idem runs show`
+    /// then marks each undone call.
+    Undo {
+        /// The run id.
+        run_id: String,
+        /// The tenant the run acted for.
+        #[arg(long)]
+        tenant: String,
+        #[command(flatten)]
+        identity: super::Identity,
+        /// Do not ask for confirmation.
+        #[arg(long, short)]
+        yes: bool,
+    },
 }
 
 pub async fn runs(args: RunsArgs) -> Result<(), Failure> {
-    let RunsCommand::Show { run_id, tenant } = args.command;
+    let (run_id, tenant) = match args.command {
+        RunsCommand::Show { run_id, tenant } => (run_id, tenant),
+        RunsCommand::Undo {
+            run_id,
+            tenant,
+            identity,
+            yes,
+        } => return undo(&args.store, &run_id, &tenant, &identity, yes).await,
+    };
     let op = args.store.open().await?;
     let account = run_account(&*op.store, &tenant, &run_id)
         .await
@@ -63,7 +87,7 @@ pub async fn runs(args: RunsArgs) -> Result<(), Failure> {
                 c.class.map(|k| k.as_str().to_owned()).unwrap_or_default(),
                 c.attempts.map(|n| n.to_string()).unwrap_or_default(),
                 c.outcome.name().to_owned(),
-                clip(&detail(&c.outcome), 100),
+                clip(&row_detail(c), 100),
             ]
         })
         .collect();
@@ -82,6 +106,43 @@ pub async fn runs(args: RunsArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Ask for a run to be undone, as `identity`.
+async fn undo(
+    store: &StoreArgs,
+    run_id: &str,
+    tenant: &str,
+    identity: &super::Identity,
+    yes: bool,
+) -> Result<(), Failure> {
+    let who = identity.required()?;
+    let op = store.open().await?;
+    super::confirm(
+        yes,
+        &format!(
+            "Have run `{run_id}` of tenant {tenant} undone: its applied calls of tools that declare an undo, newest first. Recorded as asked by {who}."
+        ),
+    )?;
+    idem_registry::dispatch::request_undo(&*op.store, tenant, run_id, &who)
+        .await
+        .map_err(|e| Failure::store(&op.name, e))?;
+    say(&format!(
+        "asked for run `{run_id}` of {tenant} to be undone, by {who}: the agent's dispatcher undoes it on its next recovery pass; `idem runs show {run_id} --tenant {tenant}` marks each undone call"
+    ));
+    Ok(())
+}
+
+/// What a person reads beside a call: its outcome's detail, a person's decision, its undo.
+fn row_detail(c: &idem_registry::dispatch::AccountEntry) -> String {
+    let mut said = detail(&c.outcome);
+    if let Some(d) = &c.decided {
+        said = format!("{said}; decided by {}: {}", d.by, d.said);
+    }
+    if let Some(undone) = &c.undo {
+        said = format!("{said}; its undo: {undone}");
+    }
+    said.trim_start_matches("; ").to_owned()
+}
+
 /// What a person reads beside an outcome.
 fn detail(outcome: &CallOutcome) -> String {
     match outcome {
@@ -98,6 +159,7 @@ fn detail(outcome: &CallOutcome) -> String {
             format!("{why} (a person must settle it: idem records)")
         }
         CallOutcome::PendingApproval => "waiting for a person: idem approvals".into(),
+        CallOutcome::Escalated { why, .. } => format!("{why} (sent to a person: idem cases)"),
         CallOutcome::Compensated { undone, .. } => format!("undone: {}", undone.join(", ")),
         CallOutcome::Unrecognized => "written by a newer idem: update idem to read it".into(),
         _ => String::new(),

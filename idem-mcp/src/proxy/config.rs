@@ -27,10 +27,11 @@ pub const DEFAULT_TENANT: &str = "local";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The keys of a `[tools.<name>]` table that go to the tool's [`ToolSpec`].
-const SPEC_KEYS: [&str; 15] = [
+const SPEC_KEYS: [&str; 16] = [
     "class",
     "limits",
     "after",
+    "escalate",
     "description",
     "natural_key",
     "ttl_secs",

@@ -62,6 +62,14 @@ pub enum CallOutcome {
     },
     /// Waiting for a person's approval; nothing ran.
     PendingApproval,
+    /// Sent to a person ([`ToolBuilder::escalate`](crate::ToolBuilder::escalate)), who
+    /// decides what became of it (see the entry's `decided`).
+    Escalated {
+        /// Since when (the store's clock).
+        since: Timestamp,
+        /// How it ended and why.
+        why: String,
+    },
     /// A later step failed for good and the completed ones were undone.
     Compensated {
         /// The steps undone, in the order they were.
@@ -87,6 +95,7 @@ impl CallOutcome {
             CallOutcome::Refused { .. } => "refused",
             CallOutcome::Unknown { .. } => "unknown",
             CallOutcome::PendingApproval => "pending_approval",
+            CallOutcome::Escalated { .. } => "escalated",
             CallOutcome::Compensated { .. } => "compensated",
             CallOutcome::InProgress => "in_progress",
             CallOutcome::Unrecognized => "unrecognized",
@@ -97,7 +106,10 @@ impl CallOutcome {
     fn unsettled(&self) -> bool {
         matches!(
             self,
-            CallOutcome::Unknown { .. } | CallOutcome::PendingApproval | CallOutcome::InProgress
+            CallOutcome::Unknown { .. }
+                | CallOutcome::PendingApproval
+                | CallOutcome::InProgress
+                | CallOutcome::Escalated { .. }
         )
     }
 
@@ -126,6 +138,10 @@ impl CallOutcome {
                 retry_after: *retry_after,
                 why: reason.clone(),
             },
+            Err(DispatchError::Escalated { since, case, .. }) => CallOutcome::Escalated {
+                since: *since,
+                why: case.summary(),
+            },
             Err(DispatchError::ApprovalRequired { .. }) => CallOutcome::PendingApproval,
             Err(DispatchError::InProgress { .. }) => CallOutcome::InProgress,
             Err(e) => CallOutcome::Refused { why: e.to_string() },
@@ -151,11 +167,19 @@ impl CallOutcome {
                     why: error.message().to_owned(),
                 },
             },
-            RecordState::Unknown { since, last_error } => CallOutcome::Unknown {
-                since: *since,
-                retry_after: None,
-                why: last_error.clone(),
-            },
+            RecordState::Unknown { since, last_error } => {
+                match super::escalate::Escalation::of_recorded(last_error) {
+                    Some(case) => CallOutcome::Escalated {
+                        since: *since,
+                        why: case.summary(),
+                    },
+                    None => CallOutcome::Unknown {
+                        since: *since,
+                        retry_after: None,
+                        why: last_error.clone(),
+                    },
+                }
+            }
             RecordState::InProgress { .. } => CallOutcome::InProgress,
         }
     }
@@ -223,6 +247,14 @@ pub struct AccountEntry {
     /// dispatches (`Dispatcher::recover`) are not counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,
+    /// A person's decision on the call, if it was sent to one (`Dispatcher::cases`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided: Option<super::cases::CaseDecided>,
+    /// What became of the call's undo, once its run was undone (`undone`, `failed`,
+    /// `unknown`, `escalated`, `in_progress`): read from the undo's own entry
+    /// (`<tool>.undo`), never written with the call's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo: Option<String>,
     /// What became of the call.
     #[serde(flatten)]
     pub outcome: CallOutcome,
@@ -255,17 +287,16 @@ impl RunAccount {
         counts
     }
 
-    /// The calls that need a person: Unknown with no verify hook to settle them, or waiting
-    /// for an approval.
+    /// The calls that need a person: Unknown with no verify hook to settle them, waiting
+    /// for an approval, or sent to a person who has not decided yet.
     pub fn needing_a_person(&self) -> impl Iterator<Item = &AccountEntry> {
-        self.calls.iter().filter(|c| {
-            matches!(
-                c.outcome,
-                CallOutcome::Unknown {
-                    retry_after: None,
-                    ..
-                } | CallOutcome::PendingApproval
-            )
+        self.calls.iter().filter(|c| match c.outcome {
+            CallOutcome::Unknown {
+                retry_after: None, ..
+            }
+            | CallOutcome::PendingApproval => true,
+            CallOutcome::Escalated { .. } => c.decided.is_none(),
+            _ => false,
         })
     }
 }
@@ -293,6 +324,7 @@ impl fmt::Display for RunAccount {
                     write!(f, ": undone {}", undone.join(", "))?
                 }
                 CallOutcome::PendingApproval => write!(f, ": waiting for a person")?,
+                CallOutcome::Escalated { why, .. } => write!(f, ": {why} (sent to a person)")?,
                 CallOutcome::Unrecognized => write!(f, ": written by a newer idem")?,
                 _ => {}
             }
@@ -301,6 +333,12 @@ impl fmt::Display for RunAccount {
                 (Some(class), None) => write!(f, " ({class})")?,
                 (None, Some(n)) => write!(f, " ({})", Attempts(n))?,
                 (None, None) => {}
+            }
+            if let Some(d) = &c.decided {
+                write!(f, "; decided by {}: {} ({})", d.by, d.decision, d.said)?;
+            }
+            if let Some(undone) = &c.undo {
+                write!(f, "; its undo: {undone}")?;
             }
             writeln!(f)?;
         }
@@ -375,6 +413,8 @@ impl Dispatcher {
             key,
             record: record.cloned(),
             attempts: attempts(result),
+            decided: None,
+            undo: None,
             outcome: CallOutcome::of(result),
         };
         let text = match serde_json::to_string(&entry) {
@@ -451,7 +491,8 @@ pub async fn run_account(
         // one call: its latest word, unless that is a replay of its own outcome; the body ran
         // as often as all its dispatches ran it.
         let same = calls.iter_mut().find(|c: &&mut AccountEntry| {
-            entry.call_id.is_some() && c.call_id == entry.call_id && c.tool == entry.tool
+            (entry.call_id.is_some() && c.call_id == entry.call_id && c.tool == entry.tool)
+                || (entry.decided.is_some() && entry.record.is_some() && c.record == entry.record)
         });
         if let Some(earlier) = same {
             earlier.attempts = match (earlier.attempts, entry.attempts) {
@@ -459,6 +500,7 @@ pub async fn run_account(
                 _ => None,
             };
             earlier.class = entry.class.or(earlier.class);
+            earlier.decided = entry.decided.or(earlier.decided.take());
             if entry.outcome != CallOutcome::Replayed || earlier.outcome.unsettled() {
                 earlier.outcome = entry.outcome;
                 earlier.at = entry.at;
@@ -476,11 +518,42 @@ pub async fn run_account(
             entry.outcome = now_outcome(store, key, entry.outcome.clone()).await?;
         }
     }
+    mark_undone(&mut calls);
     Ok(RunAccount {
         tenant: tenant.to_owned(),
         run_id: run_id.to_owned(),
         calls,
     })
+}
+
+/// Mark each call whose run undid it with what became of its undo (the undo's entry, tool
+/// `<tool>.undo`, names the call it undid by its call id, or its record key's hash).
+fn mark_undone(calls: &mut [AccountEntry]) {
+    let undos: Vec<(String, String, &'static str)> = calls
+        .iter()
+        .filter_map(|u| {
+            let tool = u.tool.strip_suffix(crate::tool::UNDO_TOOL_SUFFIX)?;
+            let undid = u.call_id.as_deref()?.strip_prefix("undo:")?;
+            let how = match &u.outcome {
+                CallOutcome::Applied | CallOutcome::Replayed => "undone",
+                CallOutcome::Refused { .. } => "failed",
+                other => other.name(),
+            };
+            Some((tool.to_owned(), undid.to_owned(), how))
+        })
+        .collect();
+    for (tool, undid, how) in undos {
+        let undone = calls.iter_mut().find(|c| {
+            c.tool == tool
+                && (c.call_id.as_deref() == Some(undid.as_str())
+                    || c.record
+                        .as_ref()
+                        .is_some_and(|r| super::key_hash(r) == undid))
+        });
+        if let Some(c) = undone {
+            c.undo = Some(how.to_owned());
+        }
+    }
 }
 
 /// What the store says now of a call whose outcome was `then`.

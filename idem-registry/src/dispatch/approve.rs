@@ -10,10 +10,11 @@ use idem_core::{Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, can
 use serde_json::Value;
 
 use super::call::{Dispatched, ToolCall};
+use super::claim::replay;
 use super::error::{DispatchError, store_error};
 use super::key::Keyed;
 use super::observe::EventKind;
-use super::{Dispatcher, arguments, decide, replay};
+use super::{Dispatcher, arguments, decide};
 use crate::approval::{Approval, ApprovalRefusal, ApprovalRequest, Binding};
 use crate::run::RunContext;
 use crate::tool::ToolDef;

@@ -134,6 +134,12 @@ impl Dispatcher {
                     return call.replay(outcome, differ).map(Claimed::Settled);
                 }
                 RecordState::Unknown { since, last_error } => {
+                    // A call sent to a person is theirs to settle: no hook is asked.
+                    if let Some(case) = super::escalate::Escalation::of_recorded(&last_error) {
+                        let key = call.downstream.clone();
+                        let tool = tool.name.to_string();
+                        return Err(super::escalate::escalated(tool, key, since, case));
+                    }
                     // A record the handler of another version made is not settled by this
                     // version's hook: an operator resolves it (`idem_core::contract`).
                     if let Some(made) = &record.contract
@@ -322,5 +328,40 @@ impl Drop for PendingClaim {
                 }
             }
         });
+    }
+}
+
+/// Replay a recorded outcome.
+pub(super) fn replay(
+    tool: &crate::tool::ToolDef,
+    record_key: &idem_core::RecordKey,
+    downstream: &idem_core::IdempotencyKey,
+    outcome: idem_core::Outcome,
+) -> Result<Dispatched, DispatchError> {
+    match outcome {
+        idem_core::Outcome::Success(output_json) => {
+            let output = serde_json::from_str(&output_json).map_err(|e| DispatchError::Store {
+                tool: tool.name.to_string(),
+                error: StoreError::Corrupt {
+                    key: record_key.clone(),
+                    reason: format!("its recorded output is not JSON: {e}"),
+                },
+            })?;
+            Ok(Dispatched {
+                output,
+                output_json,
+                deduplicated: true,
+                differing_arguments: Vec::new(),
+                key: Some(downstream.clone()),
+                attempts: 0,
+                class: tool.class,
+            })
+        }
+        idem_core::Outcome::Failure(error) => Err(DispatchError::ToolFailed {
+            tool: tool.name.to_string(),
+            error,
+            attempts: 0,
+            deduplicated: true,
+        }),
     }
 }

@@ -154,6 +154,22 @@ pub enum DispatchError {
         /// or journaled steps make the effect partial): an operator must.
         retry_after: Option<Timestamp>,
     },
+    /// The call ended badly and its tool sends such a call to a person
+    /// ([`ToolBuilder::escalate`](crate::ToolBuilder::escalate)): it waits in the store as a
+    /// case, and every call under this key gets this answer until the person decides (to run
+    /// it again under this key, to say what happened, or to undo the run). Tell the model a
+    /// person has it; calling again changes nothing until then.
+    #[error("`{tool}` with key {key} was sent to a person ({}) since {}; nothing more runs until they decide", case.summary(), since.to_rfc3339())]
+    Escalated {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: IdempotencyKey,
+        /// When it was sent (store clock).
+        since: Timestamp,
+        /// What the person is shown. Boxed: the error stays small.
+        case: Box<super::escalate::Escalation>,
+    },
     /// This worker lost the key (its lease expired and another took over) before recording.
     #[error("`{tool}` with key {key}: this worker lost the key before recording its outcome")]
     Fenced {
@@ -270,6 +286,7 @@ impl DispatchError {
             DispatchError::KeyReused { .. } => "key_reused",
             DispatchError::InProgress { .. } => "in_progress",
             DispatchError::OutcomeUnknown { .. } => "outcome_unknown",
+            DispatchError::Escalated { .. } => "escalated",
             DispatchError::Fenced { .. } => "fenced",
             DispatchError::StoreUnavailable { .. } => "store_unavailable",
             DispatchError::Store { .. } => "store_error",

@@ -218,12 +218,37 @@ impl Dispatcher {
             // Only the tool's own steps are a partial effect (not the dispatcher's entries:
             // an approval, a precondition passed).
             let partial = super::tool_steps(&steps);
-            if decide::records_failure(error.kind(), call.approval.is_some(), partial) {
+            let recorded = decide::records_failure(error.kind(), call.approval.is_some(), partial);
+            let how = GiveBack::after(class, error.kind(), partial, error.message());
+            // A call that failed for good, or whose outcome is not known, waits for a person
+            // if its tool says so.
+            if let Some(escalate) = tool.escalate {
+                let sent = match &how {
+                    GiveBack::Unknown(reason) if !recorded && escalate.unknown() => Some((
+                        super::escalate::EscalationKind::Unknown,
+                        ToolError::new(idem_core::ErrorKind::Ambiguous, reason),
+                    )),
+                    GiveBack::Unknown(_) if !recorded => None,
+                    _ if escalate.failures() => {
+                        Some((super::escalate::EscalationKind::Failure, error.clone()))
+                    }
+                    _ => None,
+                };
+                if let Some((kind, sent)) = sent {
+                    let sent = match error.details() {
+                        Some(details) if sent.details().is_none() => {
+                            sent.with_details(details.clone())
+                        }
+                        _ => sent,
+                    };
+                    return Box::pin(self.escalate(call, hold, kind, sent, attempt, watch)).await;
+                }
+            }
+            if recorded {
                 return self
                     .record_failure(call, hold, ttl, error, attempt, watch)
                     .await;
             }
-            let how = GiveBack::after(class, error.kind(), partial, error.message());
             let since = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
             hold.give_back(&how)
                 .await

@@ -28,11 +28,13 @@ mod arguments;
 mod authorize;
 mod body;
 mod call;
+mod cases;
 mod claim;
 mod compensate;
 mod decide;
 mod desk;
 mod error;
+mod escalate;
 mod execute;
 mod guard;
 mod key;
@@ -41,6 +43,7 @@ mod limits;
 mod metrics;
 mod observe;
 mod recover;
+mod undo_requests;
 mod undo_run;
 mod verify;
 mod wait;
@@ -62,12 +65,15 @@ pub use account::{AccountEntry, CallOutcome, DEFAULT_ACCOUNT_RETENTION, RunAccou
 pub use approve::APPROVAL_STEP;
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, ResendWindow, ToolCall};
+pub use cases::{Case, CaseDecided, CaseDecision, CaseDesk, CaseError};
 pub use compensate::{COMPENSATING_STEP, UNDO_PREFIX, undone_steps};
 pub use desk::{ApprovalDesk, DecisionError};
 pub use error::{DispatchError, SetupError};
+pub use escalate::{AppliedBefore, Escalation, EscalationKind, MAX_APPLIED_SHOWN};
 pub use key::KeySource;
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
 pub use recover::{Recovered, RecoveryAction, RecoveryOptions, RecoveryReport, Unrecoverable};
+pub use undo_requests::{UndoRequest, request as request_undo, undo_requests};
 pub use undo_run::{RunUndo, UndoOutcome, UndoRunError, UndoneCall};
 
 use crate::approval::ApprovalKeys;
@@ -358,6 +364,7 @@ impl Dispatcher {
         let call = KeyedCall {
             tool,
             run,
+            call_id: call.call_id.as_deref(),
             args,
             record_key,
             downstream,
@@ -468,6 +475,8 @@ impl Dispatcher {
 struct KeyedCall<'a> {
     tool: &'a ToolDef,
     run: &'a RunContext,
+    /// The provider's call id, if the call has one (a case sent to a person names it).
+    call_id: Option<&'a str>,
     args: Cow<'a, Value>,
     record_key: RecordKey,
     downstream: IdempotencyKey,
@@ -497,7 +506,7 @@ impl KeyedCall<'_> {
         outcome: Outcome,
         differing: Vec<String>,
     ) -> Result<Dispatched, DispatchError> {
-        let mut replayed = replay(self.tool, &self.record_key, &self.downstream, outcome)?;
+        let mut replayed = claim::replay(self.tool, &self.record_key, &self.downstream, outcome)?;
         replayed.differing_arguments = differing;
         Ok(replayed)
     }
@@ -559,39 +568,4 @@ fn tool_steps(steps: &[idem_core::JournalEntry]) -> bool {
     steps
         .iter()
         .any(|s| !s.step.starts_with(crate::context::RESERVED_STEP_PREFIX))
-}
-
-/// Replay a recorded outcome.
-fn replay(
-    tool: &ToolDef,
-    record_key: &RecordKey,
-    downstream: &IdempotencyKey,
-    outcome: Outcome,
-) -> Result<Dispatched, DispatchError> {
-    match outcome {
-        Outcome::Success(output_json) => {
-            let output = serde_json::from_str(&output_json).map_err(|e| DispatchError::Store {
-                tool: tool.name.to_string(),
-                error: StoreError::Corrupt {
-                    key: record_key.clone(),
-                    reason: format!("its recorded output is not JSON: {e}"),
-                },
-            })?;
-            Ok(Dispatched {
-                output,
-                output_json,
-                deduplicated: true,
-                differing_arguments: Vec::new(),
-                key: Some(downstream.clone()),
-                attempts: 0,
-                class: tool.class,
-            })
-        }
-        Outcome::Failure(error) => Err(DispatchError::ToolFailed {
-            tool: tool.name.to_string(),
-            error,
-            attempts: 0,
-            deduplicated: true,
-        }),
-    }
 }

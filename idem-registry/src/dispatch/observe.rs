@@ -433,7 +433,9 @@ impl Watch<'_> {
                     DispatchError::ToolFailed { attempts, .. } => EventKind::Failed {
                         attempts: *attempts,
                     },
-                    DispatchError::OutcomeUnknown { .. } => EventKind::Unknown,
+                    DispatchError::OutcomeUnknown { .. } | DispatchError::Escalated { .. } => {
+                        EventKind::Unknown
+                    }
                     DispatchError::Fenced { .. } => EventKind::Fenced,
                     e => EventKind::Refused { code: e.code() },
                 },

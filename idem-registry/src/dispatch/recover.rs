@@ -166,6 +166,10 @@ pub enum Unrecoverable {
     /// The tool is a `read` now and the record has no contract saying what it was made as.
     #[error("the tool records nothing now and the record does not say what it was made as")]
     NotRecorded,
+    /// The call was sent to a person ([`ToolBuilder::escalate`](crate::ToolBuilder::escalate)):
+    /// their decision settles it.
+    #[error("it was sent to a person, whose decision settles it (`idem cases`)")]
+    Escalated,
     /// The verify hook failed, or the store did.
     #[error("{0}")]
     Failed(String),
@@ -304,6 +308,11 @@ impl Dispatcher {
             None => current.reconcile(&current),
         };
         let reported = |why| Some(RecoveryAction::Reported(why));
+        if let RecordState::Unknown { last_error, .. } = &record.state
+            && UnknownCause::of(last_error).case().is_some()
+        {
+            return reported(Unrecoverable::Escalated);
+        }
         let policy = &tool.policy;
         let (state, since, last_error) = match &record.state {
             RecordState::Completed { .. } => (decide::Found::Completed, None, ""),
@@ -563,6 +572,7 @@ impl Prepared {
         KeyedCall {
             tool,
             run,
+            call_id: None,
             args: std::borrow::Cow::Borrowed(&self.args),
             record_key: record.key.clone(),
             downstream: self.downstream.clone(),

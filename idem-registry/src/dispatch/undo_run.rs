@@ -318,6 +318,7 @@ impl Dispatcher {
         let keyed = KeyedCall {
             tool: &def,
             run: &run,
+            call_id: account_call.call_id.as_deref(),
             args: Cow::Owned(args),
             record_key: record_key.clone(),
             downstream,
@@ -443,6 +444,8 @@ fn undo_tool(tool: &ToolDef, undo: &Undoer, applied: AppliedCall) -> ToolDef {
     def.compensate = None;
     def.undo = None;
     def.on_failure_undo = None;
+    // An undo that fails or whose outcome is not known waits for a person, never silent.
+    def.escalate = Some(crate::tool::Escalate::FailuresAndUnknown);
     def.contract = Arc::default();
     def.validator = Arc::default();
     def
@@ -455,6 +458,15 @@ fn outcome_of(result: Result<Dispatched, DispatchError>) -> UndoOutcome {
             replayed: d.deduplicated,
         },
         Err(DispatchError::OutcomeUnknown { reason, .. }) => UndoOutcome::Unknown { why: reason },
+        // An undo that ended badly waits for a person (`undo_tool` escalates both).
+        Err(DispatchError::Escalated { case, .. }) => match case.kind {
+            super::escalate::EscalationKind::Failure => UndoOutcome::Failed {
+                why: case.error.message().to_owned(),
+            },
+            _ => UndoOutcome::Unknown {
+                why: case.error.message().to_owned(),
+            },
+        },
         Err(DispatchError::InProgress { .. }) => UndoOutcome::InProgress,
         Err(DispatchError::ToolFailed { error, .. }) => UndoOutcome::Failed {
             why: error.message().to_owned(),

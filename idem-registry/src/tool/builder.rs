@@ -75,6 +75,7 @@ impl ToolDef {
             compensate: None,
             undo: None,
             on_failure_undo: None,
+            escalate: None,
         }
     }
 }
@@ -104,6 +105,7 @@ pub struct ToolBuilder {
     compensate: Option<Compensator>,
     undo: Option<super::Undoer>,
     on_failure_undo: Option<crate::tool::UndoOptions>,
+    escalate: Option<crate::tool::Escalate>,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -559,6 +561,7 @@ impl ToolBuilder {
             compensate: self.compensate,
             undo: self.undo,
             on_failure_undo: self.on_failure_undo,
+            escalate: self.escalate,
             location: self.location,
             version: self.version,
             contract: Arc::default(),

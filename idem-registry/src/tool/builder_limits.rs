@@ -61,6 +61,7 @@ impl ToolBuilder {
             ("precondition", self.precondition.is_some()),
             ("compensate", self.compensate.is_some()),
             ("undo", self.undo.is_some()),
+            ("escalate", self.escalate.is_some()),
         ];
         if !class.records()
             && let Some((control, _)) = writes_only.iter().find(|(_, set)| *set)

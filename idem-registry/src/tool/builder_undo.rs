@@ -81,3 +81,34 @@ impl ToolBuilder {
         self
     }
 }
+
+impl ToolBuilder {
+    /// Send this tool's calls that end badly to a person, as `which` says
+    /// ([`Escalate`](crate::tool::Escalate)): such a call waits in the store as a case (its
+    /// error, its run, what the run applied before it) that `idem cases`, the inbox, the run's
+    /// account and [`Dispatcher::cases`](crate::Dispatcher::cases) list; every call under its
+    /// key is answered `escalated` until the person decides to run it again under the same
+    /// key, to say what happened (the answer then replayed), or to undo the run. A `read`
+    /// keeps nothing to decide on: the build is refused, naming the tool.
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use idem::tool::Escalate;
+    /// use idem::{ToolContext, ToolDef};
+    /// use idem_core::{ToolClass, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let capture = ToolDef::builder("capture", ToolClass::NonIdempotentWrite)
+    ///     .description("Capture a reserved amount.")
+    ///     .input_schema(json!({"type": "object"}))
+    ///     .handler(|_: ToolContext, _: Value| async move { Err::<Value, _>(ToolError::terminal("card declined")) })
+    ///     .escalate(Escalate::Failures)
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = capture;
+    /// ```
+    pub fn escalate(mut self, which: crate::tool::Escalate) -> Self {
+        self.escalate = Some(which);
+        self
+    }
+}

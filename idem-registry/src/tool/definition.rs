@@ -174,6 +174,9 @@ pub struct ToolDef {
     /// Which of the run's applied calls are undone when a call of the tool fails for good
     /// ([`ToolBuilder::on_failure_undo_run`](crate::ToolBuilder::on_failure_undo_run)).
     pub(crate) on_failure_undo: Option<crate::tool::UndoOptions>,
+    /// Which calls that end badly are sent to a person
+    /// ([`ToolBuilder::escalate`](crate::ToolBuilder::escalate), `dispatch/escalate.rs`).
+    pub(crate) escalate: Option<crate::tool::Escalate>,
     pub(crate) location: Option<Location>,
     /// The handler's version (`#[tool(version = "...")]`, [`ToolBuilder::version`](crate::ToolBuilder::version)).
     pub(crate) version: Cow<'static, str>,
@@ -319,5 +322,11 @@ impl ToolDef {
     /// ([`Dispatcher::undo_run`](crate::Dispatcher::undo_run)).
     pub fn has_undo(&self) -> bool {
         self.undo.is_some()
+    }
+
+    /// Which of its calls that end badly go to a person
+    /// ([`ToolBuilder::escalate`](crate::ToolBuilder::escalate)); `None`: none.
+    pub fn escalates(&self) -> Option<crate::tool::Escalate> {
+        self.escalate
     }
 }

@@ -7,6 +7,7 @@
 //! - `spec`: [`ToolSpec`], a definition read from data;
 //! - `controls`: what a tool layers around dedupe, read from the call: authorization and
 //!   approval ([`Rule`]s or functions), its precondition, its compensation ([`Undo`]);
+//! - `escalate`: which calls that end badly go to a person ([`Escalate`]);
 //! - `policy`: [`ToolPolicy`] and its one check, [`ToolPolicy::check`], which every way of
 //!   defining a tool goes through;
 //! - `name`: the rule every tool name follows;
@@ -19,6 +20,7 @@ mod arguments;
 mod builder;
 mod controls;
 mod definition;
+mod escalate;
 mod limits;
 mod name;
 mod policy;
@@ -34,6 +36,7 @@ pub use definition::{
     BoxFuture, Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, ToolRules,
     TypedArguments, Verified, Verifier,
 };
+pub use escalate::Escalate;
 pub use limits::{After, Exceeded, Limit, Per};
 pub use name::check_name;
 pub use policy::{

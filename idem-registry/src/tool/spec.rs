@@ -157,6 +157,10 @@ pub struct ToolSpec {
     /// `{"tool": "drop_database", "then": "ask"}`.
     #[serde(default)]
     pub after: Vec<super::After>,
+    /// Which calls that end badly are sent to a person ([`Escalate`](super::Escalate)), as
+    /// [`ToolBuilder::escalate`]: `"failures"`, `"unknown"` or `"failures_and_unknown"`.
+    #[serde(default)]
+    pub escalate: Option<super::Escalate>,
 }
 
 impl<'de> Deserialize<'de> for ToolSpec {
@@ -304,6 +308,9 @@ impl ToolSpec {
         }
         for rule in self.after {
             builder = builder.after(rule);
+        }
+        if let Some(which) = self.escalate {
+            builder = builder.escalate(which);
         }
         if let Some(version) = self.version {
             builder = builder.version(version);

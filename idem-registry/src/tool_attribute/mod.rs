@@ -17,6 +17,8 @@
 mod body;
 mod proofs;
 
+/// Which calls that end badly go to a person, for `escalate = "..."`.
+pub use crate::tool::Escalate;
 use std::sync::{Arc, OnceLock};
 
 use idem_core::ToolError;
@@ -102,6 +104,8 @@ pub enum Setting {
     Compensate(fn(ToolContext, crate::tool::Undo) -> BoxFuture<'static, Result<(), ToolError>>),
     /// `limits`, the function naming the tool's limits across a run's calls.
     Limits(fn() -> Vec<crate::tool::Limit>),
+    /// `escalate = "failures"`, which calls that end badly go to a person.
+    Escalate(crate::tool::Escalate),
 }
 
 /// One tool's schemas, built on first use.
@@ -176,6 +180,7 @@ impl Declaration {
                     }
                 }
                 Setting::Compensate(undo) => builder = builder.compensate(undo),
+                Setting::Escalate(which) => builder = builder.escalate(which),
             }
         }
         builder

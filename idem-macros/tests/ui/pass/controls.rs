@@ -43,7 +43,8 @@ fn refund_limits() -> Vec<idem::tool::Limit> {
     approve_when = large,
     precondition = not_refunded_yet,
     compensate = take_back,
-    limits = refund_limits
+    limits = refund_limits,
+    escalate = "failures_and_unknown"
 )]
 async fn refund(customer_id: String, amount: u64) -> Result<String, ToolError> {
     Ok(format!("{amount} to {customer_id}"))
@@ -53,4 +54,5 @@ fn main() {
     let def = Registry::linked().unwrap().get("refund").unwrap().clone();
     assert!(def.may_need_approval() && def.has_precondition() && def.has_compensation());
     assert_eq!(def.rules().limits, refund_limits());
+    assert_eq!(def.escalates(), Some(idem::tool::Escalate::FailuresAndUnknown));
 }
