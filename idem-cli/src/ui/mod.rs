@@ -1,6 +1,7 @@
 //! `idem ui`: the approval inbox, server-rendered HTML without JavaScript. Pending approvals
 //! with their exact arguments (secrets sealed) and approve / deny / approve-edited forms;
-//! unknown records with resolve and release; a stats header.
+//! calls sent to a person (cases) with run again / resolve / undo the run; unknown records
+//! with resolve and release; a stats header.
 //!
 //! Access: a token, given once on the login page (the browser then holds an HttpOnly,
 //! SameSite=Strict session cookie) or as `Authorization: Bearer` by a script. Either one
@@ -31,6 +32,7 @@ use crate::exit::{Exit, Failure};
 use crate::operate::Operator;
 
 mod call;
+mod cases;
 mod decide;
 mod page;
 mod session;
@@ -120,6 +122,7 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
         .route("/deny", post(deny))
         .route("/resolve", post(resolve))
         .route("/release", post(release))
+        .route(cases::PATH, post(cases::decide))
         .layer(axum::middleware::map_response(guarded))
         .with_state(inbox);
     let listener = tokio::net::TcpListener::bind(args.listen)

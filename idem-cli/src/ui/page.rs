@@ -161,18 +161,25 @@ pub(super) async fn render(
             &|_| {},
         )
         .await?;
+    // A call sent to a person is listed as a case, not as an unknown outcome.
+    let cases: Vec<idem_registry::dispatch::Case> = open
+        .iter()
+        .filter_map(idem_registry::dispatch::Case::of_record)
+        .collect();
     let unknown: Vec<&idem_core::Record> = open
         .iter()
         .filter(|r| matches!(r.state, RecordState::Unknown { .. }))
+        .filter(|r| !cases.iter().any(|c| c.record == r.key))
         .collect();
     let csrf = esc(csrf);
     let mut body = String::new();
     let _ = write!(
         body,
-        "<header><h1>idem inbox</h1><span class=stat id=stat-pending><b>{}</b> pending approvals</span><span class=stat id=stat-unknown><b>{}</b> unknown</span><span class=stat><b>{}</b> in progress</span><span class=muted>{} · you are <b>{}</b></span><form method=post action=\"/logout\" style=\"margin-left:auto\"><input type=hidden name=csrf value=\"{csrf}\"><button type=submit>Sign out</button></form></header><main>",
+        "<header><h1>idem inbox</h1><span class=stat id=stat-pending><b>{}</b> pending approvals</span><span class=stat id=stat-cases><b>{}</b> sent to a person</span><span class=stat id=stat-unknown><b>{}</b> unknown</span><span class=stat><b>{}</b> in progress</span><span class=muted>{} · you are <b>{}</b></span><form method=post action=\"/logout\" style=\"margin-left:auto\"><input type=hidden name=csrf value=\"{csrf}\"><button type=submit>Sign out</button></form></header><main>",
         pending.len(),
+        cases.len(),
         unknown.len(),
-        open.len() - unknown.len(),
+        open.len() - unknown.len() - cases.len(),
         esc(&op.name),
         esc(who)
     );
@@ -211,6 +218,8 @@ pub(super) async fn render(
         body.push_str("</table>");
         more(&mut body, pending.len(), "idem approvals list");
     }
+    super::cases::table(&mut body, &cases, now, &csrf, SHOWN_ROWS);
+    more(&mut body, cases.len(), "idem cases list");
     body.push_str("<h2>Unknown outcomes</h2>");
     if unknown.is_empty() {
         body.push_str("<p class=empty id=no-unknown>No call has an unknown outcome.</p>");

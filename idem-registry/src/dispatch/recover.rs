@@ -254,7 +254,9 @@ impl Dispatcher {
 
     /// Recovery passes every `every`, for as long as the future is polled: spawn it in a
     /// service. Each reported record is logged (a warning) with why; a pass that cannot list
-    /// the records is logged and the next one tried.
+    /// the records is logged and the next one tried. Each pass also carries out the run
+    /// undos people asked for from the command line or the inbox
+    /// ([`Dispatcher::undo_requested`]).
     ///
     /// ```no_run
     /// # mod idem { pub use idem_registry::*; }
@@ -282,6 +284,22 @@ impl Dispatcher {
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "a recovery pass could not list the records"),
+            }
+            // The run undos people asked for where the tools are not (`undo_requests.rs`).
+            match self.undo_requested().await {
+                Ok(done) => {
+                    for (request, result) in done {
+                        match result {
+                            Ok(undo) => {
+                                tracing::info!(tenant = %request.tenant, run = %request.run_id, by = %request.by, "{undo}")
+                            }
+                            Err(e) => {
+                                tracing::warn!(tenant = %request.tenant, run = %request.run_id, "a run undo asked for could not be carried out: {e}")
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "the run undos asked for could not be read"),
             }
         }
     }

@@ -107,8 +107,8 @@ pub struct RunUndo {
     pub run_id: String,
     /// The applied calls it undid or tried to, newest first.
     pub calls: Vec<UndoneCall>,
-    /// Applied calls of writes that declare no undo (their effect stays), by tool, newest
-    /// first.
+    /// Applied calls of writes that declare no undo, or of tools this dispatcher does not
+    /// have (their effect stays), newest first.
     pub skipped: Vec<AccountEntry>,
 }
 
@@ -204,10 +204,16 @@ impl Dispatcher {
         };
         let mut stopped = false;
         for entry in account.calls.iter().rev() {
-            if entry.outcome != CallOutcome::Applied || !options.includes(&entry.tool) {
+            // An undo is not undone (`<tool>.undo`: its own entries of the account).
+            if entry.outcome != CallOutcome::Applied
+                || !options.includes(&entry.tool)
+                || entry.tool.ends_with(UNDO_TOOL_SUFFIX)
+            {
                 continue;
             }
             let Some(tool) = self.registry.get(&entry.tool) else {
+                // A tool this dispatcher does not have: its effect stays, and is said.
+                report.skipped.push(entry.clone());
                 continue;
             };
             let (Some(undo), Some(record)) = (&tool.undo, &entry.record) else {
