@@ -93,6 +93,7 @@ impl Answer {
     ///     key: None,
     ///     attempts: 0,
     ///     class: ToolClass::IdempotentWrite,
+    ///     limits: Vec::new(),
     /// });
     /// let text: serde_json::Value = serde_json::from_str(&found.text()).unwrap();
     /// assert_eq!(text["output"], json!({"ticket": 7}));

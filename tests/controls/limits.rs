@@ -159,6 +159,49 @@ pub async fn a_replay_never_counts_twice_and_a_failure_gives_its_share_back(stor
     assert_eq!(world(&tenant).effects("refund").len(), 3);
 }
 
+/// Each call says where its limits stand, and the run's account shows what is used and left
+/// of each limit, call by call.
+pub async fn the_account_shows_each_limit_used_and_left(store: Arc<dyn Store>) {
+    let tenant = fresh_tenant("limits_account");
+    let d = shop(store, vec![Limit::calls("refunds per run", 3)])
+        .with_run_accounts(std::time::Duration::from_secs(3600));
+    let run = RunContext::new(tenant.as_str()).with_run("run-account", 1);
+    let first = d
+        .dispatch(&refund_call("call_a", "acct-1", 10), &run)
+        .await
+        .unwrap();
+    let used: Vec<(&str, u64, u64)> = first
+        .limits
+        .iter()
+        .map(|l| (l.limit.as_str(), l.used, l.left))
+        .collect();
+    assert_eq!(used, [("refunds per run", 1, 2)]);
+    let replay = d
+        .dispatch(&refund_call("call_a", "acct-1", 10), &run)
+        .await
+        .unwrap();
+    assert!(
+        replay.deduplicated && replay.limits.is_empty(),
+        "a replay takes no share"
+    );
+    d.dispatch(&refund_call("call_b", "acct-2", 10), &run)
+        .await
+        .unwrap();
+    let account = d.run_account(&tenant, "run-account").await.unwrap();
+    let stands: Vec<(&str, u64, u64)> = account
+        .limits()
+        .iter()
+        .map(|l| (l.limit.as_str(), l.used, l.left))
+        .collect();
+    assert_eq!(stands, [("refunds per run", 2, 1)]);
+    assert!(
+        account
+            .to_string()
+            .contains("limit `refunds per run`: 2 used, 1 left"),
+        "{account}"
+    );
+}
+
 /// A model re-planning in a loop: the same tool under new call ids and new arguments, stopped
 /// by the breaker after five calls in the run.
 pub async fn a_model_looping_on_one_tool_is_stopped_by_the_breaker(store: Arc<dyn Store>) {
@@ -256,6 +299,7 @@ pub async fn a_call_over_a_limit_that_asks_waits_for_a_person(store: Arc<dyn Sto
 }
 
 crate::on_every_store!(
+    the_account_shows_each_limit_used_and_left,
     workers_racing_for_the_last_unit_apply_exactly_the_limit,
     twenty_refunds_to_one_account_stop_at_the_destination_limit,
     a_replay_never_counts_twice_and_a_failure_gives_its_share_back,

@@ -20,7 +20,9 @@ pub struct RunsArgs {
 pub enum RunsCommand {
     /// Every call of one run, its class, how many times its body ran (blank: not known),
     /// and its outcome: answered (a read), applied, replayed, refused (why), unknown,
-    /// pending approval, compensated. Needs dispatchers that keep run accounts.
+    /// pending approval, compensated, sent to a person (and who decided what); which calls
+    /// the run's undo undid; where each limit stands. Needs dispatchers that keep run
+    /// accounts.
     Show {
         /// The run id (an MCP client's session is `session:<id>`).
         run_id: String,
@@ -102,6 +104,9 @@ pub async fn runs(args: RunsArgs) -> Result<(), Failure> {
         .into_iter()
         .map(|(n, c)| format!("{c} {n}"))
         .collect();
+    for l in account.limits() {
+        println!("limit `{}`: {} used, {} left", l.limit, l.used, l.left);
+    }
     println!("in all: {}", counts.join(", "));
     Ok(())
 }

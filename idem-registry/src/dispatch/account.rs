@@ -19,7 +19,6 @@
 //! reads with neither), and an outcome this idem does not know reads as
 //! [`CallOutcome::Unrecognized`] rather than dropping the call.
 
-use std::fmt;
 use std::time::Duration;
 
 use idem_core::store::approvals;
@@ -27,7 +26,7 @@ use idem_core::{Outcome, RecordKey, RecordState, StoreError, Timestamp, ToolClas
 use serde::{Deserialize, Serialize};
 
 use super::Dispatcher;
-use super::call::{Dispatched, ToolCall};
+use super::call::{Dispatched, LimitUse, ToolCall};
 use super::error::DispatchError;
 use crate::run::RunContext;
 
@@ -255,6 +254,9 @@ pub struct AccountEntry {
     /// (`<tool>.undo`), never written with the call's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undo: Option<String>,
+    /// Where the call's limits stood once it took its shares ([`LimitUse`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<LimitUse>,
     /// What became of the call.
     #[serde(flatten)]
     pub outcome: CallOutcome,
@@ -287,6 +289,19 @@ impl RunAccount {
         counts
     }
 
+    /// Where each limit the run's calls took a share of stands, by the latest call that took
+    /// one: its name, what is used and what is left.
+    pub fn limits(&self) -> Vec<&LimitUse> {
+        let mut latest: Vec<&LimitUse> = Vec::new();
+        for used in self.calls.iter().flat_map(|c| &c.limits) {
+            match latest.iter_mut().find(|l| l.limit == used.limit) {
+                Some(l) => *l = used,
+                None => latest.push(used),
+            }
+        }
+        latest
+    }
+
     /// The calls that need a person: Unknown with no verify hook to settle them, waiting
     /// for an approval, or sent to a person who has not decided yet.
     pub fn needing_a_person(&self) -> impl Iterator<Item = &AccountEntry> {
@@ -298,68 +313,6 @@ impl RunAccount {
             CallOutcome::Escalated { .. } => c.decided.is_none(),
             _ => false,
         })
-    }
-}
-
-/// The account as a model or a person reads it: one line per call, then a summary.
-impl fmt::Display for RunAccount {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "run `{}` ({} calls)", self.run_id, self.calls.len())?;
-        for (i, c) in self.calls.iter().enumerate() {
-            let id = c
-                .call_id
-                .as_deref()
-                .map(|i| format!(" [{i}]"))
-                .unwrap_or_default();
-            write!(f, "{}. {}{id}: {}", i + 1, c.tool, c.outcome.name())?;
-            match &c.outcome {
-                CallOutcome::Refused { why } => write!(f, ": {why}")?,
-                CallOutcome::Unknown {
-                    retry_after, why, ..
-                } => match retry_after {
-                    Some(at) => write!(f, ": {why} (may be settled from {})", at.to_rfc3339())?,
-                    None => write!(f, ": {why} (a person must settle it)")?,
-                },
-                CallOutcome::Compensated { undone, .. } => {
-                    write!(f, ": undone {}", undone.join(", "))?
-                }
-                CallOutcome::PendingApproval => write!(f, ": waiting for a person")?,
-                CallOutcome::Escalated { why, .. } => write!(f, ": {why} (sent to a person)")?,
-                CallOutcome::Unrecognized => write!(f, ": written by a newer idem")?,
-                _ => {}
-            }
-            match (c.class, c.attempts) {
-                (Some(class), Some(n)) => write!(f, " ({class}, {})", Attempts(n))?,
-                (Some(class), None) => write!(f, " ({class})")?,
-                (None, Some(n)) => write!(f, " ({})", Attempts(n))?,
-                (None, None) => {}
-            }
-            if let Some(d) = &c.decided {
-                write!(f, "; decided by {}: {} ({})", d.by, d.decision, d.said)?;
-            }
-            if let Some(undone) = &c.undo {
-                write!(f, "; its undo: {undone}")?;
-            }
-            writeln!(f)?;
-        }
-        let counts: Vec<String> = self
-            .counts()
-            .into_iter()
-            .map(|(n, c)| format!("{c} {n}"))
-            .collect();
-        write!(f, "in all: {}", counts.join(", "))
-    }
-}
-
-/// "1 attempt", "2 attempts".
-struct Attempts(u32);
-
-impl fmt::Display for Attempts {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            1 => f.write_str("1 attempt"),
-            n => write!(f, "{n} attempts"),
-        }
     }
 }
 
@@ -415,6 +368,10 @@ impl Dispatcher {
             attempts: attempts(result),
             decided: None,
             undo: None,
+            limits: match result {
+                Ok(d) => d.limits.clone(),
+                Err(_) => Vec::new(),
+            },
             outcome: CallOutcome::of(result),
         };
         let text = match serde_json::to_string(&entry) {
@@ -501,6 +458,9 @@ pub async fn run_account(
             };
             earlier.class = entry.class.or(earlier.class);
             earlier.decided = entry.decided.or(earlier.decided.take());
+            if !entry.limits.is_empty() {
+                earlier.limits = entry.limits;
+            }
             if entry.outcome != CallOutcome::Replayed || earlier.outcome.unsettled() {
                 earlier.outcome = entry.outcome;
                 earlier.at = entry.at;

@@ -153,6 +153,22 @@ pub struct Dispatched {
     pub attempts: u32,
     /// The tool's class.
     pub class: ToolClass,
+    /// Where the call's limits stood once it took its shares (empty for a tool without
+    /// limits, and for a replay, which takes none).
+    pub limits: Vec<LimitUse>,
+}
+
+/// Where one limit of a call stood once the call took its share: a host may tell the model
+/// what is left.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct LimitUse {
+    /// The limit's name.
+    pub limit: String,
+    /// What its budget's shares sum to, this call's included.
+    pub used: u64,
+    /// What is left of it.
+    pub left: u64,
 }
 
 impl Dispatched {
@@ -171,6 +187,7 @@ impl Dispatched {
     ///     key: None,
     ///     attempts: 0,
     ///     class: ToolClass::IdempotentWrite,
+    ///     limits: Vec::new(),
     /// };
     /// assert!(replayed.replay_note().unwrap().contains("/subject"));
     /// ```

@@ -321,6 +321,7 @@ impl<'a> CaseDesk<'a> {
             attempts: Some(0),
             decided: Some(decided.clone()),
             undo: None,
+            limits: Vec::new(),
             outcome,
         };
         let retention = self

@@ -355,6 +355,7 @@ pub(super) fn replay(
                 key: Some(downstream.clone()),
                 attempts: 0,
                 class: tool.class,
+                limits: Vec::new(),
             })
         }
         idem_core::Outcome::Failure(error) => Err(DispatchError::ToolFailed {

@@ -58,6 +58,7 @@ impl Dispatcher {
                         key: keyed.then_some(key),
                         attempts: attempt,
                         class: tool.class,
+                        limits: Vec::new(),
                     });
                 }
                 Err(e) => scrub_tool_error(tool, &args, e),
@@ -168,6 +169,7 @@ impl Dispatcher {
                         key: Some(call.downstream.clone()),
                         attempts: attempt,
                         class,
+                        limits: Vec::new(),
                     });
                 }
                 Err(error) => scrub_tool_error(tool, &call.args, error),

@@ -19,7 +19,7 @@ use idem_core::store::budgets::{self, Take, Taken};
 use idem_core::{Store, canonical_json};
 use serde_json::Value;
 
-use super::call::Dispatched;
+use super::call::{Dispatched, LimitUse};
 use super::decide::GiveBack;
 use super::error::DispatchError;
 use super::guard::WonClaim;
@@ -39,6 +39,8 @@ pub(super) struct Share {
     max: u64,
     window: Option<Duration>,
     exceeded: Exceeded,
+    /// The limit's name, for the account (`None`: a combination rule's share, not a limit).
+    name: Option<String>,
     /// The limit, in words, for a refusal: "the limit `refunds per run` (3 per run)".
     what: String,
 }
@@ -173,19 +175,29 @@ impl Dispatcher {
     ) -> Result<Dispatched, DispatchError> {
         let holder = call.record_key.as_str();
         let approved = call.approval.is_some();
-        if let Err(refused) = self.take_shares(call.tool, shares, holder, approved).await {
-            let how = GiveBack::abandoned(held.takeover, !held.steps.is_empty());
-            let hold = held.hold;
-            if let Err(e) = hold.give_back(&how).await {
-                tracing::warn!(error = %e, "could not give the claim back; its lease will expire");
+        let uses = match self.take_shares(call.tool, shares, holder, approved).await {
+            Ok(uses) => uses,
+            Err(refused) => {
+                let how = GiveBack::abandoned(held.takeover, !held.steps.is_empty());
+                let hold = held.hold;
+                if let Err(e) = hold.give_back(&how).await {
+                    tracing::warn!(error = %e, "could not give the claim back; its lease will expire");
+                }
+                return Err(refused);
             }
-            return Err(refused);
-        }
+        };
         let result = self.execute_held(call, held, typed, watch).await;
-        if let Err(DispatchError::ToolFailed { .. }) = &result {
-            self.give_shares_back(shares, holder).await;
+        match result {
+            Err(DispatchError::ToolFailed { .. }) => {
+                self.give_shares_back(shares, holder).await;
+                result
+            }
+            Ok(mut done) => {
+                done.limits = uses;
+                Ok(done)
+            }
+            result => result,
         }
-        result
     }
 
     /// The shares a call of `tool` takes: one per limit, and one of its run's "applied"
@@ -213,6 +225,7 @@ impl Dispatcher {
                 max: limit.max,
                 window: limit.window(),
                 exceeded: limit.exceeded,
+                name: Some(limit.name.clone()),
                 what: describe(limit),
             });
         }
@@ -224,6 +237,7 @@ impl Dispatcher {
                 max: u64::MAX,
                 window: None,
                 exceeded: Exceeded::Refuse,
+                name: None,
                 what: format!("the run's applied calls of `{}`", tool.name),
             });
         }
@@ -289,20 +303,30 @@ impl Dispatcher {
 
     /// Take every share of a call holding its key (`holder`: its record key). `approved`: a
     /// person approved the call, so a limit that asks is passed. On a refusal the shares
-    /// taken so far are given back.
+    /// taken so far are given back. Returns where each limit stood once taken.
     pub(super) async fn take_shares(
         &self,
         tool: &ToolDef,
         shares: &[Share],
         holder: &str,
         approved: bool,
-    ) -> Result<(), DispatchError> {
+    ) -> Result<Vec<LimitUse>, DispatchError> {
         let store: &dyn Store = self.store.as_ref();
+        let mut uses = Vec::new();
         for (i, share) in shares.iter().enumerate() {
             let may_exceed = approved && share.exceeded == Exceeded::Ask;
             let taken = budgets::take(store, &share.take(holder, may_exceed)).await;
             let refusal = match taken {
-                Ok(Taken::Granted { .. } | Taken::Held { .. }) => continue,
+                Ok(Taken::Granted { used, left } | Taken::Held { used, left }) => {
+                    if let Some(limit) = &share.name {
+                        uses.push(LimitUse {
+                            limit: limit.clone(),
+                            used,
+                            left,
+                        });
+                    }
+                    continue;
+                }
                 Ok(Taken::Exceeded { used, left }) => {
                     let mut why = share.refusal(used, left);
                     if share.exceeded == Exceeded::Ask {
@@ -320,7 +344,7 @@ impl Dispatcher {
             self.give_shares_back(&shares[..i], holder).await;
             return Err(refusal);
         }
-        Ok(())
+        Ok(uses)
     }
 
     /// Take the shares of a read, which has no record to dedupe it: each call counts.
@@ -328,9 +352,9 @@ impl Dispatcher {
         &self,
         tool: &ToolDef,
         shares: &[Share],
-    ) -> Result<(), DispatchError> {
+    ) -> Result<Vec<LimitUse>, DispatchError> {
         if shares.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let holder = super::key::unkeyed();
         self.take_shares(tool, shares, holder.as_str(), false).await

@@ -23,6 +23,7 @@
 //! body, and store layers (`idem_core::store::layer`) around the store.
 
 mod account;
+mod account_text;
 mod approve;
 mod arguments;
 mod authorize;
@@ -64,7 +65,7 @@ pub use crate::tool::{AppliedCall, UNDO_TOOL_SUFFIX, UndoOptions, Undoer};
 pub use account::{AccountEntry, CallOutcome, DEFAULT_ACCOUNT_RETENTION, RunAccount, run_account};
 pub use approve::APPROVAL_STEP;
 pub use body::{Attempt, BodyFuture, Execution};
-pub use call::{Dispatched, ResendWindow, ToolCall};
+pub use call::{Dispatched, LimitUse, ResendWindow, ToolCall};
 pub use cases::{Case, CaseDecided, CaseDecision, CaseDesk, CaseError};
 pub use compensate::{COMPENSATING_STEP, UNDO_PREFIX, undone_steps};
 pub use desk::{ApprovalDesk, DecisionError};
@@ -354,10 +355,12 @@ impl Dispatcher {
             // A read (the key stage refuses a recording call without key material).
             keys => {
                 let downstream = keys.map(|(_, downstream)| downstream);
-                self.take_read_shares(tool, &shares).await?;
-                return self
+                let uses = self.take_read_shares(tool, &shares).await?;
+                let mut answered = self
                     .execute_unrecorded(tool, run, args, typed, downstream, watch)
-                    .await;
+                    .await?;
+                answered.limits = uses;
+                return Ok(answered);
             }
         };
         *key = Some(record_key.clone());

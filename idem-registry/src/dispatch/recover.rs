@@ -286,21 +286,7 @@ impl Dispatcher {
                 Err(e) => tracing::warn!(error = %e, "a recovery pass could not list the records"),
             }
             // The run undos people asked for where the tools are not (`undo_requests.rs`).
-            match self.undo_requested().await {
-                Ok(done) => {
-                    for (request, result) in done {
-                        match result {
-                            Ok(undo) => {
-                                tracing::info!(tenant = %request.tenant, run = %request.run_id, by = %request.by, "{undo}")
-                            }
-                            Err(e) => {
-                                tracing::warn!(tenant = %request.tenant, run = %request.run_id, "a run undo asked for could not be carried out: {e}")
-                            }
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "the run undos asked for could not be read"),
-            }
+            self.undo_requested_logged().await;
         }
     }
 

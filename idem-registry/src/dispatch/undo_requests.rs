@@ -144,4 +144,23 @@ impl Dispatcher {
         }
         Ok(done)
     }
+
+    /// [`Dispatcher::undo_requested`], each outcome logged (what `recover_every` runs).
+    pub(super) async fn undo_requested_logged(&self) {
+        match self.undo_requested().await {
+            Ok(done) => {
+                for (request, result) in done {
+                    match result {
+                        Ok(undo) => {
+                            tracing::info!(tenant = %request.tenant, run = %request.run_id, by = %request.by, "{undo}")
+                        }
+                        Err(e) => {
+                            tracing::warn!(tenant = %request.tenant, run = %request.run_id, "a run undo asked for could not be carried out: {e}")
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "the run undos asked for could not be read"),
+        }
+    }
 }
