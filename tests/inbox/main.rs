@@ -2,8 +2,13 @@
 //! the identity of the token that signed in, not the one the inbox was started with. The
 //! test is the agent (a dispatcher over a SQLite file) and an HTTP client of the inbox it
 //! starts as a subprocess; `scripts/check_ui.py` drives the same inbox in a browser.
+//! `cases.rs`: a call sent to a person (`escalate`), decided in the same inbox, on SQLite,
+//! PostgreSQL and Redis.
 
+#[path = "../support/mod.rs"]
 mod support;
+
+mod cases;
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -38,16 +43,29 @@ fn key_text() -> String {
     format!("{}:{hex}", approval_key().id())
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }
 
 /// `idem ui` over `db`, with `env` set and nothing else of ours inherited.
 fn inbox(db: &std::path::Path, port: u16, env: &[(&str, &str)]) -> Command {
+    inbox_over(&format!("sqlite:{}", db.display()), None, port, env)
+}
+
+/// `idem ui` over the store `spec` (`sqlite:PATH`, a Redis or PostgreSQL URL), under the Redis
+/// key prefix or PostgreSQL schema `prefix` if given, with `env` set and nothing else of ours
+/// inherited.
+pub(crate) fn inbox_over(
+    spec: &str,
+    prefix: Option<&str>,
+    port: u16,
+    env: &[(&str, &str)],
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_idem"));
     for var in [
         "IDEM_STORE",
+        "IDEM_STORE_PREFIX",
         "IDEM_APPROVER",
         "IDEM_APPROVAL_KEY",
         "IDEM_UI_TOKEN",
@@ -55,16 +73,18 @@ fn inbox(db: &std::path::Path, port: u16, env: &[(&str, &str)]) -> Command {
     ] {
         cmd.env_remove(var);
     }
-    cmd.args(["ui", "--store"])
-        .arg(format!("sqlite:{}", db.display()))
-        .args(["--listen", &format!("127.0.0.1:{port}")])
+    cmd.args(["ui", "--store", spec]);
+    if let Some(prefix) = prefix {
+        cmd.args(["--prefix", prefix]);
+    }
+    cmd.args(["--listen", &format!("127.0.0.1:{port}")])
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     cmd
 }
 
-struct Running(Child);
+pub(crate) struct Running(pub(crate) Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -73,7 +93,7 @@ impl Drop for Running {
     }
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -81,7 +101,7 @@ fn client() -> reqwest::Client {
 }
 
 /// Wait until the inbox answers (a safety net of 30 s, not a measurement).
-async fn answering(base: &str) {
+pub(crate) async fn answering(base: &str) {
     for _ in 0..300 {
         if client().get(format!("{base}/login")).send().await.is_ok() {
             return;
@@ -92,7 +112,7 @@ async fn answering(base: &str) {
 }
 
 /// Sign in with `token`: the session cookie, and the page's anti-forgery token.
-async fn sign_in(base: &str, token: &str) -> (String, String) {
+pub(crate) async fn sign_in(base: &str, token: &str) -> (String, String) {
     let signed = client()
         .post(format!("{base}/login"))
         .form(&[("token", token)])
@@ -311,10 +331,10 @@ fn tokens_that_cannot_tell_people_apart_are_refused_at_start() {
 }
 
 /// A fresh folder under the system's temporary one, removed when dropped.
-struct TempDir(std::path::PathBuf);
+pub(crate) struct TempDir(std::path::PathBuf);
 
 impl TempDir {
-    fn join(&self, name: &str) -> std::path::PathBuf {
+    pub(crate) fn join(&self, name: &str) -> std::path::PathBuf {
         self.0.join(name)
     }
 }
@@ -325,7 +345,7 @@ impl Drop for TempDir {
     }
 }
 
-fn tempdir() -> TempDir {
+pub(crate) fn tempdir() -> TempDir {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
