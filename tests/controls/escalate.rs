@@ -337,6 +337,14 @@ async fn a_person_with_the_tools_undoes_the_run_at_once(store: Arc<dyn Store>) {
     assert_eq!(world(&tenant).effects("release hold-o1").len(), 1);
     let answered = d.dispatch(&capture, &run).await.unwrap_err();
     assert!(answered.to_string().contains("undone"), "{answered}");
+    // The undo's entry of the account names who asked for it.
+    let account = d.run_account(&tenant, "run-1").await.unwrap();
+    let undo = account
+        .calls
+        .iter()
+        .find(|c| c.tool == "reserve.undo")
+        .expect("the undo");
+    assert_eq!(undo.decided.as_ref().map(|d| d.by.as_str()), Some(OPS));
     // Undoing again changes nothing at the provider.
     let again = d
         .undo_run(&tenant, "run-1", &UndoOptions::all())

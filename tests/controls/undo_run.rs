@@ -376,6 +376,19 @@ async fn a_capture_that_fails_for_good_undoes_its_run_before_answering(
         .unwrap_err();
     assert_eq!(again.code(), "tool_failed");
     assert_eq!(world(&tenant).effects("release").len(), 1);
+
+    // The account names the call whose failure undid the run.
+    let account = d.run_account(&tenant, "run-settle").await.unwrap();
+    let undo = account
+        .calls
+        .iter()
+        .find(|c| c.tool == "reserve.undo")
+        .expect("the undo's entry");
+    assert_eq!(
+        undo.decided.as_ref().map(|d| d.by.as_str()),
+        Some("the failure of `settle` [call_settle]")
+    );
+    assert_eq!(account.calls[0].undo.as_deref(), Some("undone"));
 }
 
 on_stores!(a_capture_that_fails_for_good_undoes_its_run_before_answering =>

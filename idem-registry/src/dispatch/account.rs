@@ -341,6 +341,18 @@ impl Dispatcher {
         record: Option<&RecordKey>,
         result: &Result<Dispatched, DispatchError>,
     ) {
+        self.account_as(call, run, record, result, None).await
+    }
+
+    /// [`Dispatcher::account`], the entry saying who asked for the call (a run's undo).
+    pub(super) async fn account_as(
+        &self,
+        call: &ToolCall,
+        run: &RunContext,
+        record: Option<&RecordKey>,
+        result: &Result<Dispatched, DispatchError>,
+        decided: Option<super::cases::CaseDecided>,
+    ) {
         let run_id = run.run_id.as_deref().or(run.account_as.as_deref());
         let (Some(retention), Some(run_id)) = (self.accounts, run_id) else {
             return;
@@ -366,7 +378,7 @@ impl Dispatcher {
             key,
             record: record.cloned(),
             attempts: attempts(result),
-            decided: None,
+            decided,
             undo: None,
             limits: match result {
                 Ok(d) => d.limits.clone(),

@@ -278,7 +278,7 @@ impl<'a> CaseDesk<'a> {
         };
         Ok(
             match dispatcher
-                .undo_run(&case.tenant, run_id, &UndoOptions::all())
+                .undo_run(&case.tenant, run_id, &UndoOptions::all().by(by))
                 .await
             {
                 Ok(undone) if undone.is_complete() => {

@@ -121,7 +121,11 @@ impl Dispatcher {
         let mut done = Vec::new();
         for request in undo_requests(&*self.store).await? {
             let result = self
-                .undo_run(&request.tenant, &request.run_id, &UndoOptions::all())
+                .undo_run(
+                    &request.tenant,
+                    &request.run_id,
+                    &UndoOptions::all().by(request.by.as_str()),
+                )
                 .await;
             let ended = match &result {
                 Ok(undo) => !undo

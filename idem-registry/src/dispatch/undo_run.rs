@@ -235,7 +235,10 @@ impl Dispatcher {
                     .await
                     .map_err(store_error)?;
                 let (undo_record, outcome) = match applied {
-                    Ok(applied) => self.undo_one(tool, undo, applied, tenant, run_id).await,
+                    Ok(applied) => {
+                        let by = options.by.as_deref();
+                        self.undo_one(tool, undo, applied, tenant, run_id, by).await
+                    }
                     Err(why) => (None, UndoOutcome::Failed { why }),
                 };
                 call.undo_record = undo_record;
@@ -299,6 +302,7 @@ impl Dispatcher {
         applied: AppliedCall,
         tenant: &str,
         run_id: &str,
+        by: Option<&str>,
     ) -> (Option<RecordKey>, UndoOutcome) {
         let def = undo_tool(tool, undo, applied.clone());
         let run = RunContext::new(tenant).with_run(run_id, 0);
@@ -338,8 +342,25 @@ impl Dispatcher {
             Ok(Claimed::Settled(dispatched)) => Ok(dispatched),
             Err(e) => Err(e),
         };
-        self.account(&account_call, &run, Some(&record_key), &result)
-            .await;
+        let by = by.unwrap_or("the host").to_owned();
+        let decided = super::cases::CaseDecided {
+            said: format!("undone at the word of {by}"),
+            by,
+            at: self
+                .store
+                .now()
+                .await
+                .unwrap_or_else(|_| idem_core::Timestamp::now()),
+            decision: "undo_run".to_owned(),
+        };
+        self.account_as(
+            &account_call,
+            &run,
+            Some(&record_key),
+            &result,
+            Some(decided),
+        )
+        .await;
         (Some(record_key), outcome_of(result))
     }
 }
@@ -377,7 +398,12 @@ impl Dispatcher {
                 deduplicated,
             });
         };
-        let (said, details) = match self.undo_run(&run.tenant, run_id, options).await {
+        let failed = match &call.call_id {
+            Some(id) => format!("the failure of `{}` [{id}]", call.name),
+            None => format!("the failure of `{}`", call.name),
+        };
+        let options = options.clone().by(options.by.clone().unwrap_or(failed));
+        let (said, details) = match self.undo_run(&run.tenant, run_id, &options).await {
             Ok(undone) => {
                 let said = match undone.is_complete() {
                     true => format!(

@@ -64,6 +64,9 @@ impl AppliedCall {
 pub struct UndoOptions {
     /// Only the calls of these tools; `None`: every tool that declares an undo.
     pub tools: Option<Vec<String>>,
+    /// Who or what undoes the run (a person, the call whose failure undoes it), kept with
+    /// each undo in the run's account; `None`: the host.
+    pub by: Option<String>,
 }
 
 impl UndoOptions {
@@ -87,7 +90,23 @@ impl UndoOptions {
     {
         UndoOptions {
             tools: Some(tools.into_iter().map(Into::into).collect()),
+            by: None,
         }
+    }
+
+    /// Name who or what undoes the run: each undo's entry in the run's account says so
+    /// (`decided.by`). A failure policy names the failed call; a person's decision, the
+    /// person.
+    ///
+    /// ```
+    /// # use idem_registry as idem;
+    /// use idem::dispatch::UndoOptions;
+    /// let options = UndoOptions::all().by("refund desk, ticket 4411");
+    /// assert_eq!(options.by.as_deref(), Some("refund desk, ticket 4411"));
+    /// ```
+    pub fn by(mut self, who: impl Into<String>) -> Self {
+        self.by = Some(who.into());
+        self
     }
 
     pub(crate) fn includes(&self, tool: &str) -> bool {
