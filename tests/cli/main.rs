@@ -458,6 +458,7 @@ async fn sqlite_with_work(dir: &TempDir) -> (String, Dispatcher, RunContext, Str
 }
 
 mod bad_input;
+mod cases;
 mod edited_approval;
 mod example_agent;
 mod fleet_stores;
