@@ -56,7 +56,13 @@ fn desk() -> Registry {
 
 /// A client of a server that serves the run account tool beside the desk's tools.
 fn connect() -> RunningService<RoleClient, ()> {
-    let dispatcher = support::dispatcher::dispatcher(desk(), Arc::new(MemoryStore::new()))
+    connect_to(desk(), Arc::new(MemoryStore::new()))
+}
+
+/// A client of a server over `store` that serves the run account tool beside `registry`'s
+/// tools.
+fn connect_to(registry: Registry, store: Arc<dyn idem::Store>) -> RunningService<RoleClient, ()> {
+    let dispatcher = support::dispatcher::dispatcher(registry, store)
         .with_run_accounts(Duration::from_secs(3600));
     let server = McpServer::new(dispatcher, "tenant-mcp")
         .unwrap()
@@ -136,4 +142,90 @@ async fn the_run_account_tool_says_each_calls_class_and_attempts_and_a_read_as_a
     ] {
         assert!(text.contains(said), "{said:?} in:\n{text}");
     }
+}
+
+/// A capture that fails for good goes to a person: the MCP client is answered `escalated`,
+/// the run account lists it for a person, and once a person said what happened, the client's
+/// re-send of the call is answered by that.
+#[tokio::test]
+async fn a_call_sent_to_a_person_is_answered_escalated_and_listed_in_the_account() {
+    let capture = ToolDef::builder("capture", ToolClass::NonIdempotentWrite)
+        .description("Capture a reserved amount.")
+        .input_schema(json!({"type": "object"}))
+        .handler(|_: ToolContext, _: Value| async move {
+            Err::<Value, _>(ToolError::terminal("the card was declined"))
+        })
+        .escalate(idem::tool::Escalate::Failures)
+        .build()
+        .unwrap();
+    let store: Arc<dyn idem::Store> = Arc::new(MemoryStore::new());
+    let client = connect_to(
+        Registry::builder().add(capture).build().unwrap(),
+        store.clone(),
+    );
+
+    let sent = client
+        .call_tool(call("capture", Some("capture-o-1")))
+        .await
+        .unwrap();
+    assert_eq!(sent.is_error, Some(true), "{sent:?}");
+    let code = sent
+        .meta
+        .as_ref()
+        .and_then(|m| m.get(idem::mcp::META_ERROR))
+        .cloned();
+    assert_eq!(code, Some(json!("escalated")), "{sent:?}");
+    let text = sent.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    assert!(
+        text.contains("sent to a person") && text.contains("the card was declined"),
+        "{text}"
+    );
+
+    let account = client
+        .call_tool(call("idem_run_account", None))
+        .await
+        .unwrap();
+    let structured = account
+        .structured_content
+        .clone()
+        .expect("the account as JSON");
+    assert_eq!(
+        structured["calls"][0]["outcome"],
+        json!("escalated"),
+        "{structured:#}"
+    );
+    let listed = account.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    assert!(
+        listed.contains("capture: escalated: failed: the card was declined (sent to a person)"),
+        "{listed}"
+    );
+
+    // A person captured it by hand and says so; the client's re-send is answered by that.
+    let desk = idem::dispatch::CaseDesk::over(&*store);
+    let case = desk.pending(None, 10).await.unwrap().remove(0);
+    let said = idem::store::Outcome::success(&json!("captured by hand"));
+    desk.decide(
+        &case,
+        "dana@desk",
+        idem::dispatch::CaseDecision::Resolve(said),
+    )
+    .await
+    .unwrap();
+    let again = client
+        .call_tool(call("capture", Some("capture-o-1")))
+        .await
+        .unwrap();
+    assert_ne!(again.is_error, Some(true), "{again:?}");
+    let replayed = again
+        .meta
+        .as_ref()
+        .and_then(|m| m.get(idem::mcp::META_DEDUPLICATED))
+        .cloned();
+    assert_eq!(replayed, Some(json!(true)), "{again:?}");
 }
