@@ -318,15 +318,16 @@ async fn a_case_resolved_as_failed_answers_the_agent_without_running() {
         "resolved as failed: declined for good",
     ]);
     assert!(cases_of(&at, &tenant).is_empty());
-    // Decided once: another word on it lands nowhere (NotFound, as for a retried case).
+    // Decided once: another word on it lands nowhere. The record is there, settled: the
+    // decision is refused (5), saying it was decided.
     run(&mut on(
         &at,
         &[
             "cases", "resolve", &key, "--as", OPS, "--output", "{}", "-y",
         ],
     ))
-    .exited(4)
-    .says(&["no case waits under key"]);
+    .exited(5)
+    .says(&["no case waits under key", "decided already"]);
 
     // The agent is answered by the person's word; the capture does not run.
     declined(&tenant, false);

@@ -200,17 +200,36 @@ async fn find(op: &Operator, desk: CaseDesk<'_>, key: &str) -> Result<Case, Fail
         .pending(None, usize::MAX)
         .await
         .map_err(|e| Failure::store(&op.name, e))?;
-    all.into_iter()
+    if let Some(case) = all
+        .into_iter()
         .find(|c| IdempotencyKey::of_record(&c.record).is_some_and(|k| k.as_str() == key))
-        .ok_or_else(|| {
-            Failure::new(
-                Exit::NotFound,
-                format!(
-                    "{}: no case waits under key {key} (decided already? `idem cases list` lists them)",
-                    op.name
-                ),
-            )
-        })
+    {
+        return Ok(case);
+    }
+    // A record that is there but no case was decided (or never sent to a person): refused.
+    // None at all: not found (a case run again leaves none until the call runs).
+    let record = op
+        .store
+        .get(&idem_core::RecordKey::from_stored(key))
+        .await
+        .map_err(|e| Failure::store(&op.name, e))?;
+    Err(match record {
+        Some(r) => Failure::new(
+            Exit::Refused,
+            format!(
+                "{}: no case waits under key {key}: its record is {} (decided already, or never sent to a person); nothing changed",
+                op.name,
+                present::state_name(r.state.kind())
+            ),
+        ),
+        None => Failure::new(
+            Exit::NotFound,
+            format!(
+                "{}: no case waits under key {key} (decided already? `idem cases list` lists them)",
+                op.name
+            ),
+        ),
+    })
 }
 
 fn decision_failure(op: &Operator, e: CaseError) -> Failure {

@@ -138,14 +138,17 @@ async fn undo(
 
 /// What a person reads beside a call: its outcome's detail, a person's decision, its undo.
 fn row_detail(c: &idem_registry::dispatch::AccountEntry) -> String {
-    let mut said = detail(&c.outcome);
+    // A person's decision and the undo first: the outcome's detail may be long.
+    let mut parts = Vec::new();
     if let Some(d) = &c.decided {
-        said = format!("{said}; decided by {}: {}", d.by, d.said);
+        parts.push(format!("decided by {}: {}", d.by, d.said));
     }
     if let Some(undone) = &c.undo {
-        said = format!("{said}; its undo: {undone}");
+        parts.push(format!("its undo: {undone}"));
     }
-    said.trim_start_matches("; ").to_owned()
+    parts.push(detail(&c.outcome));
+    parts.retain(|p| !p.is_empty());
+    parts.join("; ")
 }
 
 /// What a person reads beside an outcome.
