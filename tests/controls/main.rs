@@ -22,6 +22,7 @@ mod authorize_reads;
 mod compensate;
 mod escalate;
 mod example;
+mod example_runs;
 mod kill;
 mod limit_processes;
 mod limits;
