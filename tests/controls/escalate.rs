@@ -111,7 +111,10 @@ fn random() -> u64 {
 }
 
 /// Reserve, then capture with the card declined: the capture goes to a person.
-async fn reserve_then_capture_declined(d: &Dispatcher, tenant: &str) -> (RunContext, ToolCall) {
+async fn reserve_then_capture_declined(
+    d: &Dispatcher,
+    tenant: &str,
+) -> (RunContext, ToolCall, idem::store::Timestamp) {
     let run = RunContext::new(tenant).with_run("run-1", 1);
     let reserve = ToolCall::new("reserve", json!({"order": "o1"})).with_call_id("call_reserve");
     d.dispatch(&reserve, &run).await.expect("reserved");
@@ -123,7 +126,10 @@ async fn reserve_then_capture_declined(d: &Dispatcher, tenant: &str) -> (RunCont
         .unwrap_err();
     assert_eq!(sent.code(), "escalated", "{sent}");
     assert!(sent.to_string().contains("the card was declined"), "{sent}");
-    (run.at_step(2), capture)
+    let idem::DispatchError::Escalated { since, .. } = sent else {
+        unreachable!()
+    };
+    (run.at_step(2), capture, since)
 }
 
 fn capture_attempts(tenant: &str) -> usize {
@@ -133,13 +139,18 @@ fn capture_attempts(tenant: &str) -> usize {
 async fn a_failed_capture_waits_for_a_person_and_runs_again_at_their_word(store: Arc<dyn Store>) {
     let tenant = fresh_tenant("escalate_retry");
     let d = payments(store.clone());
-    let (run, capture) = reserve_then_capture_declined(&d, &tenant).await;
+    let (run, capture, first_since) = reserve_then_capture_declined(&d, &tenant).await;
     assert_eq!(capture_attempts(&tenant), 1);
 
-    // The agent calls again: answered from the case, the body does not run.
+    // The agent calls again: answered from the case, the body does not run; the case says
+    // the same "since" as the first answer.
     set(&DECLINED, &tenant, false);
     let again = d.dispatch(&capture, &run).await.unwrap_err();
     assert_eq!(again.code(), "escalated", "{again}");
+    let idem::DispatchError::Escalated { since, .. } = &again else {
+        unreachable!()
+    };
+    assert_eq!(*since, first_since);
     assert_eq!(
         capture_attempts(&tenant),
         1,
@@ -209,6 +220,11 @@ async fn a_failed_capture_waits_for_a_person_and_runs_again_at_their_word(store:
     let account = d.run_account(&tenant, "run-1").await.unwrap();
     let capture_entry = &account.calls[1];
     assert_eq!(capture_entry.outcome, CallOutcome::Applied);
+    assert_eq!(
+        capture_entry.attempts,
+        Some(2),
+        "the declined run and the run at the person's word"
+    );
     let by = capture_entry
         .decided
         .as_ref()
@@ -226,7 +242,7 @@ async fn a_failed_capture_waits_for_a_person_and_runs_again_at_their_word(store:
 async fn a_person_says_what_happened_and_the_agent_is_answered_by_it(store: Arc<dyn Store>) {
     let tenant = fresh_tenant("escalate_resolve");
     let d = payments(store.clone());
-    let (run, capture) = reserve_then_capture_declined(&d, &tenant).await;
+    let (run, capture, _) = reserve_then_capture_declined(&d, &tenant).await;
     let desk = d.cases();
     let case = desk.pending(Some(&tenant), 10).await.unwrap().remove(0);
 
@@ -264,7 +280,7 @@ async fn a_person_says_what_happened_and_the_agent_is_answered_by_it(store: Arc<
 async fn a_person_has_the_run_undone_from_the_command_lines_side(store: Arc<dyn Store>) {
     let tenant = fresh_tenant("escalate_undo");
     let d = payments(store.clone());
-    let (run, capture) = reserve_then_capture_declined(&d, &tenant).await;
+    let (run, capture, _) = reserve_then_capture_declined(&d, &tenant).await;
 
     // Decided where the tools are not: the undo is asked for, the call answered by it.
     let desk = CaseDesk::over(&*store);
@@ -317,7 +333,7 @@ async fn a_person_has_the_run_undone_from_the_command_lines_side(store: Arc<dyn 
 async fn a_person_with_the_tools_undoes_the_run_at_once(store: Arc<dyn Store>) {
     let tenant = fresh_tenant("escalate_undo_now");
     let d = payments(store.clone());
-    let (run, capture) = reserve_then_capture_declined(&d, &tenant).await;
+    let (run, capture, _) = reserve_then_capture_declined(&d, &tenant).await;
     let case = d
         .cases()
         .pending(Some(&tenant), 10)

@@ -191,6 +191,11 @@ fn attempts(result: &Result<Dispatched, DispatchError>) -> Option<u32> {
     match result {
         Ok(d) => Some(d.attempts),
         Err(DispatchError::ToolFailed { attempts, .. }) => Some(*attempts),
+        // Sent to a person by this dispatch, after its attempts; answered from the case: none.
+        Err(DispatchError::Escalated {
+            deduplicated: true, ..
+        }) => Some(0),
+        Err(DispatchError::Escalated { case, .. }) => case.attempts,
         Err(
             DispatchError::UnknownTool { .. }
             | DispatchError::InvalidArguments { .. }

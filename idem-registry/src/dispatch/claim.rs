@@ -138,7 +138,7 @@ impl Dispatcher {
                     if let Some(case) = super::escalate::Escalation::of_recorded(&last_error) {
                         let key = call.downstream.clone();
                         let tool = tool.name.to_string();
-                        return Err(super::escalate::escalated(tool, key, since, case));
+                        return Err(super::escalate::escalated(tool, key, since, case, true));
                     }
                     // A record the handler of another version made is not settled by this
                     // version's hook: an operator resolves it (`idem_core::contract`).

@@ -169,6 +169,9 @@ pub enum DispatchError {
         since: Timestamp,
         /// What the person is shown. Boxed: the error stays small.
         case: Box<super::escalate::Escalation>,
+        /// Whether this answer was read from the case an earlier dispatch recorded (no body
+        /// ran in this one), as a replay is.
+        deduplicated: bool,
     },
     /// This worker lost the key (its lease expired and another took over) before recording.
     #[error("`{tool}` with key {key}: this worker lost the key before recording its outcome")]

@@ -46,8 +46,8 @@ pub struct Escalation {
     /// The provider's call id, if the call had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
-    /// What the run applied before it, oldest first (needs a dispatcher that keeps run
-    /// accounts; at most [`MAX_APPLIED_SHOWN`]: the newest).
+    /// What the run applied before it and did not undo, oldest first (needs a dispatcher
+    /// that keeps run accounts; at most [`MAX_APPLIED_SHOWN`]: the newest).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applied_before: Vec<AppliedBefore>,
 }
@@ -136,14 +136,17 @@ impl Dispatcher {
         hold.give_back(&GiveBack::Unknown(case.recorded()))
             .await
             .map_err(|e| call.store_error(e))?;
-        let since = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
+        // Since when, as the record says: every later answer reads it from there.
+        let since = match self.store.get(&call.record_key).await {
+            Ok(Some(idem_core::Record {
+                state: idem_core::RecordState::Unknown { since, .. },
+                ..
+            })) => since,
+            _ => self.store.now().await.unwrap_or_else(|_| Timestamp::now()),
+        };
         watch.saw(call, EventKind::LeftUnknown);
-        Err(escalated(
-            call.tool.name.to_string(),
-            call.downstream.clone(),
-            since,
-            case,
-        ))
+        let (tool, key) = (call.tool.name.to_string(), call.downstream.clone());
+        Err(escalated(tool, key, since, case, false))
     }
 
     /// The run's applied calls so far, newest [`MAX_APPLIED_SHOWN`], oldest first; none
@@ -162,7 +165,9 @@ impl Dispatcher {
         let applied: Vec<AppliedBefore> = account
             .calls
             .into_iter()
-            .filter(|c| c.outcome == CallOutcome::Applied)
+            // Applied and still standing: neither an undo nor a call its run undid.
+            .filter(|c| c.outcome == CallOutcome::Applied && c.undo.as_deref() != Some("undone"))
+            .filter(|c| !c.tool.ends_with(crate::tool::UNDO_TOOL_SUFFIX))
             .map(|c| AppliedBefore {
                 tool: c.tool,
                 call_id: c.call_id,
@@ -174,17 +179,20 @@ impl Dispatcher {
     }
 }
 
-/// The answer to a call that is with a person.
+/// The answer to a call that is with a person; `from_record`: read from the case an earlier
+/// dispatch recorded (no body ran in this one).
 pub(super) fn escalated(
     tool: String,
     key: IdempotencyKey,
     since: Timestamp,
     case: Escalation,
+    from_record: bool,
 ) -> DispatchError {
     DispatchError::Escalated {
         tool,
         key,
         since,
         case: Box::new(case),
+        deduplicated: from_record,
     }
 }
