@@ -247,9 +247,10 @@ impl Dispatcher {
                 }
             }
             if recorded {
-                return self
-                    .record_failure(call, hold, ttl, error, attempt, watch)
-                    .await;
+                // Boxed: a failure is rarer than a success, whose record stage sets the
+                // size of this future (moved whole at each await that starts it).
+                let failure = self.record_failure(call, hold, ttl, error, attempt, watch);
+                return Box::pin(failure).await;
             }
             let since = self.store.now().await.unwrap_or_else(|_| Timestamp::now());
             hold.give_back(&how)

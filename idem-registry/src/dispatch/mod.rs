@@ -355,7 +355,12 @@ impl Dispatcher {
             // A read (the key stage refuses a recording call without key material).
             keys => {
                 let downstream = keys.map(|(_, downstream)| downstream);
-                let uses = self.take_read_shares(tool, &shares).await?;
+                // Boxed, and only for a read with limits: its future would set the size of
+                // every dispatch's.
+                let uses = match shares.is_empty() {
+                    true => Vec::new(),
+                    false => Box::pin(self.take_read_shares(tool, &shares)).await?,
+                };
                 let mut answered = self
                     .execute_unrecorded(tool, run, args, typed, downstream, watch)
                     .await?;
