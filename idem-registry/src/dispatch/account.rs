@@ -456,10 +456,15 @@ pub async fn run_account(
     for text in store.run_entries(tenant, run_id).await? {
         let entry: AccountEntry = match serde_json::from_str(&text) {
             Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(error = %e, run = run_id, "an entry of a run's account could not be read");
-                continue;
-            }
+            // Written by a newer idem in a shape this one cannot read whole: listed with what
+            // it can read, its outcome unrecognized, never dropped.
+            Err(e) => match unrecognized(&text) {
+                Some(entry) => entry,
+                None => {
+                    tracing::warn!(error = %e, run = run_id, "an entry of a run's account could not be read");
+                    continue;
+                }
+            },
         };
         // The same call dispatched again (a re-send, the loop's retry after an approval) is
         // one call: its latest word, unless that is a replay of its own outcome; the body ran
@@ -500,6 +505,29 @@ pub async fn run_account(
         tenant: tenant.to_owned(),
         run_id: run_id.to_owned(),
         calls,
+    })
+}
+
+/// What an entry this idem cannot read whole says that it can read (its tool and when, at
+/// least), its outcome [`CallOutcome::Unrecognized`]; `None` if not even that.
+fn unrecognized(text: &str) -> Option<AccountEntry> {
+    fn read<T: serde::de::DeserializeOwned>(value: &serde_json::Value, name: &str) -> Option<T> {
+        serde_json::from_value(value.get(name)?.clone()).ok()
+    }
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    Some(AccountEntry {
+        at: read(&value, "at")?,
+        tool: read(&value, "tool")?,
+        class: read(&value, "class"),
+        call_id: read(&value, "call_id"),
+        step: read(&value, "step"),
+        key: read(&value, "key"),
+        record: read(&value, "record"),
+        attempts: read(&value, "attempts"),
+        decided: read(&value, "decided"),
+        undo: read(&value, "undo"),
+        limits: read(&value, "limits").unwrap_or_default(),
+        outcome: CallOutcome::Unrecognized,
     })
 }
 
