@@ -269,7 +269,46 @@ async function overStreamableHttp() {
   }
 }
 
-for (const check of [writeTwiceOverStdio, modelKeyOverStdio, overStreamableHttp]) {
+/** Keys under the `_meta` names third-party MCP code uses: a second call with the same key
+ * and other arguments is refused as a reused key (so the key was read, not the window), the
+ * same call under it is replayed, and two names giving two keys are a protocol error. */
+async function keyNamesOverStdio() {
+  const c = await overStdio('key-names');
+  try {
+    const notebook = notebookOf('key-names');
+    const ERROR = 'io.idem/error';
+    for (const name of ['io.modelcontextprotocol/idempotencyKey', 'idempotencyKey']) {
+      const under = (text) => ({ ...note(text), _meta: { [name]: `ts-${name}` } });
+      const first = await c.callTool(under(`keyed under ${name}`));
+      const again = await c.callTool(under(`keyed under ${name}`));
+      expect(first.isError !== true && dedup(first) === false && dedup(again) === true
+        && notesIn(notebook, `keyed under ${name}`) === 1,
+      `_meta["${name}"]: the call runs once, its re-send is replayed`);
+      const other = await c.callTool(under(`other arguments under ${name}`));
+      expect(other.isError === true && other._meta?.[ERROR] === 'key_reused'
+        && notesIn(notebook, `other arguments under ${name}`) === 0,
+      `_meta["${name}"]: the same key with other arguments is refused as a reused key `
+        + `(${other._meta?.[ERROR]})`);
+    }
+    const twoKeys = {
+      ...note('two keys'),
+      _meta: { 'io.modelcontextprotocol/idempotencyKey': 'ts-a', idempotencyKey: 'ts-b' },
+    };
+    let refused = '';
+    try {
+      await c.callTool(twoKeys);
+    } catch (error) {
+      refused = String(error?.message ?? error);
+    }
+    expect(refused.includes('io.modelcontextprotocol/idempotencyKey')
+      && refused.includes('idempotencyKey') && notesIn(notebook, 'two keys') === 0,
+    `two names giving two keys: a protocol error naming both, nothing runs (${refused.slice(0, 80)})`);
+  } finally {
+    await c.close();
+  }
+}
+
+for (const check of [writeTwiceOverStdio, modelKeyOverStdio, keyNamesOverStdio, overStreamableHttp]) {
   try {
     await check();
   } catch (error) {

@@ -9,6 +9,10 @@ its notebook:
 - Over stdio: a write sent twice (two request ids, no key) runs once, the second result's
   `_meta["io.idem/deduplicated"] === true` with the first's output; `idem_run_account` then
   tells the session's calls: applied, replayed.
+- Keys under the `_meta` names third-party MCP code uses
+  (`io.modelcontextprotocol/idempotencyKey`, `idempotencyKey`): a call and its re-send run
+  once, the same key with other arguments is refused as reused (the key was read, not the
+  re-send window), two names giving two keys are a protocol error naming both.
 - `--model-key add_note`: the tool lists an optional `idempotency_key`; two calls with one id
   are one execution, a new id a new one, an empty id an error result that runs nothing.
 - Over Streamable HTTP (the SDK's sessions, `Mcp-Session-Id`): a write re-issued on its

@@ -9,6 +9,16 @@ use idem_registry::dispatch::{DispatchError, Dispatched};
 
 /// `_meta` key of a call's idempotency key: the same on every re-send of the call.
 pub const META_KEY: &str = "io.idem/idempotency-key";
+/// `_meta` key under which third-party MCP code sends a call's idempotency key, in the
+/// protocol's reverse-domain namespace; read after [`META_KEY`] (see [`META_KEY_NAMES`]).
+pub const META_MCP_KEY: &str = "io.modelcontextprotocol/idempotencyKey";
+/// The bare `_meta` key some MCP clients send a call's idempotency key under; read last.
+pub const META_BARE_KEY: &str = "idempotencyKey";
+/// Every `_meta` name a call's idempotency key is read from, in the order they are read:
+/// idem's own, the protocol's namespace, the bare name. A request that gives two of them
+/// different keys is refused (`invalid_params`, naming both): which one the client meant
+/// cannot be told, and guessing could run a call twice or replay another's result.
+pub const META_KEY_NAMES: [&str; 3] = [META_KEY, META_MCP_KEY, META_BARE_KEY];
 /// `_meta` key of the agent's run id (with [`META_STEP`], a key for the call).
 pub const META_RUN: &str = "io.idem/run-id";
 /// `_meta` key of the step within the run (an integer).
@@ -41,6 +51,30 @@ pub(crate) fn meta_str<'m>(meta: &'m MetaObject, key: &str) -> Result<Option<&'m
             None,
         )),
     }
+}
+
+/// The call's idempotency key from a request's `_meta`, under the first of
+/// [`META_KEY_NAMES`] that holds one; two names holding different keys are refused.
+pub(crate) fn meta_key(meta: &MetaObject) -> Result<Option<&str>, ErrorData> {
+    let mut found: Option<(&str, &str)> = None;
+    for name in META_KEY_NAMES {
+        let Some(key) = meta_str(meta, name)? else {
+            continue;
+        };
+        match found {
+            None => found = Some((name, key)),
+            Some((first, earlier)) if earlier != key => {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "`_meta` gives two idempotency keys: \"{first}\" and \"{name}\" differ; send one key, under one name"
+                    ),
+                    None,
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(found.map(|(_, key)| key))
 }
 
 /// The MCP result of a dispatch, or the protocol error of what the host must handle.

@@ -261,3 +261,70 @@ async fn a_sessionless_http_client_is_scoped_by_its_tenant() {
     );
     assert_eq!(ran.lock().unwrap().len(), 1);
 }
+
+/// A call carrying `key` in `_meta` under each of `names`.
+fn keyed(arguments: Value, names: &[(&str, &str)]) -> CallToolRequestParams {
+    let mut params = plain(arguments);
+    let mut meta = rmcp::model::MetaObject::new();
+    for (name, key) in names {
+        meta.insert((*name).into(), Value::from(*key));
+    }
+    params.meta = Some(rmcp::model::RequestMetaObject::from(meta));
+    params
+}
+
+/// Third-party MCP code sends its key as `_meta["io.modelcontextprotocol/idempotencyKey"]`
+/// or `_meta.idempotencyKey`: read, in a documented order after idem's own name, so a re-send
+/// long after the re-send window is still the same call; two names giving different keys
+/// are refused before anything runs.
+#[tokio::test]
+async fn a_key_under_the_names_in_use_is_read_in_order() {
+    use idem::mcp::{META_BARE_KEY, META_KEY, META_KEY_NAMES, META_MCP_KEY};
+    assert_eq!(META_KEY_NAMES, [META_KEY, META_MCP_KEY, META_BARE_KEY]);
+    let ran: Ran = Arc::default();
+    let clock = Arc::new(ManualClock::new());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new().with_clock(clock.clone()));
+    let client = connect(server(&ran, store.clone()));
+    let past_the_window = idem::mcp::keys::DEFAULT_RESEND_WINDOW + Duration::from_secs(1);
+    for (name, key, text) in [
+        (META_MCP_KEY, "mcp-key-1", "a"),
+        (META_BARE_KEY, "bare-key-1", "b"),
+    ] {
+        let first = client
+            .call_tool(keyed(json!({"text": text}), &[(name, key)]))
+            .await
+            .unwrap();
+        assert_eq!(deduplicated(&first), Some(false), "{name}: {first:?}");
+        clock.advance(past_the_window);
+        let again = client
+            .call_tool(keyed(json!({"text": text}), &[(name, key)]))
+            .await
+            .unwrap();
+        assert_eq!(
+            deduplicated(&again),
+            Some(true),
+            "{name}: the key, not the window"
+        );
+    }
+    assert_eq!(ran.lock().unwrap().len(), 2);
+
+    // idem's own name is read first; another name agreeing with it changes nothing.
+    let both = [(META_KEY, "mcp-key-1"), (META_MCP_KEY, "mcp-key-1")];
+    let same = client
+        .call_tool(keyed(json!({"text": "a"}), &both))
+        .await
+        .unwrap();
+    assert_eq!(deduplicated(&same), Some(true));
+    // Two names, two keys: refused, nothing runs.
+    let differ = [(META_MCP_KEY, "mcp-key-1"), (META_BARE_KEY, "bare-key-1")];
+    let refused = client
+        .call_tool(keyed(json!({"text": "c"}), &differ))
+        .await
+        .unwrap_err();
+    let said = refused.to_string();
+    assert!(
+        said.contains(META_MCP_KEY) && said.contains(META_BARE_KEY),
+        "{said}"
+    );
+    assert_eq!(ran.lock().unwrap().len(), 2);
+}

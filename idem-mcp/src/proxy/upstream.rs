@@ -18,7 +18,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 
 pub(super) use super::effect::{Failure, Transport, kind_of};
-use crate::{META_DOWNSTREAM_KEY, META_KEY};
+use crate::{META_DOWNSTREAM_KEY, META_KEY, META_MCP_KEY};
 
 /// Where the upstream server is.
 ///
@@ -230,7 +230,7 @@ impl Upstream {
     }
 
     /// Call `tool` upstream with `arguments`, passing `key` in the request's `_meta` (as
-    /// [`META_KEY`] and [`META_DOWNSTREAM_KEY`], so that an upstream that reads it dedupes
+    /// [`META_KEY`], [`META_MCP_KEY`] and [`META_DOWNSTREAM_KEY`], so that an upstream that reads it dedupes
     /// too), and wait at most `timeout` for the answer. The error's kind says what the
     /// failure means for the effect (see the module's documentation).
     pub async fn call(
@@ -252,6 +252,7 @@ impl Upstream {
         let mut meta = MetaObject::new();
         if !key.is_empty() {
             meta.insert(META_KEY.into(), Value::from(key));
+            meta.insert(META_MCP_KEY.into(), Value::from(key));
             meta.insert(META_DOWNSTREAM_KEY.into(), Value::from(key));
         }
         let mut params = CallToolRequestParams::new(tool.to_owned());

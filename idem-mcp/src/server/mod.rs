@@ -16,7 +16,7 @@ use idem_registry::dispatch::{DispatchError, Dispatched, Dispatcher, RunContext,
 use idem_registry::export::{ExportError, Provider};
 
 use crate::keys;
-use crate::model::{META_KEY, META_RUN, META_STEP, meta_str, result_of};
+use crate::model::{META_RUN, META_STEP, meta_key, meta_str, result_of};
 
 pub mod account;
 pub mod approval;
@@ -388,7 +388,7 @@ impl ServerHandler for McpServer {
         {
             run = run.accounted_as(account::session_run(&session));
         }
-        if let Some(key) = meta_str(&context.meta, META_KEY)? {
+        if let Some(key) = meta_key(&context.meta)? {
             call = call.with_key(key);
         } else if let Some(key) = model_key {
             call = call.with_key(format!("model:{key}"));
