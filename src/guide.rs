@@ -37,3 +37,8 @@ pub mod observability {}
 
 #[doc = include_str!("../docs/guide/schemas.md")]
 pub mod schemas {}
+
+/// (Feature `testing`: its example uses `idem::testing`.)
+#[cfg(all(feature = "testing", unix))]
+#[doc = include_str!("../docs/guide/crashtest.md")]
+pub mod crashtest {}

@@ -269,6 +269,13 @@ pub mod approval {
     };
 }
 
+/// A crash harness for your own tools (feature `testing`, Unix): every point of a scenario
+/// where a crash changes what happens, killed in a child process and resumed in another.
+#[cfg(all(feature = "testing", unix))]
+pub mod testing {
+    pub use idem_registry::testing::*;
+}
+
 /// Secret arguments: the key they are sealed with, and how they are cut from what is shown.
 pub mod redact {
     pub use idem_registry::redact::*;

@@ -18,6 +18,8 @@ pub mod redact;
 pub mod registry;
 pub mod run;
 pub mod schema;
+#[cfg(all(feature = "testing", unix))]
+pub mod testing;
 pub mod tool;
 #[doc(hidden)]
 pub mod tool_attribute;

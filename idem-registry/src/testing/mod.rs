@@ -1,0 +1,429 @@
+//! A crash harness for your own tools: run a scenario again and again, killing the worker
+//! (a real child process, SIGKILL) at every point where a crash changes what happens, resume
+//! it the way an agent is resumed (the same run and the same calls, in another process, once
+//! the dead worker's lease has run out), and check your providers' own ledger.
+//!
+//! The points are the ones the worker reaches, in order: before and after each claim, after
+//! each journaled step (an approval consumed, a precondition passed, your `ctx.step`s, an
+//! undo's), before and after each body (after the effect, before its record), after each
+//! outcome recorded, left unknown or given back. A first run (the survey) finds them; then,
+//! for each, a fresh store and a fresh ledger, a worker killed there, and a worker that
+//! resumes. Each point's verdict:
+//!
+//! - **held**: every effect at most once, none of the survey's lost unless a call was left
+//!   for a person (Unknown, or a case), nothing irreversible run without its approval;
+//! - **twice**: an effect your ledger shows more than once (the planted defect of an effect
+//!   sent before its step is journaled, or of a write that is not idempotent re-run);
+//! - **lost**: an effect of the survey that never happened, and nothing left for a person;
+//! - **unapproved**: an `irreversible` call recorded without the approval that ran it;
+//! - **not reached**: the killed worker finished without reaching the point (a scenario whose
+//!   points vary from run to run).
+//!
+//! A scenario is an async function of a [`Setup`]: it builds its dispatcher over
+//! [`Setup::store`] (a SQLite file of the run's own), passes it through [`Setup::instrument`],
+//! and dispatches its calls, writing its providers' effects under [`Setup::dir`]. Errors
+//! from a dispatch are answers, not failures: a resumed call may be answered Unknown. The
+//! test then reads the ledger back with the function given to [`CrashTest::effects`]:
+//!
+//! ```no_run
+//! # use idem_registry as idem;
+//! use std::path::Path;
+//! use idem::testing::{CrashTest, Setup};
+//!
+//! async fn transfer(setup: Setup) {
+//!     let registry = idem::Registry::builder().build().unwrap();
+//!     let dispatcher = setup.instrument(idem::Dispatcher::new(registry, setup.store()).unwrap());
+//!     // ... dispatch the calls, the providers writing to setup.dir().join("ledger")
+//!     # let _ = dispatcher;
+//! }
+//!
+//! fn ledger(dir: &Path) -> Vec<String> {
+//!     std::fs::read_to_string(dir.join("ledger")).unwrap_or_default().lines().map(str::to_owned).collect()
+//! }
+//!
+//! #[test]
+//! fn a_transfer_survives_every_crash() {
+//!     CrashTest::new(transfer).effects(ledger).run().assert_held();
+//! }
+//! ```
+//!
+//! The test runs its own binary again as the workers (the test's name, which libtest gives
+//! its thread, selects it; [`CrashTest::test_name`] overrides it). `IDEM_CRASHTEST_POINT=7`
+//! runs point 7 alone, to replay it.
+
+mod report;
+mod worker;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use idem_core::store::layer::Layer;
+use idem_core::store::sqlite::SqliteStore;
+use idem_core::{ListFilter, Outcome, RecordState, StateKind, Store, ToolClass};
+use serde_json::{Value, json};
+
+pub use report::{PointVerdict, Report, Verdict};
+use worker::{BodyPoints, Later, Points, StorePoints};
+
+use crate::dispatch::{APPROVAL_STEP, Dispatcher};
+
+/// The environment variable that tells a worker its role (`survey`, `kill`, `resume`).
+const ROLE: &str = "IDEM_CRASHTEST";
+/// The point a killed worker stops at.
+const AT: &str = "IDEM_CRASHTEST_AT";
+/// The folder of the worker's store and ledger.
+const DIR: &str = "IDEM_CRASHTEST_DIR";
+/// The point to run alone, to replay it.
+pub const REPLAY: &str = "IDEM_CRASHTEST_POINT";
+/// What a worker's line of facts starts with on its standard output.
+const FACTS: &str = "idem-crashtest-facts: ";
+/// The longest a worker may take; one that takes longer is killed and reported.
+const WORKER_DEADLINE: Duration = Duration::from_secs(120);
+
+type Scenario = Box<dyn Fn(Setup) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// A crash test of a scenario (see the module docs).
+pub struct CrashTest {
+    scenario: Scenario,
+    effects: fn(&Path) -> Vec<String>,
+    test_name: Option<String>,
+}
+
+/// What a scenario is given: its own store and folder, and the worker's instruments.
+pub struct Setup {
+    dir: PathBuf,
+    store: Arc<dyn Store>,
+    points: Arc<Points>,
+    later: Arc<Later>,
+    dispatcher: Arc<Mutex<Option<Dispatcher>>>,
+}
+
+impl Setup {
+    /// The folder of this run's store and of your providers' ledger (a fresh one per run).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The store to build the dispatcher over: a SQLite file in [`Setup::dir`], counting the
+    /// worker's points (and, in the worker that resumes, on a clock moved past the dead
+    /// worker's lease).
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    /// The dispatcher with the worker's points around each body (an [`Execution`] of the
+    /// harness's, which replaces one the dispatcher had); dispatch through what it returns.
+    ///
+    /// [`Execution`]: crate::dispatch::Execution
+    pub fn instrument(&self, dispatcher: Dispatcher) -> Dispatcher {
+        let registry = dispatcher.registry();
+        let lease = registry
+            .iter()
+            .map(|t| t.policy.lease)
+            .max()
+            .unwrap_or_default();
+        self.later.set(lease + Duration::from_secs(1));
+        let dispatcher = dispatcher.with_execution(Arc::new(BodyPoints(self.points.clone())));
+        *self.dispatcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(dispatcher.clone());
+        dispatcher
+    }
+}
+
+impl CrashTest {
+    /// A crash test of `scenario`.
+    pub fn new<F, Fut>(scenario: F) -> Self
+    where
+        F: Fn(Setup) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        CrashTest {
+            scenario: Box::new(move |setup| Box::pin(scenario(setup))),
+            effects: |_| Vec::new(),
+            test_name: None,
+        }
+    }
+
+    /// How to read your providers' ledger back from a run's folder: one line per effect as
+    /// applied (an effect applied twice is there twice).
+    pub fn effects(mut self, effects: fn(&Path) -> Vec<String>) -> Self {
+        self.effects = effects;
+        self
+    }
+
+    /// The name libtest knows the test by, when its thread's name is not it.
+    pub fn test_name(mut self, name: impl Into<String>) -> Self {
+        self.test_name = Some(name.into());
+        self
+    }
+
+    /// Run the test: in the test's process, every point and its verdict; in a worker (this
+    /// binary run again by the test), the worker's role, after which the process exits.
+    pub fn run(self) -> Report {
+        if let Ok(role) = std::env::var(ROLE) {
+            self.work(&role);
+        }
+        let name = self
+            .test_name
+            .clone()
+            .or_else(|| std::thread::current().name().map(str::to_owned))
+            .filter(|n| n != "main")
+            .unwrap_or_default();
+        if name.is_empty() {
+            return Report::failed(
+                "the test's name is not known (its thread has none): give it with `CrashTest::test_name`",
+            );
+        }
+        let root = scratch(&name);
+        let report = self.drive(&name, &root);
+        if report.held() {
+            let _ = std::fs::remove_dir_all(&root);
+        }
+        report
+    }
+
+    /// The test's side: the survey, then each point killed and resumed.
+    fn drive(&self, name: &str, root: &Path) -> Report {
+        let survey_dir = root.join("survey");
+        let survey = match self.worker(name, "survey", None, &survey_dir) {
+            Ok(Ran::Finished(facts)) => facts,
+            Ok(Ran::Killed) => return Report::failed("the survey worker was killed"),
+            Err(why) => return Report::failed(&format!("the survey did not run: {why}")),
+        };
+        let baseline = (self.effects)(&survey_dir);
+        let labels = strings(&survey["points"]);
+        if labels.is_empty() {
+            return Report::failed(
+                "the survey reached no point: does the scenario dispatch through `setup.instrument(dispatcher)` over `setup.store()`?",
+            );
+        }
+        let mut report = Report::new(labels.clone(), baseline.clone());
+        if let Some(twice) = report::repeated(&baseline) {
+            report.push(PointVerdict::survey(Verdict::Twice(twice)));
+            return report;
+        }
+        let only: Option<usize> = std::env::var(REPLAY).ok().and_then(|p| p.parse().ok());
+        for (at, label) in labels.iter().enumerate() {
+            if only.is_some_and(|o| o != at) {
+                continue;
+            }
+            let dir = root.join(format!("point-{at}"));
+            let verdict = self.point(name, at, &dir, &baseline);
+            report.push(PointVerdict::new(at, label.clone(), verdict));
+        }
+        report
+    }
+
+    /// One point: a worker killed there, one that resumes, the ledger judged.
+    fn point(&self, name: &str, at: usize, dir: &Path, baseline: &[String]) -> Verdict {
+        match self.worker(name, "kill", Some(at), dir) {
+            Ok(Ran::Killed) => {}
+            Ok(Ran::Finished(_)) => return Verdict::NotReached,
+            Err(why) => return Verdict::Failed(why),
+        }
+        let facts = match self.worker(name, "resume", None, dir) {
+            Ok(Ran::Finished(facts)) => facts,
+            Ok(Ran::Killed) => return Verdict::Failed("the resuming worker was killed".into()),
+            Err(why) => return Verdict::Failed(why),
+        };
+        let effects = (self.effects)(dir);
+        report::judge(baseline, &effects, &facts)
+    }
+
+    /// Run this test's binary again as a worker of `role`.
+    fn worker(&self, name: &str, role: &str, at: Option<usize>, dir: &Path) -> Result<Ran, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        let exe = std::env::current_exe().map_err(|e| format!("no test binary: {e}"))?;
+        let mut command = Command::new(exe);
+        command
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env(DIR, dir)
+            .env_remove(REPLAY)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(at) = at {
+            command.env(AT, at.to_string());
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("cannot start a worker: {e}"))?;
+        let started = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if started.elapsed() > WORKER_DEADLINE => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "the {role} worker took longer than {WORKER_DEADLINE:?}"
+                    ));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Err(format!("the {role} worker could not be waited for: {e}")),
+            }
+        };
+        let output = child.wait_with_output().map_err(|e| e.to_string())?;
+        use std::os::unix::process::ExitStatusExt;
+        if status.signal() == Some(libc::SIGKILL) {
+            return Ok(Ran::Killed);
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let facts = stdout
+            .lines()
+            .find_map(|line| line.find(FACTS).map(|i| &line[i + FACTS.len()..]))
+            .and_then(|text| serde_json::from_str(text).ok());
+        match (status.success(), facts) {
+            (true, Some(facts)) => Ok(Ran::Finished(facts)),
+            _ => Err(format!(
+                "the {role} worker ended with {status} and no facts: {}",
+                tail(&String::from_utf8_lossy(&output.stderr))
+            )),
+        }
+    }
+
+    /// The worker's side: run the scenario in `role`, print what the test needs, exit.
+    fn work(&self, role: &str) -> ! {
+        let done = self.work_as(role);
+        match done {
+            Ok(facts) => {
+                println!("{FACTS}{facts}");
+                std::process::exit(0)
+            }
+            Err(why) => {
+                eprintln!("idem crash test worker ({role}): {why}");
+                std::process::exit(3)
+            }
+        }
+    }
+
+    fn work_as(&self, role: &str) -> Result<Value, String> {
+        let dir = PathBuf::from(std::env::var(DIR).map_err(|_| format!("{DIR} is not set"))?);
+        let kill_at = match role {
+            "kill" => Some(
+                std::env::var(AT)
+                    .ok()
+                    .and_then(|a| a.parse().ok())
+                    .ok_or_else(|| format!("{AT} is not a point"))?,
+            ),
+            _ => None,
+        };
+        let points = Arc::new(Points::new(kill_at));
+        let later = Arc::new(Later::default());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| format!("no runtime: {e}"))?;
+        runtime.block_on(async {
+            let mut sqlite =
+                SqliteStore::open(dir.join("records.db")).map_err(|e| e.to_string())?;
+            if role == "resume" {
+                sqlite = sqlite
+                    .with_clock(later.clone())
+                    .map_err(|e| e.to_string())?;
+            }
+            let store: Arc<dyn Store> = Arc::new(StorePoints(points.clone()).layer(sqlite));
+            let dispatcher = Arc::new(Mutex::new(None));
+            let setup = Setup {
+                dir: dir.clone(),
+                store: store.clone(),
+                points: points.clone(),
+                later,
+                dispatcher: dispatcher.clone(),
+            };
+            (self.scenario)(setup).await;
+            let instrumented = dispatcher.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let Some(instrumented) = instrumented else {
+                return Err("the scenario never called `setup.instrument(dispatcher)`".to_owned());
+            };
+            let (unknown, unapproved) = settled(&*store, &instrumented).await?;
+            Ok(json!({
+                "points": points.labels(),
+                "unknown": unknown,
+                "unapproved": unapproved,
+            }))
+        })
+    }
+}
+
+/// How a worker ended.
+enum Ran {
+    /// It finished the scenario, with its facts.
+    Finished(Value),
+    /// It was killed (SIGKILL) at its point.
+    Killed,
+}
+
+/// After a worker resumed: how many calls are left for a person (Unknown, cases included),
+/// and the `irreversible` calls recorded as applied without the approval that ran them.
+async fn settled(
+    store: &dyn Store,
+    dispatcher: &Dispatcher,
+) -> Result<(usize, Vec<String>), String> {
+    let list = |state| ListFilter {
+        state: Some(state),
+        tenant: None,
+        limit: 100_000,
+        after: None,
+    };
+    let unknown = store
+        .list(list(StateKind::Unknown))
+        .await
+        .map_err(|e| e.to_string())?
+        .len();
+    let completed = store
+        .list(list(StateKind::Completed))
+        .await
+        .map_err(|e| e.to_string())?;
+    let registry = dispatcher.registry();
+    let unapproved = completed
+        .iter()
+        .filter(|r| {
+            registry
+                .get(&r.tool)
+                .is_some_and(|t| t.class == ToolClass::Irreversible)
+        })
+        .filter(|r| {
+            matches!(
+                &r.state,
+                RecordState::Completed {
+                    outcome: Outcome::Success(_),
+                    ..
+                }
+            )
+        })
+        .filter(|r| !r.steps.iter().any(|s| s.step == APPROVAL_STEP))
+        .map(|r| r.tool.clone())
+        .collect();
+    Ok((unknown, unapproved))
+}
+
+/// A fresh folder for one test's runs.
+fn scratch(name: &str) -> PathBuf {
+    let safe: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    std::env::temp_dir().join(format!("idem-crashtest-{safe}-{}", std::process::id()))
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The last lines of a worker's standard error, for a report.
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(8)..].join("\n")
+}

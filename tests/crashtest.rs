@@ -1,0 +1,217 @@
+//! The crash harness (`idem::testing`) on a user's two-step tool: a transfer that debits and
+//! credits in journaled steps, and a receipt sent once, over a fake provider that applies
+//! each request key once (as real idempotency keys do) and writes every effect it applied to
+//! a ledger file. Every point held; and two planted defects are caught and named: an effect
+//! sent before its step is journaled, and a write that is not idempotent declared as one.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use idem::prelude::*;
+use idem::testing::{CrashTest, Setup, Verdict};
+use idem::tool::ToolDef;
+use serde_json::{Value, json};
+
+/// The provider: applies `what` once per `key` (a key it saw applies nothing), and writes
+/// every effect it applied to the ledger. `None` for a request sent without a key: applied
+/// every time.
+fn apply(dir: &Path, what: &str, key: Option<&str>) {
+    let seen = dir.join("seen-keys");
+    if let Some(key) = key {
+        let known = std::fs::read_to_string(&seen).unwrap_or_default();
+        if known.lines().any(|k| k == key) {
+            return;
+        }
+        append(&seen, key);
+    }
+    append(&dir.join("ledger"), what);
+}
+
+fn append(path: &Path, line: &str) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("the provider's file");
+    writeln!(file, "{line}").expect("written");
+    file.sync_all().expect("synced");
+}
+
+fn ledger(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("ledger"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// How the transfer tool sends its effects.
+#[derive(Clone, Copy)]
+enum Transfer {
+    /// Each effect inside its journaled step, under a key derived from the call's.
+    Right,
+    /// The debit sent before its step, with no key: a crash between the two sends it again.
+    DebitBeforeItsStep,
+}
+
+fn transfer(dir: &Path, how: Transfer) -> ToolDef {
+    let dir = dir.to_owned();
+    ToolDef::builder("transfer", ToolClass::IdempotentWrite)
+        .description("Move an amount between two accounts.")
+        .input_schema(json!({"type": "object", "properties": {"amount": {"type": "integer"}}}))
+        .handler(move |ctx: ToolContext, args: Value| {
+            let dir = dir.clone();
+            async move {
+                let amount = args["amount"].as_u64().unwrap_or(0);
+                let key = ctx.downstream_key().as_str().to_owned();
+                if let Transfer::DebitBeforeItsStep = how {
+                    apply(&dir, &format!("debit {amount}"), None);
+                }
+                let debit_key = format!("{key}-debit");
+                ctx.step("debit", || async {
+                    if let Transfer::Right = how {
+                        apply(&dir, &format!("debit {amount}"), Some(&debit_key));
+                    }
+                    Ok::<_, ToolError>(())
+                })
+                .await?;
+                let credit_key = format!("{key}-credit");
+                ctx.step("credit", || async {
+                    apply(&dir, &format!("credit {amount}"), Some(&credit_key));
+                    Ok::<_, ToolError>(())
+                })
+                .await?;
+                Ok::<_, ToolError>(json!({"moved": amount}))
+            }
+        })
+        .build()
+        .expect("transfer")
+}
+
+/// A receipt: sent with the call's key (`keyed`), or with none, as a mail API without
+/// idempotency keys; declared `class`.
+fn receipt(dir: &Path, class: ToolClass, keyed: bool) -> ToolDef {
+    let dir = dir.to_owned();
+    ToolDef::builder("send_receipt", class)
+        .description("Mail the customer a receipt.")
+        .input_schema(json!({"type": "object"}))
+        .handler(move |ctx: ToolContext, _: Value| {
+            let dir = dir.clone();
+            async move {
+                let key = ctx.downstream_key().as_str().to_owned();
+                apply(&dir, "receipt", keyed.then_some(key.as_str()));
+                Ok::<_, ToolError>(json!("sent"))
+            }
+        })
+        .build()
+        .expect("receipt")
+}
+
+/// The agent's script: a transfer, then its receipt, in one run.
+async fn script(setup: Setup, tools: Vec<ToolDef>) {
+    let mut registry = Registry::builder();
+    for tool in tools {
+        registry = registry.add(tool);
+    }
+    let registry = registry.build().expect("registry");
+    let dispatcher =
+        setup.instrument(Dispatcher::new(registry, setup.store()).expect("dispatcher"));
+    let run = RunContext::new("shop").with_run("run-1", 1);
+    let calls = [
+        ToolCall::new("transfer", json!({"amount": 100})).with_call_id("call_1"),
+        ToolCall::new("send_receipt", json!({})).with_call_id("call_2"),
+    ];
+    for call in &calls {
+        // An answer, whatever it is: a resumed call may be answered Unknown.
+        let _ = dispatcher.dispatch(call, &run).await;
+    }
+}
+
+async fn right(setup: Setup) {
+    let dir = setup.dir().to_owned();
+    let tools = vec![
+        transfer(&dir, Transfer::Right),
+        receipt(&dir, ToolClass::NonIdempotentWrite, false),
+    ];
+    script(setup, tools).await
+}
+
+async fn debit_before_its_step(setup: Setup) {
+    let dir = setup.dir().to_owned();
+    let tools = vec![
+        transfer(&dir, Transfer::DebitBeforeItsStep),
+        receipt(&dir, ToolClass::NonIdempotentWrite, false),
+    ];
+    script(setup, tools).await
+}
+
+async fn receipt_declared_idempotent(setup: Setup) {
+    let dir = setup.dir().to_owned();
+    let tools = vec![
+        transfer(&dir, Transfer::Right),
+        receipt(&dir, ToolClass::IdempotentWrite, false),
+    ];
+    script(setup, tools).await
+}
+
+#[test]
+fn a_transfer_and_its_receipt_hold_at_every_point() {
+    let report = CrashTest::new(right).effects(ledger).run();
+    println!("{report}");
+    report.assert_held();
+    assert_eq!(report.baseline, ["debit 100", "credit 100", "receipt"]);
+    assert!(report.verdicts.len() >= 10, "{report}");
+    // A receipt killed after it was sent and before its record is left for a person, not
+    // sent again.
+    let after_the_receipt = report
+        .verdicts
+        .iter()
+        .find(|v| v.point.contains("after the body of `send_receipt`"))
+        .expect("the point after the receipt's effect");
+    assert_eq!(
+        after_the_receipt.verdict,
+        Verdict::Held {
+            effects: 3,
+            left_for_a_person: 1
+        },
+        "{report}"
+    );
+}
+
+#[test]
+fn an_effect_sent_before_its_step_is_journaled_is_caught() {
+    let report = CrashTest::new(debit_before_its_step).effects(ledger).run();
+    println!("{report}");
+    assert!(!report.held(), "{report}");
+    let caught: Vec<_> = report.broken().collect();
+    assert!(
+        caught
+            .iter()
+            .all(|v| matches!(&v.verdict, Verdict::Twice(t) if t[0].0 == "debit 100")),
+        "{report}"
+    );
+    assert!(
+        report.to_string().contains("TWICE: `debit 100` 2 times"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_write_declared_idempotent_that_is_not_is_caught() {
+    let report = CrashTest::new(receipt_declared_idempotent)
+        .effects(ledger)
+        .run();
+    println!("{report}");
+    assert!(!report.held(), "{report}");
+    let caught: Vec<_> = report.broken().map(|v| v.point.as_str()).collect();
+    assert!(
+        caught
+            .iter()
+            .any(|p| p.contains("after the body of `send_receipt`")),
+        "{report}"
+    );
+    assert!(
+        report.to_string().contains("TWICE: `receipt` 2 times"),
+        "{report}"
+    );
+}
