@@ -63,6 +63,10 @@ enum Command {
     /// A run's account (every call of it and what became of it), and undoing a run.
     #[command(after_help = EXIT_CODES)]
     Runs(cli::RunsArgs),
+    /// Run a crash test (`idem::testing`): a scenario program, or a test binary and a test's
+    /// name; exits 0 only if every point held.
+    #[command(after_help = EXIT_CODES)]
+    Crashtest(cli::CrashtestArgs),
     /// Counts by state, tool and tenant, the oldest unknown outcome, pending approvals.
     #[command(after_help = EXIT_CODES)]
     Stats(cli::StatsArgs),
@@ -181,6 +185,7 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Records(args) => cli::records(args).await,
         Command::Approvals(args) => cli::approvals(args).await,
         Command::Cases(args) => cli::cases(args).await,
+        Command::Crashtest(args) => cli::crashtest(args),
         Command::Runs(args) => cli::runs(args).await,
         Command::Stats(args) => cli::stats(args).await,
         Command::Ui(args) => ui::serve(args).await,

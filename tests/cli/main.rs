@@ -459,6 +459,8 @@ async fn sqlite_with_work(dir: &TempDir) -> (String, Dispatcher, RunContext, Str
 
 mod bad_input;
 mod cases;
+#[cfg(feature = "testing")]
+mod crashtest;
 mod edited_approval;
 mod example_agent;
 mod fleet_stores;

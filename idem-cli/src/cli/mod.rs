@@ -14,11 +14,13 @@ use crate::present;
 
 mod approvals;
 mod cases;
+mod crashtest;
 mod records;
 mod runs;
 
 pub use approvals::{ApprovalsArgs, approvals};
 pub use cases::{CasesArgs, cases};
+pub use crashtest::{CrashtestArgs, crashtest};
 pub use records::{RecordsArgs, records};
 pub use runs::{RunsArgs, runs};
 

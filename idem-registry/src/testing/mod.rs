@@ -48,8 +48,9 @@
 //! ```
 //!
 //! The test runs its own binary again as the workers (the test's name, which libtest gives
-//! its thread, selects it; [`CrashTest::test_name`] overrides it). `IDEM_CRASHTEST_POINT=7`
-//! runs point 7 alone, to replay it.
+//! its thread, selects it; [`CrashTest::test_name`] overrides it). A program of its own whose
+//! `main` runs a crash test (what `idem crashtest PROGRAM` runs) is run again as it is.
+//! `IDEM_CRASHTEST_POINT=7` runs point 7 alone, to replay it.
 
 mod report;
 mod worker;
@@ -166,18 +167,15 @@ impl CrashTest {
         if let Ok(role) = std::env::var(ROLE) {
             self.work(&role);
         }
+        // A test is run again by its name, which libtest gives its thread; a program of its
+        // own (`fn main`, run by `idem crashtest`) is run again as it is.
         let name = self
             .test_name
             .clone()
             .or_else(|| std::thread::current().name().map(str::to_owned))
             .filter(|n| n != "main")
             .unwrap_or_default();
-        if name.is_empty() {
-            return Report::failed(
-                "the test's name is not known (its thread has none): give it with `CrashTest::test_name`",
-            );
-        }
-        let root = scratch(&name);
+        let root = scratch(if name.is_empty() { "main" } else { &name });
         let report = self.drive(&name, &root);
         if report.held() {
             let _ = std::fs::remove_dir_all(&root);
@@ -238,8 +236,12 @@ impl CrashTest {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         let exe = std::env::current_exe().map_err(|e| format!("no test binary: {e}"))?;
         let mut command = Command::new(exe);
+        match name.is_empty() {
+            false => command.args([name, "--exact", "--nocapture", "--test-threads=1"]),
+            // A program of its own: run again with its own arguments.
+            true => command.args(std::env::args_os().skip(1)),
+        };
         command
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
             .env(ROLE, role)
             .env(DIR, dir)
             .env_remove(REPLAY)
