@@ -215,3 +215,109 @@ fn a_write_declared_idempotent_that_is_not_is_caught() {
         "{report}"
     );
 }
+
+/// A wire that needs a person's approval, and a reservation undone when its capture fails
+/// for good: the points where an approval is consumed and where an undo runs are crashed at
+/// too, and hold.
+async fn approved_wire_and_an_undone_reservation(setup: Setup) {
+    use idem::dispatch::UndoOptions;
+    let dir = setup.dir().to_owned();
+    let at = dir.clone();
+    let wire = ToolDef::builder("wire", ToolClass::Irreversible)
+        .description("Wire money out.")
+        .input_schema(json!({"type": "object"}))
+        .handler(move |ctx: ToolContext, _: Value| {
+            let dir = at.clone();
+            async move {
+                apply(&dir, "wire 500", Some(ctx.downstream_key().as_str()));
+                Ok::<_, ToolError>(json!("wired"))
+            }
+        })
+        .build()
+        .expect("wire");
+    let at = dir.clone();
+    let reserve = ToolDef::builder("reserve", ToolClass::IdempotentWrite)
+        .description("Reserve stock.")
+        .input_schema(json!({"type": "object"}))
+        .handler(move |ctx: ToolContext, _: Value| {
+            let dir = at.clone();
+            async move {
+                apply(&dir, "reserve", Some(ctx.downstream_key().as_str()));
+                Ok::<_, ToolError>(json!({"hold": "h-1"}))
+            }
+        })
+        .undo({
+            let dir = dir.clone();
+            move |ctx: ToolContext, _| {
+                let dir = dir.clone();
+                async move {
+                    apply(&dir, "release", Some(ctx.downstream_key().as_str()));
+                    Ok::<_, ToolError>(())
+                }
+            }
+        })
+        .build()
+        .expect("reserve");
+    let capture = ToolDef::builder("capture", ToolClass::NonIdempotentWrite)
+        .description("Capture, declined for good.")
+        .input_schema(json!({"type": "object"}))
+        .handler(|_: ToolContext, _: Value| async move {
+            Err::<Value, _>(ToolError::terminal("declined"))
+        })
+        .on_failure_undo_run(UndoOptions::only(["reserve"]))
+        .build()
+        .expect("capture");
+    let registry = Registry::builder()
+        .add(wire)
+        .add(reserve)
+        .add(capture)
+        .build()
+        .expect("registry");
+    let keys = idem::approval::ApprovalKeys::new([approval_key()]);
+    let dispatcher = Dispatcher::approving(registry, setup.store(), keys)
+        .expect("dispatcher")
+        .with_run_accounts(std::time::Duration::from_secs(3600));
+    let dispatcher = setup.instrument(dispatcher);
+    let run = RunContext::new("shop").with_run("run-1", 1);
+    let wire_call = ToolCall::new("wire", json!({})).with_call_id("call_wire");
+    // The person approves exactly the call refused, as the inbox would; the agent sends it
+    // again with the approval.
+    if let Err(idem::DispatchError::ApprovalRequired { request }) =
+        dispatcher.dispatch(&wire_call, &run).await
+    {
+        let approver = idem::Approver::new("ops@example.com", approval_key());
+        let approval = approver.approve_for(&request, std::time::Duration::from_secs(3600));
+        let _ = dispatcher
+            .dispatch(&wire_call, &run.clone().approve(approval))
+            .await;
+    }
+    for (id, tool) in [("call_reserve", "reserve"), ("call_capture", "capture")] {
+        let _ = dispatcher
+            .dispatch(&ToolCall::new(tool, json!({})).with_call_id(id), &run)
+            .await;
+    }
+}
+
+fn approval_key() -> idem::ApprovalKey {
+    idem::ApprovalKey::new("crash-1", *b"idem-crash-test-approval-key-32b").expect("a key")
+}
+
+#[test]
+fn an_approval_consumed_and_an_undo_hold_at_every_point() {
+    let report = CrashTest::new(approved_wire_and_an_undone_reservation)
+        .effects(ledger)
+        .run();
+    println!("{report}");
+    report.assert_held();
+    assert_eq!(report.baseline, ["wire 500", "reserve", "release"]);
+    for point in [
+        "after step `idem:approval` was journaled",
+        "before the body of `reserve.undo` (attempt 1)",
+        "after the body of `reserve.undo` (attempt 1) returned, before its outcome is recorded",
+    ] {
+        assert!(
+            report.points.iter().any(|p| p == point),
+            "{point} in {report}"
+        );
+    }
+}

@@ -11,7 +11,6 @@
 use idem_core::{ESCALATED, IdempotencyKey, RecordKey, Timestamp, ToolError, UnknownCause};
 use serde::{Deserialize, Serialize};
 
-use super::account::CallOutcome;
 use super::decide::GiveBack;
 use super::error::DispatchError;
 use super::guard::ClaimGuard;
@@ -162,18 +161,19 @@ impl Dispatcher {
                 return Vec::new();
             }
         };
-        let applied: Vec<AppliedBefore> = account
-            .calls
+        // Applied (once each, newest first) and still standing: neither an undo nor a call
+        // its run undid; then oldest first.
+        let mut applied: Vec<AppliedBefore> = super::undo_run::applied_calls(&account.calls)
             .into_iter()
-            // Applied and still standing: neither an undo nor a call its run undid.
-            .filter(|c| c.outcome == CallOutcome::Applied && c.undo.as_deref() != Some("undone"))
+            .filter(|c| c.undo.as_deref() != Some("undone"))
             .filter(|c| !c.tool.ends_with(crate::tool::UNDO_TOOL_SUFFIX))
             .map(|c| AppliedBefore {
-                tool: c.tool,
-                call_id: c.call_id,
-                record: c.record,
+                tool: c.tool.clone(),
+                call_id: c.call_id.clone(),
+                record: c.record.clone(),
             })
             .collect();
+        applied.reverse();
         let skip = applied.len().saturating_sub(MAX_APPLIED_SHOWN);
         applied.into_iter().skip(skip).collect()
     }

@@ -203,12 +203,9 @@ impl Dispatcher {
             skipped: Vec::new(),
         };
         let mut stopped = false;
-        for entry in account.calls.iter().rev() {
+        for entry in applied_calls(&account.calls) {
             // An undo is not undone (`<tool>.undo`: its own entries of the account).
-            if entry.outcome != CallOutcome::Applied
-                || !options.includes(&entry.tool)
-                || entry.tool.ends_with(UNDO_TOOL_SUFFIX)
-            {
+            if !options.includes(&entry.tool) || entry.tool.ends_with(UNDO_TOOL_SUFFIX) {
                 continue;
             }
             let Some(tool) = self.registry.get(&entry.tool) else {
@@ -481,6 +478,35 @@ fn undo_tool(tool: &ToolDef, undo: &Undoer, applied: AppliedCall) -> ToolDef {
     def.contract = Arc::default();
     def.validator = Arc::default();
     def
+}
+
+/// The run's applied calls, newest first, each record once. A call whose applying dispatch
+/// died after recording its outcome and before its entry was appended is known to the run
+/// only by the replay its resumed call was answered: a replayed record that no entry of the
+/// run applied counts as the run's (its effect happened, for this run's call under its key).
+pub(crate) fn applied_calls(calls: &[AccountEntry]) -> Vec<&AccountEntry> {
+    let applied_here = |record: &RecordKey| {
+        calls
+            .iter()
+            .any(|c| c.outcome == CallOutcome::Applied && c.record.as_ref() == Some(record))
+    };
+    let mut taken: Vec<&RecordKey> = Vec::new();
+    let mut applied = Vec::new();
+    for entry in calls.iter().rev() {
+        let Some(record) = &entry.record else {
+            continue;
+        };
+        let counts = match entry.outcome {
+            CallOutcome::Applied => true,
+            CallOutcome::Replayed => !applied_here(record),
+            _ => false,
+        };
+        if counts && !taken.contains(&record) {
+            taken.push(record);
+            applied.push(entry);
+        }
+    }
+    applied
 }
 
 /// What an undo's dispatch says of it.
