@@ -2,7 +2,8 @@
 """Build and test tests/user-crate as a user's crate of its own would be: outside the
 workspace, depending on the facade (`idem-tools`, feature `testing`) by path, its own tools
 defined with #[tool], crash-tested with idem::testing in a #[test] (every point killed and
-resumed; a planted defect caught and named).
+resumed; two planted defects caught and named: an effect sent before its step is journaled,
+and a write that is not idempotent declared as one).
 
 The crate takes the workspace's lock file (so it builds the versions the workspace tested)
 and the workspace's target directory (so what both build is built once).

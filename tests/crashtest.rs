@@ -52,6 +52,9 @@ enum Transfer {
     Right,
     /// The debit sent before its step, with no key: a crash between the two sends it again.
     DebitBeforeItsStep,
+    /// The debit sent inside its step, with no key: a crash after it and before the step is
+    /// journaled sends it again.
+    KeylessDebitInItsStep,
 }
 
 fn transfer(dir: &Path, how: Transfer) -> ToolDef {
@@ -69,8 +72,14 @@ fn transfer(dir: &Path, how: Transfer) -> ToolDef {
                 }
                 let debit_key = format!("{key}-debit");
                 ctx.step("debit", || async {
-                    if let Transfer::Right = how {
-                        apply(&dir, &format!("debit {amount}"), Some(&debit_key));
+                    match how {
+                        Transfer::Right => {
+                            apply(&dir, &format!("debit {amount}"), Some(&debit_key))
+                        }
+                        Transfer::KeylessDebitInItsStep => {
+                            apply(&dir, &format!("debit {amount}"), None)
+                        }
+                        Transfer::DebitBeforeItsStep => {}
                     }
                     Ok::<_, ToolError>(())
                 })
@@ -140,6 +149,15 @@ async fn debit_before_its_step(setup: Setup) {
     let dir = setup.dir().to_owned();
     let tools = vec![
         transfer(&dir, Transfer::DebitBeforeItsStep),
+        receipt(&dir, ToolClass::NonIdempotentWrite, false),
+    ];
+    script(setup, tools).await
+}
+
+async fn keyless_debit_in_its_step(setup: Setup) {
+    let dir = setup.dir().to_owned();
+    let tools = vec![
+        transfer(&dir, Transfer::KeylessDebitInItsStep),
         receipt(&dir, ToolClass::NonIdempotentWrite, false),
     ];
     script(setup, tools).await
@@ -320,4 +338,31 @@ fn an_approval_consumed_and_an_undo_hold_at_every_point() {
             "{point} in {report}"
         );
     }
+}
+
+/// A step's effect sent without a key is caught at the point between the effect and its
+/// journal entry: the resumed call runs the step again.
+#[test]
+fn a_keyless_effect_inside_its_step_is_caught_before_its_journal_entry() {
+    let report = CrashTest::new(keyless_debit_in_its_step)
+        .effects(ledger)
+        .run();
+    println!("{report}");
+    let caught: Vec<&str> = report.broken().map(|v| v.point.as_str()).collect();
+    assert!(
+        caught.contains(&"step `debit` done, before it is journaled"),
+        "{report}"
+    );
+    assert!(
+        report.to_string().contains("TWICE: `debit 100` 2 times"),
+        "{report}"
+    );
+}
+
+/// A point number to replay that the scenario does not have is refused, not "held".
+#[test]
+fn replaying_a_point_the_scenario_lacks_is_refused() {
+    let report = CrashTest::new(right).effects(ledger).replay(999).run();
+    assert!(!report.held(), "{report}");
+    assert!(report.to_string().contains("no point 999"), "{report}");
 }

@@ -59,3 +59,14 @@ fn a_planted_defect_is_named_and_fails_the_command() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("did not hold"));
 }
+
+/// A program that runs no crash test (a test binary given a name it lacks runs nothing and
+/// exits 0) is not taken as one that held.
+#[test]
+fn a_program_that_reports_nothing_fails_the_command() {
+    let out = idem(&["crashtest", "true"])
+        .output()
+        .expect("idem crashtest");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("printed no crash test report"));
+}

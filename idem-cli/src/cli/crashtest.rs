@@ -1,7 +1,7 @@
 //! `idem crashtest PROGRAM [ARGS]...`: run a scenario program whose `main` runs a crash test
 //! (`idem::testing::CrashTest`), or a test binary with the name of a test that does, and say
 //! whether every point held. The program prints the report; this command adds the verdict
-//! and exits 0 only if it held.
+//! and exits 0 only if the report says every point held.
 
 use std::process::Command;
 
@@ -28,22 +28,38 @@ pub fn crashtest(args: CrashtestArgs) -> Result<(), Failure> {
         command.arg(test).args(["--exact", "--nocapture"]);
     }
     command.args(&args.args);
-    let status = command.status().map_err(|e| {
+    let output = command.output().map_err(|e| {
         Failure::new(
             Exit::Usage,
             format!("cannot run {}: {e}", args.program.display()),
         )
     })?;
-    match status.success() {
-        true => {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    // The exit status alone is not enough: a test binary given a name it lacks runs no
+    // test and exits 0. Held is what the report says.
+    let held = stdout
+        .lines()
+        .any(|l| l.trim_end().ends_with("every point held"));
+    match (output.status.success(), held) {
+        (true, true) => {
             eprintln!("crash test held: {}", args.program.display());
             Ok(())
         }
-        false => Err(Failure::new(
+        (true, false) => Err(Failure::new(
             Exit::Failed,
             format!(
-                "the crash test of {} did not hold ({status}): its report above names each point and what broke",
+                "{} printed no crash test report that held (is it a crash test? with --test, is the name right?)",
                 args.program.display()
+            ),
+        )),
+        (false, _) => Err(Failure::new(
+            Exit::Failed,
+            format!(
+                "the crash test of {} did not hold ({}): its report above names each point and what broke",
+                args.program.display(),
+                output.status
             ),
         )),
     }

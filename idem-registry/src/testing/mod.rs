@@ -1,23 +1,23 @@
 //! A crash harness for your own tools: run a scenario again and again, killing the worker
 //! (a real child process, SIGKILL) at every point where a crash changes what happens, resume
-//! it the way an agent is resumed (the same run and the same calls, in another process, once
-//! the dead worker's lease has run out), and check your providers' own ledger.
+//! it the way an agent is resumed (the same run and the same calls, in another process, the
+//! dead worker's leases ended), and check your providers' own ledger.
 //!
-//! The points are the ones the worker reaches, in order: before and after each claim, after
-//! each journaled step (an approval consumed, a precondition passed, your `ctx.step`s, an
-//! undo's), before and after each body (after the effect, before its record), after each
-//! outcome recorded, left unknown or given back. A first run (the survey) finds them; then,
+//! The points are the ones the worker reaches, in order: before and after each claim, before
+//! and after each journaled step (an approval consumed, a precondition passed, your
+//! `ctx.step`s, an undo's), before and after each body (after the effect, before its record),
+//! after each outcome recorded, left unknown or given back. A first run (the survey) finds them; then,
 //! for each, a fresh store and a fresh ledger, a worker killed there, and a worker that
 //! resumes. Each point's verdict:
 //!
-//! - **held**: every effect at most once, none of the survey's lost unless a call was left
+//! - **held**: every effect as many times as in the survey, none lost unless a call was left
 //!   for a person (Unknown, or a case), nothing irreversible run without its approval;
 //! - **twice**: an effect your ledger shows more than once (the planted defect of an effect
 //!   sent before its step is journaled, or of a write that is not idempotent re-run);
 //! - **lost**: an effect of the survey that never happened, and nothing left for a person;
 //! - **unapproved**: an `irreversible` call recorded without the approval that ran it;
 //! - **not reached**: the killed worker finished without reaching the point (a scenario whose
-//!   points vary from run to run).
+//!   points vary from run to run): not held, nothing was tested there.
 //!
 //! A scenario is an async function of a [`Setup`]: it builds its dispatcher over
 //! [`Setup::store`] (a SQLite file of the run's own), passes it through [`Setup::instrument`],
@@ -68,7 +68,7 @@ use idem_core::{ListFilter, Outcome, RecordState, StateKind, Store, ToolClass};
 use serde_json::{Value, json};
 
 pub use report::{PointVerdict, Report, Verdict};
-use worker::{BodyPoints, Later, Points, StorePoints};
+use worker::{BodyPoints, Points, StorePoints};
 
 use crate::dispatch::{APPROVAL_STEP, Dispatcher};
 
@@ -82,6 +82,8 @@ const DIR: &str = "IDEM_CRASHTEST_DIR";
 pub const REPLAY: &str = "IDEM_CRASHTEST_POINT";
 /// What a worker's line of facts starts with on its standard output.
 const FACTS: &str = "idem-crashtest-facts: ";
+/// The file a killed worker writes its point's label to before it dies.
+const KILLED_AT: &str = "killed-at";
 /// The longest a worker may take; one that takes longer is killed and reported.
 const WORKER_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -92,6 +94,7 @@ pub struct CrashTest {
     scenario: Scenario,
     effects: fn(&Path) -> Vec<String>,
     test_name: Option<String>,
+    replay: Option<usize>,
 }
 
 /// What a scenario is given: its own store and folder, and the worker's instruments.
@@ -99,7 +102,6 @@ pub struct Setup {
     dir: PathBuf,
     store: Arc<dyn Store>,
     points: Arc<Points>,
-    later: Arc<Later>,
     dispatcher: Arc<Mutex<Option<Dispatcher>>>,
 }
 
@@ -110,8 +112,8 @@ impl Setup {
     }
 
     /// The store to build the dispatcher over: a SQLite file in [`Setup::dir`], counting the
-    /// worker's points (and, in the worker that resumes, on a clock moved past the dead
-    /// worker's lease).
+    /// worker's points. In the worker that resumes, the dead worker's leases have ended, as
+    /// they would have by the time someone restarts the agent.
     pub fn store(&self) -> Arc<dyn Store> {
         self.store.clone()
     }
@@ -121,13 +123,6 @@ impl Setup {
     ///
     /// [`Execution`]: crate::dispatch::Execution
     pub fn instrument(&self, dispatcher: Dispatcher) -> Dispatcher {
-        let registry = dispatcher.registry();
-        let lease = registry
-            .iter()
-            .map(|t| t.policy.lease)
-            .max()
-            .unwrap_or_default();
-        self.later.set(lease + Duration::from_secs(1));
         let dispatcher = dispatcher.with_execution(Arc::new(BodyPoints(self.points.clone())));
         *self.dispatcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(dispatcher.clone());
         dispatcher
@@ -145,7 +140,14 @@ impl CrashTest {
             scenario: Box::new(move |setup| Box::pin(scenario(setup))),
             effects: |_| Vec::new(),
             test_name: None,
+            replay: None,
         }
+    }
+
+    /// Run point `at` alone, to replay it (as `IDEM_CRASHTEST_POINT=<at>` does).
+    pub fn replay(mut self, at: usize) -> Self {
+        self.replay = Some(at);
+        self
     }
 
     /// How to read your providers' ledger back from a run's folder: one line per effect as
@@ -169,16 +171,23 @@ impl CrashTest {
         }
         // A test is run again by its name, which libtest gives its thread; a program of its
         // own (`fn main`, run by `idem crashtest`) is run again as it is.
-        let name = self
-            .test_name
-            .clone()
-            .or_else(|| std::thread::current().name().map(str::to_owned))
-            .filter(|n| n != "main")
-            .unwrap_or_default();
+        let name = match (&self.test_name, std::thread::current().name()) {
+            (Some(name), _) => name.clone(),
+            (None, Some("main")) => String::new(),
+            (None, Some(name)) => name.to_owned(),
+            (None, None) => {
+                return Report::failed(
+                    "this thread has no name to run the test again by: give the test's name with `CrashTest::test_name`",
+                );
+            }
+        };
         let root = scratch(if name.is_empty() { "main" } else { &name });
-        let report = self.drive(&name, &root);
-        if report.held() {
-            let _ = std::fs::remove_dir_all(&root);
+        let mut report = self.drive(&name, &root);
+        match report.held() {
+            true => {
+                let _ = std::fs::remove_dir_all(&root);
+            }
+            false => report.kept = Some(root),
         }
         report
     }
@@ -199,28 +208,58 @@ impl CrashTest {
             );
         }
         let mut report = Report::new(labels.clone(), baseline.clone());
-        if let Some(twice) = report::repeated(&baseline) {
-            report.push(PointVerdict::survey(Verdict::Twice(twice)));
-            return report;
+        let only = match (self.replay, std::env::var(REPLAY).ok()) {
+            (Some(at), _) => Some(at),
+            (None, None) => None,
+            (None, Some(text)) => match text.trim().parse() {
+                Ok(at) => Some(at),
+                Err(_) => {
+                    return Report::failed(&format!(
+                        "{REPLAY}={text:?} is not a point's number (0 to {})",
+                        labels.len() - 1
+                    ));
+                }
+            },
+        };
+        if let Some(at) = only
+            && at >= labels.len()
+        {
+            return Report::failed(&format!(
+                "the scenario has no point {at}: the survey reached {} (0 to {})",
+                labels.len(),
+                labels.len() - 1
+            ));
         }
-        let only: Option<usize> = std::env::var(REPLAY).ok().and_then(|p| p.parse().ok());
         for (at, label) in labels.iter().enumerate() {
             if only.is_some_and(|o| o != at) {
                 continue;
             }
             let dir = root.join(format!("point-{at}"));
-            let verdict = self.point(name, at, &dir, &baseline);
+            let verdict = self.point(name, at, label, &dir, &baseline);
             report.push(PointVerdict::new(at, label.clone(), verdict));
         }
         report
     }
 
     /// One point: a worker killed there, one that resumes, the ledger judged.
-    fn point(&self, name: &str, at: usize, dir: &Path, baseline: &[String]) -> Verdict {
+    fn point(
+        &self,
+        name: &str,
+        at: usize,
+        label: &str,
+        dir: &Path,
+        baseline: &[String],
+    ) -> Verdict {
         match self.worker(name, "kill", Some(at), dir) {
             Ok(Ran::Killed) => {}
             Ok(Ran::Finished(_)) => return Verdict::NotReached,
             Err(why) => return Verdict::Failed(why),
+        }
+        let reached = std::fs::read_to_string(dir.join(KILLED_AT)).unwrap_or_default();
+        if reached != label {
+            return Verdict::Failed(format!(
+                "the killed worker's point {at} was `{reached}`, the survey's `{label}`: the scenario's points vary from run to run"
+            ));
         }
         let facts = match self.worker(name, "resume", None, dir) {
             Ok(Ran::Finished(facts)) => facts,
@@ -241,12 +280,17 @@ impl CrashTest {
             // A program of its own: run again with its own arguments.
             true => command.args(std::env::args_os().skip(1)),
         };
+        command.env(ROLE, role).env(DIR, dir).env_remove(REPLAY);
+        // To files, never pipes: a chatty worker cannot block on a full pipe, and a process
+        // it started cannot hold the test waiting for the pipe to close.
+        let out = dir.join(format!("{role}.out"));
+        let err = dir.join(format!("{role}.err"));
+        let file = |path: &Path| {
+            std::fs::File::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        };
         command
-            .env(ROLE, role)
-            .env(DIR, dir)
-            .env_remove(REPLAY)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stdout(Stdio::from(file(&out)?))
+            .stderr(Stdio::from(file(&err)?));
         if let Some(at) = at {
             command.env(AT, at.to_string());
         }
@@ -268,12 +312,11 @@ impl CrashTest {
                 Err(e) => return Err(format!("the {role} worker could not be waited for: {e}")),
             }
         };
-        let output = child.wait_with_output().map_err(|e| e.to_string())?;
         use std::os::unix::process::ExitStatusExt;
         if status.signal() == Some(libc::SIGKILL) {
             return Ok(Ran::Killed);
         }
-        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stdout = std::fs::read_to_string(&out).unwrap_or_default();
         let facts = stdout
             .lines()
             .find_map(|line| line.find(FACTS).map(|i| &line[i + FACTS.len()..]))
@@ -281,8 +324,9 @@ impl CrashTest {
         match (status.success(), facts) {
             (true, Some(facts)) => Ok(Ran::Finished(facts)),
             _ => Err(format!(
-                "the {role} worker ended with {status} and no facts: {}",
-                tail(&String::from_utf8_lossy(&output.stderr))
+                "the {role} worker ended with {status} and no facts (its output: {}): {}",
+                err.display(),
+                tail(&std::fs::read_to_string(&err).unwrap_or_default())
             )),
         }
     }
@@ -305,28 +349,25 @@ impl CrashTest {
     fn work_as(&self, role: &str) -> Result<Value, String> {
         let dir = PathBuf::from(std::env::var(DIR).map_err(|_| format!("{DIR} is not set"))?);
         let kill_at = match role {
-            "kill" => Some(
+            "kill" => Some((
                 std::env::var(AT)
                     .ok()
                     .and_then(|a| a.parse().ok())
                     .ok_or_else(|| format!("{AT} is not a point"))?,
-            ),
+                dir.join(KILLED_AT),
+            )),
             _ => None,
         };
         let points = Arc::new(Points::new(kill_at));
-        let later = Arc::new(Later::default());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .map_err(|e| format!("no runtime: {e}"))?;
         runtime.block_on(async {
-            let mut sqlite =
-                SqliteStore::open(dir.join("records.db")).map_err(|e| e.to_string())?;
+            let sqlite = SqliteStore::open(dir.join("records.db")).map_err(|e| e.to_string())?;
             if role == "resume" {
-                sqlite = sqlite
-                    .with_clock(later.clone())
-                    .map_err(|e| e.to_string())?;
+                end_leases(&sqlite).await?;
             }
             let store: Arc<dyn Store> = Arc::new(StorePoints(points.clone()).layer(sqlite));
             let dispatcher = Arc::new(Mutex::new(None));
@@ -334,7 +375,6 @@ impl CrashTest {
                 dir: dir.clone(),
                 store: store.clone(),
                 points: points.clone(),
-                later,
                 dispatcher: dispatcher.clone(),
             };
             (self.scenario)(setup).await;
@@ -404,13 +444,42 @@ async fn settled(
     Ok((unknown, unapproved))
 }
 
-/// A fresh folder for one test's runs.
+/// The dead worker's leases ended, as they have by the time someone restarts the agent:
+/// what the store does when a lease runs out, done now, without moving any clock (records'
+/// TTLs, approvals and windows keep their time).
+async fn end_leases(store: &dyn Store) -> Result<(), String> {
+    let held = store
+        .list(ListFilter {
+            state: Some(StateKind::InProgress),
+            tenant: None,
+            limit: 100_000,
+            after: None,
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    for record in held {
+        // A lease that ended already cannot be renewed, and needs nothing.
+        let _ = store.renew(&record.key, record.fence, Duration::ZERO).await;
+    }
+    Ok(())
+}
+
+/// A fresh folder for one test's runs, never one an earlier run left.
 fn scratch(name: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
     let safe: String = name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    std::env::temp_dir().join(format!("idem-crashtest-{safe}-{}", std::process::id()))
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "idem-crashtest-{safe}-{}-{n}-{nanos}",
+        std::process::id()
+    ))
 }
 
 fn strings(value: &Value) -> Vec<String> {

@@ -31,10 +31,9 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// Whether the promise held at this point (a point not reached holds nothing and breaks
-    /// nothing).
+    /// Whether the promise held at this point (a point not reached tested nothing: not held).
     pub fn held(&self) -> bool {
-        matches!(self, Verdict::Held { .. } | Verdict::NotReached)
+        matches!(self, Verdict::Held { .. })
     }
 }
 
@@ -91,14 +90,6 @@ impl PointVerdict {
             verdict,
         }
     }
-
-    pub(super) fn survey(verdict: Verdict) -> Self {
-        PointVerdict {
-            at: None,
-            point: "the survey (no crash)".into(),
-            verdict,
-        }
-    }
 }
 
 /// Every point of a crash test and its verdict.
@@ -113,6 +104,9 @@ pub struct Report {
     pub verdicts: Vec<PointVerdict>,
     /// Why the test could not run, if it could not.
     pub failure: Option<String>,
+    /// Where the runs' stores, ledgers and workers' output were kept (a test that did not
+    /// hold keeps them, to look at).
+    pub kept: Option<std::path::PathBuf>,
 }
 
 impl Report {
@@ -122,6 +116,7 @@ impl Report {
             baseline,
             verdicts: Vec::new(),
             failure: None,
+            kept: None,
         }
     }
 
@@ -131,6 +126,7 @@ impl Report {
             baseline: Vec::new(),
             verdicts: Vec::new(),
             failure: Some(why.to_owned()),
+            kept: None,
         }
     }
 
@@ -176,33 +172,41 @@ impl fmt::Display for Report {
         let broken = self.broken().count();
         match broken {
             0 => write!(f, "every point held"),
-            n => write!(
-                f,
-                "{n} point(s) broke the promise; replay one with {}=<point>",
-                super::REPLAY
-            ),
+            n => {
+                write!(
+                    f,
+                    "{n} point(s) broke the promise; replay one with {}=<point>",
+                    super::REPLAY
+                )?;
+                match &self.kept {
+                    Some(dir) => write!(f, "; the runs are kept in {}", dir.display()),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
 
-/// The effects applied more than once, with their counts; `None` if each was once.
-pub(super) fn repeated(effects: &[String]) -> Option<Vec<(String, usize)>> {
+/// How many times each effect is in a ledger.
+fn counts(effects: &[String]) -> BTreeMap<&str, usize> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for e in effects {
         *counts.entry(e).or_default() += 1;
     }
-    let twice: Vec<(String, usize)> = counts
-        .into_iter()
-        .filter(|(_, n)| *n > 1)
-        .map(|(e, n)| (e.to_owned(), n))
-        .collect();
-    (!twice.is_empty()).then_some(twice)
+    counts
 }
 
 /// The verdict of a point from the ledger after the resume, the survey's ledger, and the
-/// resumed worker's facts.
+/// resumed worker's facts. Effects are compared by count with the survey's: an effect the
+/// scenario makes twice on purpose is twice in both; one more than the survey's is TWICE.
 pub(super) fn judge(baseline: &[String], effects: &[String], facts: &Value) -> Verdict {
-    if let Some(twice) = repeated(effects) {
+    let (expected, got) = (counts(baseline), counts(effects));
+    let twice: Vec<(String, usize)> = got
+        .iter()
+        .filter(|(e, n)| **n > expected.get(*e).copied().unwrap_or(0).max(1))
+        .map(|(e, n)| ((*e).to_owned(), *n))
+        .collect();
+    if !twice.is_empty() {
         return Verdict::Twice(twice);
     }
     let unapproved = super::strings(&facts["unapproved"]);
@@ -210,10 +214,10 @@ pub(super) fn judge(baseline: &[String], effects: &[String], facts: &Value) -> V
         return Verdict::Unapproved(unapproved);
     }
     let left = facts["unknown"].as_u64().unwrap_or(0) as usize;
-    let lost: Vec<String> = baseline
+    let lost: Vec<String> = expected
         .iter()
-        .filter(|e| !effects.contains(e))
-        .cloned()
+        .filter(|(e, n)| got.get(*e).copied().unwrap_or(0) < **n)
+        .map(|(e, _)| (*e).to_owned())
         .collect();
     if !lost.is_empty() && left == 0 {
         return Verdict::Lost(lost);

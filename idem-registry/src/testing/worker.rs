@@ -1,5 +1,4 @@
-//! The worker's side of a crash test: where it may be killed, and the clock of the process
-//! that resumes.
+//! The worker's side of a crash test: where it may be killed.
 //!
 //! A worker counts every point where a crash changes what happens, in the order it reaches
 //! them: around each claim, after each journaled step (an approval consumed, a precondition
@@ -9,43 +8,41 @@
 //! no destructor runs, no buffer is flushed, as when a machine dies.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
-use idem_core::Timestamp;
 use idem_core::store::layer::{Layer, Operation, StoreFuture};
-use idem_core::store::memory::Clock;
 
 use crate::dispatch::{Attempt, BodyFuture, Execution};
 
 /// The points a worker reached, and the one it stops at.
 #[derive(Debug)]
 pub(super) struct Points {
-    /// Kill the process on reaching this point (counted from 0).
-    kill_at: Option<usize>,
-    reached: AtomicUsize,
+    /// Kill the process on reaching this point (counted from 0), after writing its label to
+    /// this file (so the test can tell that it is the survey's point of that number).
+    kill_at: Option<(usize, std::path::PathBuf)>,
+    /// Every point reached, in order: one lock for the count and the label, so that
+    /// concurrent dispatches cannot give a label another's number.
     labels: Mutex<Vec<String>>,
 }
 
 impl Points {
-    pub(super) fn new(kill_at: Option<usize>) -> Self {
+    pub(super) fn new(kill_at: Option<(usize, std::path::PathBuf)>) -> Self {
         Points {
             kill_at,
-            reached: AtomicUsize::new(0),
             labels: Mutex::new(Vec::new()),
         }
     }
 
     /// Reach a point: noted, and the end of the process if it is the one to stop at.
     fn reach(&self, label: String) {
-        let n = self.reached.fetch_add(1, Ordering::SeqCst);
-        self.labels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(label);
-        if self.kill_at == Some(n) {
+        let mut labels = self.labels.lock().unwrap_or_else(|e| e.into_inner());
+        let n = labels.len();
+        if let Some((at, file)) = &self.kill_at
+            && *at == n
+        {
+            let _ = std::fs::write(file, &label);
             kill_self();
         }
+        labels.push(label);
     }
 
     /// Every point reached, in order.
@@ -83,9 +80,12 @@ impl Layer for StorePoints {
                 Some(format!("before the claim of `{}`", request.tool)),
                 Some(format!("after the claim of `{}`", request.tool)),
             ),
-            Operation::Journal { step, .. } => {
-                (None, Some(format!("after step `{step}` was journaled")))
-            }
+            // A step's effect is done before its entry is written: a crash between the two
+            // runs the step again.
+            Operation::Journal { step, .. } => (
+                Some(format!("step `{step}` done, before it is journaled")),
+                Some(format!("after step `{step}` was journaled")),
+            ),
             Operation::Complete { .. } => (None, Some("after an outcome was recorded".to_owned())),
             Operation::MarkUnknown { .. } => {
                 (None, Some("after a call was left unknown".to_owned()))
@@ -127,28 +127,5 @@ impl Execution for BodyPoints {
             ));
             done
         })
-    }
-}
-
-/// The clock of a process that resumes after the crash: the system's, moved on by as long
-/// as the longest lease of the scenario's tools (and a second), so that the dead worker's
-/// lease has run out as it would have by the time someone restarts the agent.
-#[derive(Debug, Default)]
-pub(super) struct Later {
-    ahead_ms: std::sync::atomic::AtomicU64,
-}
-
-impl Later {
-    /// Move on by `ahead` from now on.
-    pub(super) fn set(&self, ahead: Duration) {
-        let ms = u64::try_from(ahead.as_millis()).unwrap_or(u64::MAX);
-        self.ahead_ms.store(ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for Later {
-    fn now(&self) -> Timestamp {
-        let ahead = self.ahead_ms.load(Ordering::SeqCst);
-        Timestamp(Timestamp::now().as_millis().saturating_add(ahead))
     }
 }

@@ -82,3 +82,11 @@ pub async fn refund_hasty(ctx: &ToolContext, order: String, amount: u64) -> Resu
     .await?;
     Ok(format!("refunded {amount} on {order}"))
 }
+
+/// A voucher mailed through an API that takes no key, declared `idempotent_write` (a planted
+/// defect: it is not, so running it again after a crash mails a second voucher).
+#[tool(class = "idempotent_write")]
+pub async fn send_voucher(order: String, amount: u64) -> Result<String, ToolError> {
+    bank::apply(&format!("voucher of {amount} for {order}"), None);
+    Ok(format!("voucher sent for {order}"))
+}

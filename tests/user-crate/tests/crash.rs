@@ -27,3 +27,10 @@ fn a_hasty_refund_is_caught_reversing_twice() {
     println!("{report}");
     assert!(report.to_string().contains("TWICE: `reverse o-1 40` 2 times"), "{report}");
 }
+
+#[test]
+fn a_write_that_is_not_idempotent_is_caught_run_again() {
+    let report = CrashTest::new(|s| refunds(s, "send_voucher")).effects(bank::ledger).run();
+    println!("{report}");
+    assert!(report.to_string().contains("TWICE: `voucher of 40 for o-1` 2 times"), "{report}");
+}
