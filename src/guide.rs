@@ -42,3 +42,6 @@ pub mod schemas {}
 #[cfg(all(feature = "testing", unix))]
 #[doc = include_str!("../docs/guide/crashtest.md")]
 pub mod crashtest {}
+
+#[doc = include_str!("../docs/guide/proof.md")]
+pub mod proof {}
