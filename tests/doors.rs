@@ -6,8 +6,8 @@
 //! in the process, the worker killed after the payment): two payments, or the control proves
 //! nothing.
 //!
-//! `cargo test --features testing,agent --test doors -- --nocapture --test-threads=1` prints
-//! the table that docs/guide/proof.md publishes.
+//! `cargo test --features testing,agent,mcp --test doors -- --nocapture --test-threads=1`
+//! prints the table that docs/guide/proof.md publishes.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,6 +28,11 @@ enum Door {
     OpenAi,
     Anthropic,
     Gemini,
+    /// The MCP server (rmcp's client over an in-memory stream, sending no `_meta`, as hosts
+    /// do), under its default re-send window: scoped by the connection.
+    McpSession,
+    /// The same, the window scoped by the tenant (`resend_scope(ResendScope::Tenant)`).
+    McpTenant,
 }
 
 impl Door {
@@ -37,13 +42,17 @@ impl Door {
             Door::OpenAi => "OpenAI Chat loop (`run_tool_calls`, `OpenAiChat`)",
             Door::Anthropic => "Anthropic loop (`run_tool_calls`, `Anthropic`)",
             Door::Gemini => "Gemini loop (`run_tool_calls`, `Gemini`)",
+            Door::McpSession => "MCP server, no `_meta`, default re-send window",
+            Door::McpTenant => {
+                "MCP server, no `_meta`, window scoped by the tenant (`ResendScope::Tenant`)"
+            }
         }
     }
 
     /// The model's response asking to pay 100 for order o-1, in the door's format.
     fn response(self) -> Value {
         match self {
-            Door::InProcess | Door::OpenAi => {
+            Door::InProcess | Door::OpenAi | Door::McpSession | Door::McpTenant => {
                 json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
                 "role": "assistant", "content": null,
                 "tool_calls": [{"id": "call_pay", "type": "function",
@@ -60,7 +69,7 @@ impl Door {
 
     fn shape(self) -> &'static dyn Shape {
         match self {
-            Door::InProcess | Door::OpenAi => &OpenAiChat,
+            Door::InProcess | Door::OpenAi | Door::McpSession | Door::McpTenant => &OpenAiChat,
             Door::Anthropic => &Anthropic,
             Door::Gemini => &Gemini,
         }
@@ -167,6 +176,45 @@ async fn through_idem(setup: Setup, door: Door) {
     }
 }
 
+/// Through the MCP server: the host calls `pay` with no `_meta`; it waits for a person's
+/// approval; the person approves what waits in the store; the host sends the call again.
+async fn through_mcp(setup: Setup, scope: idem::mcp::keys::ResendScope) {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::service::serve_directly;
+    use rmcp::{ClientHandler, RoleClient, RoleServer};
+    let registry = Registry::builder()
+        .add(pay(setup.dir()))
+        .build()
+        .expect("registry");
+    let keys = ApprovalKeys::new([approval_key()]);
+    let dispatcher = Dispatcher::approving(registry, setup.store(), keys).expect("dispatcher");
+    let d = setup.instrument(dispatcher);
+    let server = idem::mcp::McpServer::new(d.clone(), "shop")
+        .expect("server")
+        .resend_scope(scope);
+    let (server_side, client_side) = tokio::io::duplex(64 * 1024);
+    let running =
+        serve_directly::<RoleServer, _, _, _, _>(server, server_side, Some(().get_info()));
+    std::mem::forget(running);
+    let client = serve_directly::<RoleClient, _, _, _, _>((), client_side, None);
+    let Value::Object(args) = json!({"order": "o-1", "amount": 100}) else {
+        unreachable!()
+    };
+    let call = || CallToolRequestParams::new("pay").with_arguments(args.clone());
+    let Ok(first) = client.call_tool(call()).await else {
+        return;
+    };
+    if first.is_error == Some(true) {
+        let desk = d.approvals();
+        let filter = idem::store::approvals::ApprovalFilter::default();
+        let approver = Approver::new("ops@example.com", approval_key());
+        for entry in desk.pending(&filter).await.unwrap_or_default() {
+            let _ = desk.approve(&entry, &approver, None, None).await;
+        }
+        let _ = client.call_tool(call()).await;
+    }
+}
+
 /// The row of a door: every point of the scenario through idem, and its verdicts.
 fn row(
     door: Door,
@@ -230,10 +278,17 @@ fn control_worker() {
     };
     let dir = PathBuf::from(dir);
     let (door, role) = spec.split_once(':').expect("door:role");
-    let door = [Door::InProcess, Door::OpenAi, Door::Anthropic, Door::Gemini]
-        .into_iter()
-        .find(|d| format!("{d:?}") == door)
-        .expect("a door");
+    let door = [
+        Door::InProcess,
+        Door::OpenAi,
+        Door::Anthropic,
+        Door::Gemini,
+        Door::McpSession,
+        Door::McpTenant,
+    ]
+    .into_iter()
+    .find(|d| format!("{d:?}") == door)
+    .expect("a door");
     // The person's yes lives in the process, as a framework's in-memory interrupt does; the
     // resumed process asks again and is told yes again.
     let approved = true;
@@ -296,3 +351,39 @@ door_test!(in_process, Door::InProcess);
 door_test!(openai_chat_loop, Door::OpenAi);
 door_test!(anthropic_loop, Door::Anthropic);
 door_test!(gemini_loop, Door::Gemini);
+
+#[test]
+fn mcp_server_window_scoped_by_the_tenant() {
+    use idem::mcp::keys::ResendScope;
+    let (points, held, payments) = row(Door::McpTenant, |s| {
+        Box::pin(through_mcp(s, ResendScope::Tenant))
+    });
+    let control = control(Door::McpTenant);
+    println!(
+        "| {} | {points} | {held} | {payments} | {control} |",
+        Door::McpTenant.name()
+    );
+    assert_eq!(payments, 1, "one payment without a crash");
+    assert_eq!(held, points, "every point held");
+    assert_eq!(control, 2, "the control shows the double payment");
+}
+
+/// Under the default window, scoped by the connection: a restarted server is a new
+/// connection, and the resumed host re-issues the call. A call that may need approval is
+/// windowed by its tenant whatever the scope, so the re-issue finds the first call (and its
+/// approval); before, it was a new call, asked again, and a person's second yes paid twice.
+#[test]
+fn mcp_server_default_window_after_a_restart() {
+    use idem::mcp::keys::ResendScope;
+    let (points, held, payments) = row(Door::McpSession, |s| {
+        Box::pin(through_mcp(s, ResendScope::Session))
+    });
+    let control = control(Door::McpSession);
+    println!(
+        "| {} | {points} | {held} | {payments} | {control} |",
+        Door::McpSession.name()
+    );
+    assert_eq!(payments, 1, "one payment without a crash");
+    assert_eq!(held, points, "every point held");
+    assert_eq!(control, 2, "the control shows the double payment");
+}

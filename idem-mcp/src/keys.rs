@@ -21,11 +21,13 @@
 //! The trade-off of the window: a deliberate identical call inside it is replayed, not run,
 //! and its result says so (`io.idem/deduplicated`). A tool that needs approval keeps its
 //! record as long as an approval may be used (the dispatcher's `max_approval_validity`), so
-//! its window is at least that long. A pending approval belongs to its call's key: under the
-//! session scope a re-issue after a reconnect asks again, and so does a call an approver
-//! edited (its arguments, so its key, changed); nothing runs twice, the person is asked
-//! twice. [`ResendScope::Tenant`] or a model's key avoid the first. A tool whose window is off and that gets
-//! no other key is refused with `missing_key`, naming these settings.
+//! its window is at least that long, and its window is scoped by the tenant whatever the
+//! scope: a host resumed after a crash or a reconnect (a new session) re-issues the call, and
+//! under the session scope that would be a new call, asked again, which a person's second
+//! yes would run twice (`tests/doors.rs` measured a second payment so). An identical call of
+//! another session of the tenant inside the window is that call too. A call an approver
+//! edited is asked again (its arguments, so its key, changed). A tool whose window is off and
+//! that gets no other key is refused with `missing_key`, naming these settings.
 //!
 //! [`McpServer::model_key`]: super::McpServer::model_key
 //! [`McpServer::resend_window`]: super::McpServer::resend_window

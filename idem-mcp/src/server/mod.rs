@@ -400,8 +400,18 @@ impl ServerHandler for McpServer {
             // would give a secret among them away.
             call = call.with_key_by_arguments();
         }
-        // Used by the dispatcher only if the call has no other key.
-        call = keys::with_window(call, &self.keys, self.session_of(&context).as_deref());
+        // Used by the dispatcher only if the call has no other key. A call that may need a
+        // person's approval is windowed by its tenant, whatever the scope: a host resumed
+        // after a crash (a new session) re-issues it, and the person's second yes would pay
+        // twice (tests/doors.rs measured it); its approval must find the first call.
+        let session = match registry
+            .get(&call.name)
+            .is_some_and(|t| t.may_need_approval())
+        {
+            true => None,
+            false => self.session_of(&context),
+        };
+        call = keys::with_window(call, &self.keys, session.as_deref());
         if let Some(state) = &request.request_state {
             let responses = request.input_responses.as_ref();
             return self.answered(&call, &run, state, responses, &context).await;
