@@ -366,3 +366,12 @@ fn replaying_a_point_the_scenario_lacks_is_refused() {
     assert!(!report.held(), "{report}");
     assert!(report.to_string().contains("no point 999"), "{report}");
 }
+
+/// Run inside an async runtime, a crash test says how it must be run instead of failing in
+/// its workers.
+#[tokio::test]
+async fn a_crash_test_inside_a_runtime_says_to_run_it_from_a_plain_test() {
+    let report = CrashTest::new(right).effects(ledger).run();
+    assert!(!report.held());
+    assert!(report.to_string().contains("plain `#[test]`"), "{report}");
+}

@@ -387,3 +387,147 @@ fn mcp_server_default_window_after_a_restart() {
     assert_eq!(held, points, "every point held");
     assert_eq!(control, 2, "the control shows the double payment");
 }
+
+/// A host's double dispatch and a reconnect's re-issue, through the MCP server: no crash,
+/// the host itself sends the call twice. Each row beside its control (the tool run for each
+/// request, as a server without idem does).
+#[test]
+fn a_hosts_double_dispatch_and_a_reconnects_re_issue_through_mcp() {
+    use idem::mcp::keys::ResendScope;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let control = tickets_without_idem().await;
+        assert_eq!(control, 2, "the control shows two tickets, or it proves nothing");
+        let double = tickets_through_mcp(ResendScope::Session, false).await;
+        println!("| host double dispatch (2 identical calls 3 ms apart, new request ids), default window | {double} ticket(s) | control: {control} |");
+        assert_eq!(double, 1, "the double dispatch opens one ticket");
+        let reconnect = tickets_through_mcp(ResendScope::Session, true).await;
+        println!("| reconnect re-issue (a new connection), default window | {reconnect} ticket(s) | control: {control} |");
+        // Documented: the default window is the connection's; a re-issue on another one is
+        // another call unless the scope is the tenant's (or the call needs approval).
+        assert_eq!(reconnect, 2, "the default window does not span connections");
+        let tenant = tickets_through_mcp(ResendScope::Tenant, true).await;
+        println!("| reconnect re-issue (a new connection), window scoped by the tenant | {tenant} ticket(s) | control: {control} |");
+        assert_eq!(tenant, 1, "the tenant's window spans connections");
+    });
+}
+
+/// Open a ticket twice through the MCP server, 3 ms apart, on one connection or (with
+/// `reconnect`) on a new one; how many tickets were opened.
+async fn tickets_through_mcp(scope: idem::mcp::keys::ResendScope, reconnect: bool) -> usize {
+    use rmcp::model::CallToolRequestParams;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let opened = Arc::new(AtomicUsize::new(0));
+    let counter = opened.clone();
+    let ticket = ToolDef::builder("open_ticket", ToolClass::NonIdempotentWrite)
+        .description("Open a support ticket.")
+        .input_schema(json!({"type": "object", "properties": {"title": {"type": "string"}}}))
+        .handler(move |_: ToolContext, _: Value| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(json!("opened"))
+            }
+        })
+        .build()
+        .expect("open_ticket");
+    let registry = Registry::builder().add(ticket).build().expect("registry");
+    let d = Dispatcher::new(registry, Arc::new(MemoryStore::new())).expect("dispatcher");
+    // A server per connection, as a host that reconnects to a stdio server starts a new one.
+    let server = || {
+        idem::mcp::McpServer::new(d.clone(), "shop")
+            .expect("server")
+            .resend_scope(scope)
+    };
+    let connect = |server: idem::mcp::McpServer| {
+        use rmcp::service::serve_directly;
+        use rmcp::{ClientHandler, RoleClient, RoleServer};
+        let (server_side, client_side) = tokio::io::duplex(64 * 1024);
+        let running =
+            serve_directly::<RoleServer, _, _, _, _>(server, server_side, Some(().get_info()));
+        std::mem::forget(running);
+        serve_directly::<RoleClient, _, _, _, _>((), client_side, None)
+    };
+    let Value::Object(args) = json!({"title": "refund not received"}) else {
+        unreachable!()
+    };
+    let call = || CallToolRequestParams::new("open_ticket").with_arguments(args.clone());
+    let first = connect(server());
+    first.call_tool(call()).await.expect("the first call");
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    let second = match reconnect {
+        true => connect(server()),
+        false => first,
+    };
+    second.call_tool(call()).await.expect("the second call");
+    opened.load(Ordering::SeqCst)
+}
+
+/// The control: a plain rmcp server without idem, whose `open_ticket` opens a ticket for each
+/// request; the host sends the call twice, 3 ms apart. How many tickets were opened.
+async fn tickets_without_idem() -> usize {
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+        PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    };
+    use rmcp::service::{RequestContext, serve_directly};
+    use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServerHandler};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Clone)]
+    struct Plain(Arc<AtomicUsize>);
+
+    impl ServerHandler for Plain {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        }
+
+        async fn list_tools(
+            &self,
+            _: Option<PaginatedRequestParams>,
+            _: RequestContext<RoleServer>,
+        ) -> Result<ListToolsResult, ErrorData> {
+            let Value::Object(schema) = json!({"type": "object"}) else {
+                unreachable!()
+            };
+            Ok(ListToolsResult::with_all_items(vec![Tool::new(
+                "open_ticket",
+                "Open a support ticket.",
+                schema,
+            )]))
+        }
+
+        async fn call_tool(
+            &self,
+            _: CallToolRequestParams,
+            _: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, ErrorData> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(CallToolResult::success(vec![ContentBlock::text("opened")]).into())
+        }
+    }
+
+    let opened = Arc::new(AtomicUsize::new(0));
+    let (server_side, client_side) = tokio::io::duplex(64 * 1024);
+    let running = serve_directly::<RoleServer, _, _, _, _>(
+        Plain(opened.clone()),
+        server_side,
+        Some(().get_info()),
+    );
+    std::mem::forget(running);
+    let client = serve_directly::<RoleClient, _, _, _, _>((), client_side, None);
+    let Value::Object(args) = json!({"title": "refund not received"}) else {
+        unreachable!()
+    };
+    for _ in 0..2 {
+        let call = CallToolRequestParams::new("open_ticket").with_arguments(args.clone());
+        client.call_tool(call).await.expect("a call");
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    opened.load(Ordering::SeqCst)
+}

@@ -166,6 +166,12 @@ impl CrashTest {
     /// Run the test: in the test's process, every point and its verdict; in a worker (this
     /// binary run again by the test), the worker's role, after which the process exits.
     pub fn run(self) -> Report {
+        // The workers start a runtime of their own, which cannot be done inside another.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Report::failed(
+                "a crash test runs from a plain `#[test]` (or `fn main`), not inside an async runtime such as `#[tokio::test]`: its workers start their own",
+            );
+        }
         if let Ok(role) = std::env::var(ROLE) {
             self.work(&role);
         }
