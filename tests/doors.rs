@@ -33,6 +33,9 @@ enum Door {
     McpSession,
     /// The same, the window scoped by the tenant (`resend_scope(ResendScope::Tenant)`).
     McpTenant,
+    /// The MCP server over Streamable HTTP (axum on a local port), each request of the
+    /// 2026-07-28 revision on its own (no session), no `_meta` key.
+    McpHttp,
 }
 
 impl Door {
@@ -46,13 +49,14 @@ impl Door {
             Door::McpTenant => {
                 "MCP server, no `_meta`, window scoped by the tenant (`ResendScope::Tenant`)"
             }
+            Door::McpHttp => "MCP server over Streamable HTTP, no `_meta`, default window",
         }
     }
 
     /// The model's response asking to pay 100 for order o-1, in the door's format.
     fn response(self) -> Value {
         match self {
-            Door::InProcess | Door::OpenAi | Door::McpSession | Door::McpTenant => {
+            Door::InProcess | Door::OpenAi | Door::McpSession | Door::McpTenant | Door::McpHttp => {
                 json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
                 "role": "assistant", "content": null,
                 "tool_calls": [{"id": "call_pay", "type": "function",
@@ -69,7 +73,9 @@ impl Door {
 
     fn shape(self) -> &'static dyn Shape {
         match self {
-            Door::InProcess | Door::OpenAi | Door::McpSession | Door::McpTenant => &OpenAiChat,
+            Door::InProcess | Door::OpenAi | Door::McpSession | Door::McpTenant | Door::McpHttp => {
+                &OpenAiChat
+            }
             Door::Anthropic => &Anthropic,
             Door::Gemini => &Gemini,
         }
@@ -215,6 +221,57 @@ async fn through_mcp(setup: Setup, scope: idem::mcp::keys::ResendScope) {
     }
 }
 
+/// Through the MCP server over Streamable HTTP: each `tools/call` a request of its own (the
+/// 2026-07-28 revision, no session), no `_meta` key; the person approves what waits in the
+/// store; the host sends the request again.
+async fn through_http(setup: Setup) {
+    let registry = Registry::builder()
+        .add(pay(setup.dir()))
+        .build()
+        .expect("registry");
+    let keys = ApprovalKeys::new([approval_key()]);
+    let dispatcher = Dispatcher::approving(registry, setup.store(), keys).expect("dispatcher");
+    let d = setup.instrument(dispatcher);
+    let server = idem::mcp::McpServer::new(d.clone(), "shop").expect("server");
+    let router = axum::Router::new().nest_service("/mcp", server.http_service(&["127.0.0.1"]));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("its address"));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let call = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "pay", "arguments": {"order": "o-1", "amount": 100},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "doors", "version": "0"}
+        }}})
+    };
+    let send = |id: u32| {
+        reqwest::Client::new()
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "pay")
+            .json(&call(id))
+            .send()
+    };
+    let Ok(first) = send(1).await else { return };
+    let text = first.text().await.unwrap_or_default();
+    if text.contains("approval_required") {
+        let desk = d.approvals();
+        let filter = idem::store::approvals::ApprovalFilter::default();
+        let approver = Approver::new("ops@example.com", approval_key());
+        for entry in desk.pending(&filter).await.unwrap_or_default() {
+            let _ = desk.approve(&entry, &approver, None, None).await;
+        }
+        let _ = send(2).await;
+    }
+}
+
 /// The row of a door: every point of the scenario through idem, and its verdicts.
 fn row(
     door: Door,
@@ -285,6 +342,7 @@ fn control_worker() {
         Door::Gemini,
         Door::McpSession,
         Door::McpTenant,
+        Door::McpHttp,
     ]
     .into_iter()
     .find(|d| format!("{d:?}") == door)
@@ -362,6 +420,19 @@ fn mcp_server_window_scoped_by_the_tenant() {
     println!(
         "| {} | {points} | {held} | {payments} | {control} |",
         Door::McpTenant.name()
+    );
+    assert_eq!(payments, 1, "one payment without a crash");
+    assert_eq!(held, points, "every point held");
+    assert_eq!(control, 2, "the control shows the double payment");
+}
+
+#[test]
+fn mcp_server_over_streamable_http() {
+    let (points, held, payments) = row(Door::McpHttp, |s| Box::pin(through_http(s)));
+    let control = control(Door::McpHttp);
+    println!(
+        "| {} | {points} | {held} | {payments} | {control} |",
+        Door::McpHttp.name()
     );
     assert_eq!(payments, 1, "one payment without a crash");
     assert_eq!(held, points, "every point held");
