@@ -2,7 +2,7 @@
 //! one as shown: run it again under its key, say what happened, or have its run undone.
 
 use clap::{Args, Subcommand};
-use idem_core::{IdempotencyKey, Outcome, ToolError};
+use idem_core::{IdempotencyKey, Outcome};
 use idem_registry::dispatch::{Case, CaseDecision, CaseDesk, CaseError};
 use serde_json::{Value, json};
 
@@ -92,21 +92,12 @@ pub async fn cases(args: CasesArgs) -> Result<(), Failure> {
             output,
             failed,
         } => {
-            let outcome = match (output, failed) {
-                (Some(text), _) => {
-                    let value: Value = serde_json::from_str(&text).map_err(|e| {
-                        Failure::new(Exit::Usage, format!("--output is not JSON: {e}"))
-                    })?;
-                    Outcome::Success(value.to_string())
-                }
-                (None, Some(why)) => Outcome::Failure(ToolError::terminal(why)),
-                (None, None) => {
-                    return Err(Failure::new(
-                        Exit::Usage,
-                        "say what happened: --output JSON (it applied) or --failed WHY (it did not)",
-                    ));
-                }
-            };
+            let outcome = present::outcome_of(
+                output.as_deref(),
+                failed.as_deref(),
+                "--output",
+                "'\"text\"'",
+            )?;
             (decide, CaseDecision::Resolve(outcome))
         }
         CasesCommand::UndoRun(decide) => (decide, CaseDecision::UndoRun),

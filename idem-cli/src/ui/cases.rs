@@ -15,7 +15,7 @@ use idem_registry::dispatch::{Case, CaseDecision, CaseDesk, CaseError};
 use serde::Deserialize;
 
 use super::Inbox;
-use super::decide::{Posted, admit, done, failed};
+use super::decide::{Posted, admit, answer, given};
 use super::page::{esc, pretty};
 use crate::exit::{Exit, Failure};
 use crate::present;
@@ -136,16 +136,10 @@ pub(super) async fn decide(
         ))
     }
     .await;
-    match decided {
-        Ok(message) => done(&inbox, &caller, message),
-        Err(f) => failed(f),
-    }
+    answer(&inbox, &caller, decided)
 }
 
 fn decision_of(form: &CaseForm) -> Result<CaseDecision, Failure> {
-    fn given(field: &Option<String>) -> Option<&str> {
-        field.as_deref().map(str::trim).filter(|v| !v.is_empty())
-    }
     match form.decision.as_str() {
         "retry" => Ok(CaseDecision::Retry),
         "undo_run" => Ok(CaseDecision::UndoRun),

@@ -62,11 +62,16 @@ pub(super) fn done(inbox: &Inbox, caller: &Caller, message: String) -> Response 
     Redirect::to(&format!("/?done={}&tag={tag}", encode(&message))).into_response()
 }
 
-fn answer(inbox: &Inbox, caller: &Caller, outcome: Result<String, Failure>) -> Response {
+pub(super) fn answer(inbox: &Inbox, caller: &Caller, outcome: Result<String, Failure>) -> Response {
     match outcome {
         Ok(message) => done(inbox, caller, message),
         Err(f) => failed(f),
     }
+}
+
+/// A form's text field, if it was filled in.
+pub(super) fn given(field: &Option<String>) -> Option<&str> {
+    field.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
 /// The fingerprint of the arguments the page showed, as its form gives it back.
@@ -228,9 +233,6 @@ pub(super) async fn resolve(
         Err(refused) => return *refused,
     };
     let who = caller.who();
-    fn given(field: &Option<String>) -> Option<&str> {
-        field.as_deref().map(str::trim).filter(|v| !v.is_empty())
-    }
     let resolved = async {
         let outcome = present::outcome_of(
             given(&form.value),
