@@ -485,12 +485,14 @@ fn undo_tool(tool: &ToolDef, undo: &Undoer, applied: AppliedCall) -> ToolDef {
 /// only by the replay its resumed call was answered: a replayed record that no entry of the
 /// run applied counts as the run's (its effect happened, for this run's call under its key).
 pub(crate) fn applied_calls(calls: &[AccountEntry]) -> Vec<&AccountEntry> {
-    let applied_here = |record: &RecordKey| {
-        calls
-            .iter()
-            .any(|c| c.outcome == CallOutcome::Applied && c.record.as_ref() == Some(record))
-    };
-    let mut taken: Vec<&RecordKey> = Vec::new();
+    use std::collections::HashSet;
+    // The records an entry of the run applied, read once (an account may be long).
+    let applied_here: HashSet<&RecordKey> = calls
+        .iter()
+        .filter(|c| c.outcome == CallOutcome::Applied)
+        .filter_map(|c| c.record.as_ref())
+        .collect();
+    let mut taken: HashSet<&RecordKey> = HashSet::new();
     let mut applied = Vec::new();
     for entry in calls.iter().rev() {
         let Some(record) = &entry.record else {
@@ -498,11 +500,10 @@ pub(crate) fn applied_calls(calls: &[AccountEntry]) -> Vec<&AccountEntry> {
         };
         let counts = match entry.outcome {
             CallOutcome::Applied => true,
-            CallOutcome::Replayed => !applied_here(record),
+            CallOutcome::Replayed => !applied_here.contains(record),
             _ => false,
         };
-        if counts && !taken.contains(&record) {
-            taken.push(record);
+        if counts && taken.insert(record) {
             applied.push(entry);
         }
     }
