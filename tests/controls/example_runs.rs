@@ -2,64 +2,37 @@
 //! destructive calls, a run that undoes itself, a failure sent to a person, and the run's
 //! account; it checks its account against its providers' counts and fails if they disagree.
 
-use std::path::Path;
-
 #[test]
 fn the_runs_example_runs_and_its_account_matches_its_providers() {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lives in target/<profile>/deps");
-    let example = profile
-        .join("examples")
-        .join(format!("runs{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        example.is_file(),
-        "the runs example is not built at {}: run `cargo build --example runs` first",
-        example.display()
-    );
-    let out = std::process::Command::new(&example)
-        .output()
-        .expect("run the example");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the example failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for line in [
-        "refunds 1-5 of 100 to NL91: applied",
-        "refunds 6-20 of 100 to NL91: refused (not_authorized): ",
-        "the limit `refunded per destination` (500 of `/amount` per run and `/account`) is used \
+    super::example::run_example(
+        "runs",
+        &[
+            "refunds 1-5 of 100 to NL91: applied",
+            "refunds 6-20 of 100 to NL91: refused (not_authorized): ",
+            "the limit `refunded per destination` (500 of `/amount` per run and `/account`) is used \
          up for this call: 500 used, 0 left, and the call takes 100",
-        "after the last one applied, `refunds per run`: 5 used, 5 left",
-        "after the last one applied, `refunded per destination`: 500 used, 0 left",
-        "drop_database prod: \"drop prod: done\"",
-        "delete_backups prod: refused (approval_required)",
-        "capture o-1: refused (tool_failed): `capture` failed (terminal): the card was declined; \
+            "after the last one applied, `refunds per run`: 5 used, 5 left",
+            "after the last one applied, `refunded per destination`: 500 used, 0 left",
+            "drop_database prod: \"drop prod: done\"",
+            "delete_backups prod: refused (approval_required)",
+            "capture o-1: refused (tool_failed): `capture` failed (terminal): the card was declined; \
          the run's applied calls were undone (reserve)",
-        "payout 900 to ACME: refused (escalated)",
-        "case: payout [call_25]: the bank's payout service is down",
-        "ops@example.com decided: retry",
-        "payout, the agent's retry: \"paid 900 to ACME\"",
-        "payout, sent again: \"paid 900 to ACME\" (replayed)",
-        "22. delete_backups [call_22]: pending_approval: waiting for a person",
-        "23. reserve [call_23]: applied (idempotent_write, 1 attempt); its undo: undone",
-        "25. reserve.undo [undo:call_23]: applied",
-        "decided by the failure of `capture` [call_24]",
-        "26. payout [call_25]: applied",
-        "decided by ops@example.com: retry",
-        "limit `refunds per run`: 5 used, 5 left",
-        "limit `refunded per destination`: 500 used, 0 left",
-        "in all: 9 applied, 16 refused, 1 pending_approval",
-        "providers applied: 5 refund, 1 drop, 0 delete, 1 reserve, 0 capture, 1 release, \
+            "payout 900 to ACME: refused (escalated)",
+            "case: payout [call_25]: the bank's payout service is down",
+            "ops@example.com decided: retry",
+            "payout, the agent's retry: \"paid 900 to ACME\"",
+            "payout, sent again: \"paid 900 to ACME\" (replayed)",
+            "22. delete_backups [call_22]: pending_approval: waiting for a person",
+            "23. reserve [call_23]: applied (idempotent_write, 1 attempt); its undo: undone",
+            "25. reserve.undo [undo:call_23]: applied",
+            "decided by the failure of `capture` [call_24]",
+            "26. payout [call_25]: applied",
+            "decided by ops@example.com: retry",
+            "limit `refunds per run`: 5 used, 5 left",
+            "limit `refunded per destination`: 500 used, 0 left",
+            "in all: 9 applied, 16 refused, 1 pending_approval",
+            "providers applied: 5 refund, 1 drop, 0 delete, 1 reserve, 0 capture, 1 release, \
          1 payout, from 9 request(s) received",
-    ] {
-        assert!(
-            stdout.contains(line),
-            "the example does not say {line:?}:\n{stdout}"
-        );
-    }
+        ],
+    );
 }
