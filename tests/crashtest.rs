@@ -4,46 +4,16 @@
 //! a ledger file. Every point held; and two planted defects are caught and named: an effect
 //! sent before its step is journaled, and a write that is not idempotent declared as one.
 
-use std::io::Write as _;
+#[path = "support/provider_file.rs"]
+mod provider;
+
 use std::path::Path;
 
 use idem::prelude::*;
 use idem::testing::{CrashTest, Setup, Verdict};
 use idem::tool::ToolDef;
+use provider::{apply, ledger};
 use serde_json::{Value, json};
-
-/// The provider: applies `what` once per `key` (a key it saw applies nothing), and writes
-/// every effect it applied to the ledger. `None` for a request sent without a key: applied
-/// every time.
-fn apply(dir: &Path, what: &str, key: Option<&str>) {
-    let seen = dir.join("seen-keys");
-    if let Some(key) = key {
-        let known = std::fs::read_to_string(&seen).unwrap_or_default();
-        if known.lines().any(|k| k == key) {
-            return;
-        }
-        append(&seen, key);
-    }
-    append(&dir.join("ledger"), what);
-}
-
-fn append(path: &Path, line: &str) {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("the provider's file");
-    writeln!(file, "{line}").expect("written");
-    file.sync_all().expect("synced");
-}
-
-fn ledger(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("ledger"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
 
 /// How the transfer tool sends its effects.
 #[derive(Clone, Copy)]

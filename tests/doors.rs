@@ -9,7 +9,9 @@
 //! `cargo test --features testing,agent,mcp --test doors -- --nocapture --test-threads=1`
 //! prints the table that docs/guide/proof.md publishes.
 
-use std::io::Write as _;
+#[path = "support/provider_file.rs"]
+mod provider;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,6 +21,7 @@ use idem::prelude::*;
 use idem::testing::{CrashTest, Setup};
 use idem::tool::ToolDef;
 use idem::{ApprovalKey, Approver};
+use provider::{apply as pay_at, ledger};
 use serde_json::{Value, json};
 
 /// The doors the scenario goes through.
@@ -109,37 +112,6 @@ impl Door {
 
 fn approval_key() -> ApprovalKey {
     ApprovalKey::new("doors-1", *b"idem-doors-table-approval-key-32").expect("a key")
-}
-
-/// The payment provider: one ledger line per payment it made; a key it saw pays nothing
-/// (`None`: a request without a key, paid every time).
-fn pay_at(dir: &Path, what: &str, key: Option<&str>) {
-    if let Some(key) = key {
-        let seen = std::fs::read_to_string(dir.join("keys")).unwrap_or_default();
-        if seen.lines().any(|k| k == key) {
-            return;
-        }
-        append(&dir.join("keys"), key);
-    }
-    append(&dir.join("ledger"), what);
-}
-
-fn append(path: &Path, line: &str) {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("the provider's file");
-    writeln!(file, "{line}").expect("written");
-    file.sync_all().expect("synced");
-}
-
-fn ledger(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("ledger"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
 }
 
 fn pay(dir: &Path) -> ToolDef {
