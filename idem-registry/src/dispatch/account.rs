@@ -391,20 +391,7 @@ impl Dispatcher {
             },
             outcome: CallOutcome::of(result),
         };
-        let text = match serde_json::to_string(&entry) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(error = %e, "a run's account entry could not be written as JSON");
-                return;
-            }
-        };
-        if let Err(e) = self
-            .store
-            .append_run_entry(&run.tenant, run_id, &text, retention)
-            .await
-        {
-            tracing::warn!(error = %e, run = run_id, "a call could not be added to its run's account");
-        }
+        append_entry(&*self.store, &run.tenant, run_id, &entry, retention).await;
     }
 
     /// The account of `tenant`'s run `run_id`: every call dispatched in it, in order, with
@@ -442,6 +429,30 @@ impl Dispatcher {
     /// ```
     pub async fn run_account(&self, tenant: &str, run_id: &str) -> Result<RunAccount, StoreError> {
         run_account(&*self.store, tenant, run_id).await
+    }
+}
+
+/// Append `entry` to the account of `tenant`'s run `run_id`, kept `retention`. A store that
+/// cannot take it is logged, not the caller's failure: what the entry tells stands.
+pub(super) async fn append_entry(
+    store: &dyn idem_core::Store,
+    tenant: &str,
+    run_id: &str,
+    entry: &AccountEntry,
+    retention: Duration,
+) {
+    let text = match serde_json::to_string(entry) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "a run's account entry could not be written as JSON");
+            return;
+        }
+    };
+    if let Err(e) = store
+        .append_run_entry(tenant, run_id, &text, retention)
+        .await
+    {
+        tracing::warn!(error = %e, run = run_id, tool = %entry.tool, "an entry could not be added to its run's account");
     }
 }
 

@@ -328,19 +328,6 @@ impl<'a> CaseDesk<'a> {
             .dispatcher
             .and_then(|d| d.accounts)
             .unwrap_or(DEFAULT_ACCOUNT_RETENTION);
-        let text = match serde_json::to_string(&entry) {
-            Ok(text) => text,
-            Err(e) => {
-                tracing::warn!(error = %e, "a case's decision could not be written as JSON");
-                return;
-            }
-        };
-        let appended = self
-            .store
-            .append_run_entry(&case.tenant, run_id, &text, retention)
-            .await;
-        if let Err(e) = appended {
-            tracing::warn!(error = %e, run = run_id, "a case's decision could not be added to its run's account");
-        }
+        super::account::append_entry(self.store, &case.tenant, run_id, &entry, retention).await;
     }
 }
