@@ -354,7 +354,7 @@ impl ServerHandler for McpServer {
                 .map(Into::into);
         }
         let registry = self.dispatcher.registry();
-        let Some(class) = registry.get(&name).map(|t| t.class()) else {
+        let Some(tool) = registry.get(&name) else {
             // The client named a tool the server never listed: its mistake, in the
             // dispatcher's words (with the nearest name).
             let unknown = DispatchError::UnknownTool {
@@ -363,6 +363,7 @@ impl ServerHandler for McpServer {
             };
             return Err(ErrorData::invalid_params(unknown.to_string(), None));
         };
+        let (class, may_need_approval) = (tool.class(), tool.may_need_approval());
         let mut arguments = request.arguments.map_or_else(|| json!({}), Value::Object);
         let model_key = match self.keys.takes_model_key(&name) {
             true => match keys::take_model_key(&mut arguments) {
@@ -404,10 +405,7 @@ impl ServerHandler for McpServer {
         // person's approval is windowed by its tenant, whatever the scope: a host resumed
         // after a crash (a new session) re-issues it, and the person's second yes would pay
         // twice (tests/doors.rs measured it); its approval must find the first call.
-        let session = match registry
-            .get(&call.name)
-            .is_some_and(|t| t.may_need_approval())
-        {
+        let session = match may_need_approval {
             true => None,
             false => self.session_of(&context),
         };
