@@ -435,8 +435,26 @@ impl McpProxy {
     /// Each tool's re-send window and model key are as its table says (see
     /// [`crate::keys`]).
     pub fn server(&self, store: Arc<dyn Store>, keys: ProxyKeys) -> Result<McpServer, ProxyError> {
-        let mut server = McpServer::new(self.dispatcher(store, keys)?, self.tenant.clone())?
-            .resend_scope(self.keys.scope);
+        self.server_over(self.dispatcher(store, keys)?)
+    }
+
+    /// An MCP server over `dispatcher`, acting for the configured tenant, each tool's
+    /// re-send window and model key as its table says: [`McpProxy::server`] for a
+    /// dispatcher you built from [`McpProxy::dispatcher`] and changed first (an observer
+    /// added, or the crash harness's instruments, `idem::testing`).
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use idem_mcp::proxy::{McpProxy, ProxyKeys};
+    /// # fn run(proxy: McpProxy, store: Arc<dyn idem_core::Store>, observer: Arc<dyn idem_registry::dispatch::Observer>)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// let dispatcher = proxy.dispatcher(store, ProxyKeys::default())?.with_observer(observer);
+    /// let server = proxy.server_over(dispatcher)?;
+    /// # let _ = server; Ok(()) }
+    /// ```
+    pub fn server_over(&self, dispatcher: Dispatcher) -> Result<McpServer, ProxyError> {
+        let mut server =
+            McpServer::new(dispatcher, self.tenant.clone())?.resend_scope(self.keys.scope);
         for (tool, window) in &self.keys.windows {
             server = server.tool_resend_window(tool, *window)?;
         }
