@@ -55,8 +55,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import venv
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import venvs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "mcp-venv"
@@ -67,16 +69,16 @@ TOOLS = ["add_note", "create_ticket", "delete_account", "get_weather", "idem_run
 PATIENCE = 60
 
 
+def install_mcp():
+    """The venv's python, with `mcp` at its pin."""
+    return venvs.installed(VENV, PACKAGES)
+
+
 def ensure_mcp(script=__file__):
     """Re-run `script` (this one by default) inside a venv that has the packages."""
     if os.environ.get("IDEM_MCP_CHECK_VENV") == "1":
         return
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        VENV.parent.mkdir(parents=True, exist_ok=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    pip = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
-    subprocess.run([str(python), *pip], check=True)
+    python = install_mcp()
     env = dict(os.environ, IDEM_MCP_CHECK_VENV="1")
     sys.exit(subprocess.run([str(python), str(script), *sys.argv[1:]], env=env).returncode)
 

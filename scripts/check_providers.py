@@ -31,8 +31,10 @@ import json
 import os
 import subprocess
 import sys
-import venv
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import venvs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "providers-venv"
@@ -42,19 +44,16 @@ ANSWERS = ROOT / "tests" / "golden" / "agent"
 EXPORTS = ROOT / "tests" / "golden"
 
 
+def install_sdks():
+    """The venv's python, with the SDKs at their pins."""
+    return venvs.installed(VENV, PACKAGES)
+
+
 def ensure_sdks():
     """Re-run this script inside a venv that has the packages."""
     if os.environ.get("IDEM_PROVIDERS_CHECK_VENV") == "1":
         return
-    python = VENV / "bin" / "python"
-    pip = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
-    if not python.exists():
-        VENV.parent.mkdir(parents=True, exist_ok=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    # pip asks the index even when everything is installed: skip it when the pins are there.
-    pinned = "import importlib.metadata as m, sys; sys.exit(any(m.version(p.split('==')[0]) != p.split('==')[1] for p in sys.argv[1:]))"
-    if subprocess.run([str(python), "-c", pinned, *PACKAGES], capture_output=True).returncode != 0:
-        subprocess.run([str(python), *pip], check=True)
+    python = install_sdks()
     env = dict(os.environ, IDEM_PROVIDERS_CHECK_VENV="1")
     sys.exit(subprocess.run([str(python), __file__, *sys.argv[1:]], env=env).returncode)
 

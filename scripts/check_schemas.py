@@ -17,8 +17,10 @@ import json
 import os
 import subprocess
 import sys
-import venv
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import venvs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -26,20 +28,21 @@ VENV = ROOT / "target" / "schema-check-venv"
 PACKAGES = ["jsonschema>=4.18", "rfc3339-validator"]
 
 
+def install_jsonschema():
+    """The venv's python, with the validator installed."""
+    return venvs.installed(VENV, PACKAGES)
+
+
 def ensure_jsonschema():
     """Re-run this script inside a venv that has the packages."""
     if os.environ.get("IDEM_SCHEMA_CHECK_VENV") == "1":
         return
-    python = VENV / "bin" / "python"
-    pip = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
     try:
-        if not python.exists():
-            VENV.parent.mkdir(parents=True, exist_ok=True)
-            venv.EnvBuilder(with_pip=True).create(VENV)
-        subprocess.run([str(python), *pip], check=True)
+        python = install_jsonschema()
     except (OSError, subprocess.CalledProcessError) as e:
         # No venv module (Debian without python3-venv): install for this user instead.
         print(f"no virtual environment ({e}); installing with pip --user", file=sys.stderr)
+        pip = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PACKAGES]
         subprocess.run([sys.executable, *pip, "--user", "--break-system-packages"], check=True)
         python = Path(sys.executable)
     env = dict(os.environ, IDEM_SCHEMA_CHECK_VENV="1")
