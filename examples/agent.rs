@@ -24,7 +24,7 @@
 //! ```text
 //! cargo run --example agent -- --db agent.db --fresh --leave-to-operator
 //! export IDEM_APPROVAL_KEY=desk-2026-12:6578616d706c652d617070726f76616c2d6b65792d6e6f742d73656372657421
-//! cargo run --features cli --bin idem -- approvals list --store sqlite:agent.db
+//! cargo run -p idem-cli -- approvals list --store sqlite:agent.db
 //! cargo run --example agent -- --db agent.db --leave-to-operator
 //! ```
 //!

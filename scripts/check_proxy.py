@@ -80,7 +80,7 @@ def proxy_binary():
     # `.ci/run` has just built the binary with every feature (`cargo test --workspace
     # --all-features`): IDEM_CHECK_PREBUILT=1 uses that build instead of a second one.
     if not (os.environ.get("IDEM_CHECK_PREBUILT") == "1" and binary.exists()):
-        cargo = ["cargo", "build", "--quiet", "--bin", "idem", "--features", "mcp-proxy"]
+        cargo = ["cargo", "build", "--quiet", "-p", "idem-cli", "--bin", "idem"]
         subprocess.run(cargo, cwd=ROOT, check=True)
     return str(binary)
 

@@ -99,9 +99,9 @@ def binaries():
     # --all-features`): IDEM_CHECK_PREBUILT=1 uses that build instead of a second one.
     prebuilt = os.environ.get("IDEM_CHECK_PREBUILT") == "1" and idem.exists() and agent.exists()
     if not prebuilt:
-        cargo = ["cargo", "build", "--quiet", "--features", "cli", "--bin", "idem",
-                 "--example", "agent"]
-        subprocess.run(cargo, cwd=ROOT, check=True)
+        for cargo in (["cargo", "build", "--quiet", "-p", "idem-cli", "--bin", "idem"],
+                      ["cargo", "build", "--quiet", "--example", "agent"]):
+            subprocess.run(cargo, cwd=ROOT, check=True)
     return idem, agent
 
 

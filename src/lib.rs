@@ -212,8 +212,6 @@ pub use idem_registry::{
 
 #[cfg(feature = "agent")]
 pub use idem_agent as agent;
-#[cfg(feature = "cli")]
-pub use idem_cli as cli;
 #[cfg(feature = "mcp")]
 pub use idem_mcp as mcp;
 pub use idem_registry::{export, schema};

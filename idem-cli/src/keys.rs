@@ -4,16 +4,16 @@
 
 use std::path::Path;
 
+use crate::env::APPROVAL_KEY;
 #[cfg(feature = "mcp-proxy")]
-use idem_mcp::proxy::{APPROVAL_KEY_ENV, ProxyKeys, SECRET_KEY_ENV};
+use crate::env::{PROXY_APPROVAL_KEYS, PROXY_SECRET_KEY};
+#[cfg(feature = "mcp-proxy")]
+use idem_mcp::proxy::ProxyKeys;
 use idem_registry::ApprovalKey;
 #[cfg(feature = "mcp-proxy")]
 use idem_registry::{ApprovalKeys, SecretKey};
 
 use crate::exit::{Exit, Failure};
-
-/// The environment variable holding the key an operator signs approvals with, `id:hex`.
-pub const SIGNING_KEY_ENV: &str = "IDEM_APPROVAL_KEY";
 
 /// The key an operator signs approvals with: from `file` if given, else from
 /// `IDEM_APPROVAL_KEY`; either holds `id:hex-secret`, the id and secret a dispatcher's
@@ -29,13 +29,13 @@ pub fn signing_key(file: Option<&Path>) -> Result<ApprovalKey, Failure> {
             })?,
             format!("the signing key file {}", path.display()),
         ),
-        None => match std::env::var(SIGNING_KEY_ENV) {
-            Ok(text) => (text, SIGNING_KEY_ENV.to_owned()),
+        None => match std::env::var(APPROVAL_KEY) {
+            Ok(text) => (text, APPROVAL_KEY.to_owned()),
             Err(_) => {
                 return Err(Failure::new(
                     Exit::Usage,
                     format!(
-                        "no key to sign approvals with: set {SIGNING_KEY_ENV}=id:hex-secret, or give --approval-key-file FILE holding it (the id and key your dispatchers' ApprovalKeys verify)"
+                        "no key to sign approvals with: set {APPROVAL_KEY}=id:hex-secret, or give --approval-key-file FILE holding it (the id and key your dispatchers' ApprovalKeys verify)"
                     ),
                 ));
             }
@@ -60,17 +60,17 @@ fn approval_key(text: &str) -> Result<ApprovalKey, String> {
 /// The keys set in the environment (none is required until a tool needs it).
 #[cfg(feature = "mcp-proxy")]
 pub fn from_env() -> Result<ProxyKeys, String> {
-    let secret = match std::env::var(SECRET_KEY_ENV) {
+    let secret = match std::env::var(PROXY_SECRET_KEY) {
         Err(_) => None,
         Ok(hex) => {
-            let bytes = decode(hex.trim()).map_err(|e| format!("{SECRET_KEY_ENV}: {e}"))?;
-            Some(SecretKey::new(bytes).map_err(|e| format!("{SECRET_KEY_ENV}: {e}"))?)
+            let bytes = decode(hex.trim()).map_err(|e| format!("{PROXY_SECRET_KEY}: {e}"))?;
+            Some(SecretKey::new(bytes).map_err(|e| format!("{PROXY_SECRET_KEY}: {e}"))?)
         }
     };
     let mut approvals = Vec::new();
-    if let Ok(list) = std::env::var(APPROVAL_KEY_ENV) {
+    if let Ok(list) = std::env::var(PROXY_APPROVAL_KEYS) {
         for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            approvals.push(approval_key(entry).map_err(|e| format!("{APPROVAL_KEY_ENV}: {e}"))?);
+            approvals.push(approval_key(entry).map_err(|e| format!("{PROXY_APPROVAL_KEYS}: {e}"))?);
         }
     }
     Ok(ProxyKeys::new(secret, ApprovalKeys::new(approvals)))

@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cli;
+pub mod env;
 mod exit;
 mod keys;
 mod operate;
@@ -26,10 +27,6 @@ use clap::{Parser, Subcommand};
 use idem_mcp::proxy::{McpProxy, ProxyConfig, Upstream, UpstreamSpec, starting_config};
 
 use exit::{EXIT_CODES, Exit, Failure};
-
-/// The environment variable of the log filter (`info` unless set; e.g. `debug`,
-/// `warn,idem=info`).
-const LOG_ENV: &str = "IDEM_LOG";
 
 /// The log filter unless `IDEM_LOG` sets one. The store drivers' own warnings about a lost
 /// connection are left out: the command's error names the store and what to do.
@@ -205,10 +202,13 @@ fn logging() {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::prelude::*;
     let default = || Targets::from_str(DEFAULT_LOG).unwrap_or_default();
-    let filter = match std::env::var(LOG_ENV) {
+    let filter = match std::env::var(env::LOG) {
         Err(_) => default(),
         Ok(spec) => Targets::from_str(&spec).unwrap_or_else(|e| {
-            eprintln!("warning: {LOG_ENV}={spec:?} is not a log filter ({e}); using `info`");
+            eprintln!(
+                "warning: {}={spec:?} is not a log filter ({e}); using `info`",
+                env::LOG
+            );
             default()
         }),
     };

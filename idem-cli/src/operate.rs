@@ -456,7 +456,11 @@ pub struct Stats {
 }
 
 /// The states, in the order they are shown.
-pub const STATES: [&str; 3] = ["in_progress", "unknown", "completed"];
+pub const STATES: [&str; 3] = [
+    StateKind::ALL[0].as_str(),
+    StateKind::ALL[1].as_str(),
+    StateKind::ALL[2].as_str(),
+];
 
 impl Stats {
     /// The documented JSON shape of `idem stats --json`.

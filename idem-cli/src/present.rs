@@ -15,11 +15,7 @@ use serde_json::{Value, json};
 use crate::exit::{Exit, Failure};
 
 pub fn state_name(kind: StateKind) -> &'static str {
-    match kind {
-        StateKind::InProgress => "in_progress",
-        StateKind::Completed => "completed",
-        StateKind::Unknown => "unknown",
-    }
+    kind.as_str()
 }
 
 /// The documented JSON shape of a record.

@@ -5,9 +5,7 @@ use std::net::SocketAddr;
 
 use idem_mcp::McpServer;
 
-/// The environment variable of the bearer tokens an HTTP proxy accepts, as
-/// `token=tenant,token=tenant`: each request acts for its token's tenant.
-pub const TOKENS_ENV: &str = "IDEM_PROXY_TOKENS";
+use crate::env::PROXY_TOKENS;
 
 /// Serve on standard input and output until the client goes away (or Ctrl-C).
 pub async fn stdio(server: McpServer) -> Result<(), String> {
@@ -17,11 +15,11 @@ pub async fn stdio(server: McpServer) -> Result<(), String> {
     }
 }
 
-/// Serve over Streamable HTTP at `http://addr/mcp` until Ctrl-C. With [`TOKENS_ENV`] set,
-/// every request needs one of its bearer tokens and acts for that token's tenant; without,
+/// Serve over Streamable HTTP at `http://addr/mcp` until Ctrl-C. With [`PROXY_TOKENS`] set
+/// (`token=tenant,...`), every request needs one of its bearer tokens and acts for that token's tenant; without,
 /// the proxy serves its one tenant, and only on a loopback address.
 pub async fn http(mut server: McpServer, addr: SocketAddr, hosts: &[String]) -> Result<(), String> {
-    let tokens: HashMap<String, String> = std::env::var(TOKENS_ENV)
+    let tokens: HashMap<String, String> = std::env::var(PROXY_TOKENS)
         .unwrap_or_default()
         .split(',')
         .filter_map(|pair| pair.split_once('='))
@@ -30,7 +28,7 @@ pub async fn http(mut server: McpServer, addr: SocketAddr, hosts: &[String]) -> 
     if tokens.is_empty() {
         if !addr.ip().is_loopback() {
             return Err(format!(
-                "`--http {addr}` is reachable from other machines, and without {TOKENS_ENV} anyone who reaches it could call the upstream's tools: set {TOKENS_ENV}=token=tenant,... or serve on 127.0.0.1"
+                "`--http {addr}` is reachable from other machines, and without {PROXY_TOKENS} anyone who reaches it could call the upstream's tools: set {PROXY_TOKENS}=token=tenant,... or serve on 127.0.0.1"
             ));
         }
     } else {

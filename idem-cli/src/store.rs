@@ -186,7 +186,7 @@ async fn redis(url: &str, prefix: &str) -> Result<(Arc<dyn Store>, String), Fail
 async fn redis(_: &str, _: &str) -> Result<(Arc<dyn Store>, String), Failure> {
     Err(Failure::new(
         Exit::Usage,
-        "this `idem` was built without the Redis store: install it with `cargo install --path . --features cli,redis,postgres` from a checkout of idem (add `mcp-proxy` for the proxy)",
+        "this `idem` was built without the Redis store: install `idem-cli` with its default features (`cargo install idem-cli`, or `cargo install --path idem-cli` from a checkout of idem), which include every store",
     ))
 }
 
@@ -218,7 +218,7 @@ async fn postgres(
 async fn postgres(_: &str, _: &str, _: bool) -> Result<(Arc<dyn Store>, String), Failure> {
     Err(Failure::new(
         Exit::Usage,
-        "this `idem` was built without the PostgreSQL store: install it with `cargo install --path . --features cli,redis,postgres` from a checkout of idem (add `mcp-proxy` for the proxy)",
+        "this `idem` was built without the PostgreSQL store: install `idem-cli` with its default features (`cargo install idem-cli`, or `cargo install --path idem-cli` from a checkout of idem), which include every store",
     ))
 }
 

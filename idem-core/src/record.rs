@@ -232,6 +232,32 @@ pub enum StateKind {
     Unknown,
 }
 
+impl StateKind {
+    /// Every state, in the order operators are shown them.
+    pub const ALL: [StateKind; 3] = [
+        StateKind::InProgress,
+        StateKind::Unknown,
+        StateKind::Completed,
+    ];
+
+    /// The state's one spelling, as stores write it, serde reads it and operators see it:
+    /// `in_progress`, `completed`, `unknown`.
+    ///
+    /// ```
+    /// use idem_core::StateKind;
+    ///
+    /// assert_eq!(StateKind::InProgress.as_str(), "in_progress");
+    /// assert_eq!(serde_json::to_value(StateKind::Unknown).unwrap(), "unknown");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StateKind::InProgress => "in_progress",
+            StateKind::Completed => "completed",
+            StateKind::Unknown => "unknown",
+        }
+    }
+}
+
 impl RecordState {
     /// The coarse kind.
     pub fn kind(&self) -> StateKind {

@@ -5,6 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 
 use clap::Args;
+use idem_core::StateKind;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
@@ -30,7 +31,7 @@ pub struct StoreArgs {
     /// The store: `sqlite:PATH`, `redis://HOST:PORT` or `postgres://USER@HOST/DB`.
     #[arg(
         long,
-        env = "IDEM_STORE",
+        env = crate::env::STORE,
         hide_env_values = true,
         value_name = "STORE",
         global = true
@@ -39,7 +40,7 @@ pub struct StoreArgs {
     /// The Redis key prefix or PostgreSQL schema the dispatchers were given.
     #[arg(
         long,
-        env = "IDEM_STORE_PREFIX",
+        env = crate::env::STORE_PREFIX,
         hide_env_values = true,
         value_name = "PREFIX",
         default_value = crate::store::DEFAULT_PREFIX,
@@ -69,7 +70,7 @@ pub struct Identity {
     /// Your identity, recorded with the decision (e.g. an email address).
     #[arg(
         long = "as",
-        env = "IDEM_APPROVER",
+        env = crate::env::APPROVER,
         hide_env_values = true,
         value_name = "WHO"
     )]
@@ -212,9 +213,9 @@ pub async fn stats(args: StatsArgs) -> Result<(), Failure> {
     let total: usize = stats.by_state.values().sum();
     println!(
         "records: {total} ({} in progress, {} unknown, {} completed); pending approvals: {}",
-        count(&stats.by_state, "in_progress"),
-        count(&stats.by_state, "unknown"),
-        count(&stats.by_state, "completed"),
+        count(&stats.by_state, StateKind::InProgress.as_str()),
+        count(&stats.by_state, StateKind::Unknown.as_str()),
+        count(&stats.by_state, StateKind::Completed.as_str()),
         stats.pending_approvals
     );
     match &stats.oldest_unknown {

@@ -97,14 +97,14 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
         Ok(key) => Some(key),
         Err(e)
             if args.approval_key_file.is_some()
-                || std::env::var_os(crate::keys::SIGNING_KEY_ENV).is_some() =>
+                || std::env::var_os(crate::env::APPROVAL_KEY).is_some() =>
         {
             return Err(e);
         }
         Err(_) => {
             tracing::warn!(
                 "no signing key ({}): the inbox can deny, resolve and release, but not approve",
-                crate::keys::SIGNING_KEY_ENV
+                crate::env::APPROVAL_KEY
             );
             None
         }

@@ -14,15 +14,10 @@ use hmac::{KeyInit, Mac};
 
 use super::page::page_error;
 use crate::cli::Identity;
+use crate::env::{UI_TOKEN, UI_TOKENS};
 use crate::exit::{Exit, Failure};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
-
-/// The environment variable of the one token of the identity the inbox runs as.
-pub const TOKEN_ENV: &str = "IDEM_UI_TOKEN";
-
-/// The environment variable of one token per person: `who=token,...`.
-pub const TOKENS_ENV: &str = "IDEM_UI_TOKENS";
 
 /// The shortest token accepted.
 const MIN_TOKEN_CHARS: usize = 16;
@@ -254,53 +249,53 @@ pub(super) fn tokens(identity: &Identity) -> Result<Vec<(String, String)>, Failu
             "{source}: a token is shorter than {MIN_TOKEN_CHARS} characters: use random ones, e.g. `openssl rand -hex 16`"
         ))
     };
-    let one = std::env::var(TOKEN_ENV).ok();
-    let many = std::env::var(TOKENS_ENV).ok();
+    let one = std::env::var(UI_TOKEN).ok();
+    let many = std::env::var(UI_TOKENS).ok();
     match (one, many) {
         (Some(_), Some(_)) => Err(usage(format!(
-            "set {TOKEN_ENV} or {TOKENS_ENV}, not both: one token for the --as identity, or one per person"
+            "set {UI_TOKEN} or {UI_TOKENS}, not both: one token for the --as identity, or one per person"
         ))),
         (None, None) => Err(usage(format!(
-            "set {TOKEN_ENV} to the token the inbox asks for (e.g. `openssl rand -hex 16`), or {TOKENS_ENV} to one per person (who=token,...): without one the inbox would be open to anyone who reaches the port"
+            "set {UI_TOKEN} to the token the inbox asks for (e.g. `openssl rand -hex 16`), or {UI_TOKENS} to one per person (who=token,...): without one the inbox would be open to anyone who reaches the port"
         ))),
         (Some(token), None) => {
             let token = token.trim().to_owned();
             if token.chars().count() < MIN_TOKEN_CHARS {
-                return Err(short(TOKEN_ENV));
+                return Err(short(UI_TOKEN));
             }
             Ok(vec![(identity.required()?, token)])
         }
         (None, Some(list)) => {
             if identity.who.is_some() {
                 tracing::warn!(
-                    "{TOKENS_ENV} names who holds each token: --as and IDEM_APPROVER are not used"
+                    "{UI_TOKENS} names who holds each token: --as and IDEM_APPROVER are not used"
                 );
             }
             let mut tokens: Vec<(String, String)> = Vec::new();
             for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
                 let Some((who, token)) = entry.split_once('=') else {
                     return Err(usage(format!(
-                        "{TOKENS_ENV}: an entry is not `who=token` (e.g. `dana@desk=` and 32 hex digits)"
+                        "{UI_TOKENS}: an entry is not `who=token` (e.g. `dana@desk=` and 32 hex digits)"
                     )));
                 };
                 let (who, token) = (who.trim(), token.trim());
                 if who.is_empty() {
                     return Err(usage(format!(
-                        "{TOKENS_ENV}: an entry names nobody before `=`"
+                        "{UI_TOKENS}: an entry names nobody before `=`"
                     )));
                 }
                 if token.chars().count() < MIN_TOKEN_CHARS {
-                    return Err(short(TOKENS_ENV));
+                    return Err(short(UI_TOKENS));
                 }
                 if tokens.iter().any(|(_, t)| t == token) {
                     return Err(usage(format!(
-                        "{TOKENS_ENV}: two people share a token: give each their own"
+                        "{UI_TOKENS}: two people share a token: give each their own"
                     )));
                 }
                 tokens.push((who.to_owned(), token.to_owned()));
             }
             if tokens.is_empty() {
-                return Err(usage(format!("{TOKENS_ENV} lists no token")));
+                return Err(usage(format!("{UI_TOKENS} lists no token")));
             }
             Ok(tokens)
         }

@@ -23,13 +23,9 @@ use crate::key::RecordKey;
 use crate::record::{JournalEntry, Outcome, Record, RecordState, StateKind, Timestamp};
 use crate::store::StoreError;
 
-/// The name a store writes for a state (the serde names of [`StateKind`]).
+/// The name a store writes for a state: [`StateKind::as_str`].
 pub(crate) fn state_name(kind: StateKind) -> &'static str {
-    match kind {
-        StateKind::InProgress => "in_progress",
-        StateKind::Completed => "completed",
-        StateKind::Unknown => "unknown",
-    }
+    kind.as_str()
 }
 
 /// The state a stored name spells, if this version knows it.

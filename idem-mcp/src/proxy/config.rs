@@ -19,7 +19,7 @@ use crate::keys::ResendScope;
 use idem_registry::tool::{LONGEST_POLICY_DURATION, ToolSpec};
 
 /// The namespace of the proxy's records unless the file names one.
-pub const DEFAULT_NAMESPACE: &str = "mcp-proxy";
+pub const PROXY_NAMESPACE: &str = "mcp-proxy";
 /// The tenant the proxy acts for unless the file names one.
 pub const DEFAULT_TENANT: &str = "local";
 /// How long the proxy waits for the upstream's answer to a call unless the file says
@@ -231,9 +231,7 @@ impl ProxyConfig {
         }
         Ok(ProxyConfig {
             upstream,
-            namespace: raw
-                .namespace
-                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
+            namespace: raw.namespace.unwrap_or_else(|| PROXY_NAMESPACE.to_owned()),
             tenant: raw.tenant.unwrap_or_else(|| DEFAULT_TENANT.to_owned()),
             store: raw.store,
             timeout,

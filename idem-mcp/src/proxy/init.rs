@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use idem_core::ToolClass;
 use rmcp::model::{Tool, ToolAnnotations};
 
-use super::config::{DEFAULT_NAMESPACE, DEFAULT_TIMEOUT};
+use super::config::{DEFAULT_TIMEOUT, PROXY_NAMESPACE};
 use super::upstream::UpstreamSpec;
 use idem_registry::tool::check_name;
 
@@ -58,7 +58,7 @@ pub fn suggested_class(annotations: Option<&ToolAnnotations>) -> ToolClass {
 pub fn starting_config(upstream: Option<&UpstreamSpec>, tools: &[Tool]) -> String {
     let mut out = String::new();
     out.push_str(HEADER);
-    let _ = writeln!(out, "namespace = {}", quoted(DEFAULT_NAMESPACE));
+    let _ = writeln!(out, "namespace = {}", quoted(PROXY_NAMESPACE));
     out.push_str("# store = \"idem-proxy.db\"    # or \"redis://...\" or \"postgres://...\"\n\n");
     out.push_str("[upstream]\n");
     match upstream {

@@ -93,7 +93,7 @@ use idem_core::{Store, ToolClass};
 use rmcp::model::Tool;
 use serde_json::Value;
 
-pub use config::{ConfigError, DEFAULT_NAMESPACE, DEFAULT_TENANT, DEFAULT_TIMEOUT, ProxyConfig};
+pub use config::{ConfigError, DEFAULT_TENANT, DEFAULT_TIMEOUT, PROXY_NAMESPACE, ProxyConfig};
 pub use init::{starting_config, suggested_class};
 pub use upstream::{Upstream, UpstreamError, UpstreamSpec};
 

@@ -60,7 +60,7 @@ fn error_of(text: &str) -> String {
 #[test]
 fn a_configuration_reads_with_its_defaults() {
     let config = parse("").unwrap();
-    assert_eq!(config.namespace, DEFAULT_NAMESPACE);
+    assert_eq!(config.namespace, PROXY_NAMESPACE);
     assert_eq!(config.tenant, DEFAULT_TENANT);
     assert_eq!(config.timeout, DEFAULT_TIMEOUT);
     assert!(config.upstream.is_none() && config.store.is_none());

@@ -8,7 +8,7 @@ use super::connection::Failure;
 use super::statements::{SELECT_ONE, UPSERT};
 use crate::contract::Contract;
 use crate::key::RecordKey;
-use crate::record::{JournalEntry, Record, RecordState};
+use crate::record::{JournalEntry, Record, RecordState, StateKind};
 use crate::store::StoreError;
 use crate::store::codec::{self, Field, Fields, signed_millis};
 
@@ -45,7 +45,7 @@ pub(super) fn put(conn: &Connection, r: &Record) -> Result<(), Failure> {
     let steps = codec::steps_json(&r.steps).map_err(unstorable)?;
     let (state, lease_until, expires_at, since, last_error, outcome) = match &r.state {
         RecordState::InProgress { lease_until } => (
-            "in_progress",
+            StateKind::InProgress.as_str(),
             Some(signed_millis(*lease_until)),
             None,
             None,
@@ -56,7 +56,7 @@ pub(super) fn put(conn: &Connection, r: &Record) -> Result<(), Failure> {
             outcome,
             expires_at,
         } => (
-            "completed",
+            StateKind::Completed.as_str(),
             None,
             Some(signed_millis(*expires_at)),
             None,
@@ -64,7 +64,7 @@ pub(super) fn put(conn: &Connection, r: &Record) -> Result<(), Failure> {
             Some(codec::outcome_json(&r.key, outcome)?),
         ),
         RecordState::Unknown { since, last_error } => (
-            "unknown",
+            StateKind::Unknown.as_str(),
             None,
             None,
             Some(signed_millis(*since)),

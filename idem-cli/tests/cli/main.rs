@@ -459,7 +459,7 @@ async fn sqlite_with_work(dir: &TempDir) -> (String, Dispatcher, RunContext, Str
 
 mod bad_input;
 mod cases;
-#[cfg(feature = "testing")]
+#[cfg(unix)]
 mod crashtest;
 mod edited_approval;
 mod example_agent;

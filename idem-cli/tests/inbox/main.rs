@@ -361,7 +361,6 @@ pub(crate) fn tempdir() -> TempDir {
 /// of the exact call; a person approves there; the client's retry runs the call once. A
 /// denial reaches the retry with its reason; forged, altered, expired and foreign-tenant
 /// links show nothing.
-#[cfg(feature = "mcp")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_client_is_sent_to_the_inbox_page_of_its_call() {
     use idem::mcp::McpServer;
