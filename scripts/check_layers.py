@@ -10,7 +10,9 @@
    `super::` that stays inside `a` (a file of a folder naming its folder, a `mod tests`
    naming its file) is internal. Comments and string literals are skipped, test code is
    not (a test module's imports are imports too). Every elementary cycle is printed with
-   one place that makes each of its edges.
+   one place that makes each of its edges. The same inside every folder module: the files
+   (and subfolders) that name each other by path (`super::b::...`), `mod.rs` aside, must
+   form no cycle either.
 2. Size. Every non-test `.rs` file under a crate's `src/` longer than 600 lines whose first
    15 lines contain no `//!` line mentioning "lines" (the stated reason for its length).
    Test files are those named `tests.rs` or `*_tests.rs`, or inside a `tests/` folder.
@@ -183,6 +185,22 @@ def references(toks, base, top, modules, reexports):
     """(target top-level module, line) of every path in these tokens that leaves `top`.
     `base` is the module path of the file; inline `mod x { ... }` blocks extend it."""
     found = []
+    for target, line in targets(toks, base):
+        head = target[0]
+        if head not in modules:
+            head = reexports.get(head) if len(target) == 1 else None
+            if head is None:
+                continue
+        if head != top:
+            found.append((head, line))
+    return found
+
+
+def targets(toks, base):
+    """(module path, line) of every `crate::` or `super::` path in these tokens, as a path
+    from the crate root (its first segments: the item named may be the last one). `base` is
+    the module path of the file; inline `mod x { ... }` blocks extend it."""
+    found = []
     scopes = []  # (brace depth at which an inline module closes, its name)
     depth = 0
     i = 0
@@ -241,15 +259,8 @@ def references(toks, base, top, modules, reexports):
             else:
                 firsts = []
             for target in firsts:
-                if target[0] in ("self", "super"):
-                    continue
-                head = target[0]
-                if head not in modules:
-                    head = reexports.get(head) if len(target) == 1 else None
-                    if head is None:
-                        continue
-                if head != top:
-                    found.append((head, line))
+                if target and target[0] not in ("self", "super"):
+                    found.append((target, line))
         i += 1
     return found
 
@@ -271,6 +282,41 @@ def graph(src):
             for head, line in references(toks, base, name, modules, reexports):
                 edges[name].setdefault(head, (path, line))
     return edges
+
+
+def file_graphs(src):
+    """{folder module path: {file: {sibling file: (file, line)}}}: inside each folder module,
+    the graph of its files and subfolders (the folder's own `mod.rs` is not a node: it is the
+    module the others belong to). An edge `a -> b` is a path from inside `a` that names the
+    file `b` (`super::b::...`, `crate::folder::b::...`)."""
+    lib = src / "lib.rs"
+    if not lib.exists():
+        return {}
+    modules, _ = top_modules(lib)
+    files = []
+    for name, inline in modules.items():
+        files.extend(files_of(src, name, inline))
+    by_path = {tuple(parts): path for path, parts in files}
+    graphs = {}
+    for folder in by_path:
+        children = {parts[len(folder)] for parts in by_path if len(parts) > len(folder) and parts[: len(folder)] == folder}
+        if not children:
+            continue
+        edges = {c: {} for c in children}
+        for parts, path in by_path.items():
+            if len(parts) <= len(folder) or parts[: len(folder)] != folder:
+                continue
+            child = parts[len(folder)]
+            for target, line in targets(list(tokens(path.read_text())), list(parts)):
+                if len(target) <= len(folder) or tuple(target[: len(folder)]) != folder:
+                    continue
+                head = target[len(folder)]
+                # A sibling named by its path; an item of the folder's own (`super::X`,
+                # re-exported or not) is the folder's vocabulary, not an edge.
+                if head in children and head != child:
+                    edges[child].setdefault(head, (path, line))
+        graphs["::".join(folder)] = edges
+    return graphs
 
 
 def inline_references(root_toks, modules, reexports):
@@ -349,6 +395,13 @@ def main():
             for a, b in zip(cycle, cycle[1:]):
                 path, line = edges[a][b]
                 print(f"    {a} -> {b}: {path.relative_to(ROOT)}:{line}")
+        for folder, file_edges in sorted(file_graphs(src).items()):
+            for cycle in cycles(file_edges):
+                failed = True
+                print(f"  cycle between the files of `{folder}`: " + " -> ".join(cycle))
+                for a, b in zip(cycle, cycle[1:]):
+                    path, line = file_edges[a][b]
+                    print(f"    {a} -> {b}: {path.relative_to(ROOT)}:{line}")
         for path, count in long_files(src):
             failed = True
             print(f"  long file without a stated reason: {path.relative_to(ROOT)} ({count} lines)")

@@ -185,7 +185,6 @@
 //! # }
 //! ```
 
-#![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod guide;
@@ -246,10 +245,7 @@ pub mod tool {
 /// Keys: what a call's key is made of, the keys a record and a downstream system see, and
 /// the canonical JSON fingerprinted for them.
 pub mod key {
-    pub use idem_core::{
-        Fingerprint, IdempotencyKey, KeyMaterial, LogicalKey, RecordKey, canonical_json,
-    };
-    pub use idem_registry::dispatch::KeySource;
+    pub use idem_core::key::*;
 }
 
 /// The dispatcher: calls, runs, results and errors, recovery, observers and the execution

@@ -1,6 +1,5 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(missing_docs)]
 
 pub mod canonical;
 pub mod class;
@@ -14,7 +13,7 @@ pub use canonical::{Fingerprint, canonical_json};
 pub use class::{ClassHints, OrphanPolicy, ToolClass, UnknownClass};
 pub use contract::{Contract, DEFAULT_VERSION, Reconciled};
 pub use error::{ErrorKind, ToolError};
-pub use key::{IdempotencyKey, KeyMaterial, LogicalKey, RecordKey};
+pub use key::{IdempotencyKey, KeyMaterial, KeySource, LogicalKey, RecordKey};
 pub use record::{
     ESCALATED, Fence, JournalEntry, ORPHANED, Outcome, Record, RecordState, StateKind, Timestamp,
     UnknownCause,

@@ -224,6 +224,80 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
+/// How the server keys a call, the first that applies:
+///
+/// 1. **`Meta`**: a key in the request's `_meta` (under the names of [`META_KEY_NAMES`],
+///    in their order).
+/// 2. **`Model`**: the key the model gave in the tool's `idempotency_key` argument, for a
+///    tool the server lets the model key ([`McpServer::model_key`]).
+/// 3. **`Arguments`**: an `idempotent_write` of a server keying such calls by their
+///    arguments ([`McpServer::keyless_idempotent`]), in a request without a run id: the
+///    sealed arguments themselves.
+/// 4. **`Window`**: the tool's re-send window, if it has one on: an identical call within it
+///    is the same call. Scoped by the session unless the scope is the tenant's, or the call
+///    may need a person's approval (a host resumed after a crash re-issues it in a new
+///    session, and its approval must find the first call).
+/// 5. **`Unkeyed`**: none of these: every call is a new one.
+///
+/// [`keyed_by`] applies it: a pure function of what the request and the tool say.
+///
+/// [`META_KEY_NAMES`]: crate::META_KEY_NAMES
+/// [`McpServer::model_key`]: crate::McpServer::model_key
+/// [`McpServer::keyless_idempotent`]: crate::McpServer::keyless_idempotent
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyedBy {
+    /// The request's `_meta` key.
+    Meta,
+    /// The model's key argument.
+    Model,
+    /// The call's sealed arguments.
+    Arguments,
+    /// The re-send window, of the session or (`by_tenant`) of the tenant.
+    Window {
+        /// Whether the window spans the tenant's sessions.
+        by_tenant: bool,
+    },
+    /// No key: each call is a new one.
+    Unkeyed,
+}
+
+/// What [`keyed_by`] reads of a request and its tool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyFacts {
+    /// The request's `_meta` holds a key.
+    pub meta_key: bool,
+    /// The model gave a key the tool takes.
+    pub model_key: bool,
+    /// The server keys keyless `idempotent_write` calls by their arguments, the tool is one,
+    /// and the request names no run.
+    pub by_arguments: bool,
+    /// The tool's re-send window is on.
+    pub window: bool,
+    /// The window's scope is the tenant's.
+    pub tenant_scope: bool,
+    /// The call may need a person's approval.
+    pub may_need_approval: bool,
+}
+
+/// How a call with these facts is keyed, by the rule on [`KeyedBy`].
+pub fn keyed_by(facts: KeyFacts) -> KeyedBy {
+    match facts {
+        KeyFacts { meta_key: true, .. } => KeyedBy::Meta,
+        KeyFacts {
+            model_key: true, ..
+        } => KeyedBy::Model,
+        KeyFacts {
+            by_arguments: true, ..
+        } => KeyedBy::Arguments,
+        KeyFacts { window: true, .. } => KeyedBy::Window {
+            by_tenant: facts.tenant_scope || facts.may_need_approval,
+        },
+        _ => KeyedBy::Unkeyed,
+    }
+}
+
 /// `call` with the re-send window of `tool` from `session` (`None`: a request without one,
 /// scoped by the tenant), if the window is on: the dispatcher uses it only when the call has
 /// no other key.
@@ -257,6 +331,73 @@ pub(super) fn connection_id() -> Arc<str> {
     }
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     Arc::from(hex)
+}
+
+#[cfg(test)]
+mod rule_tests {
+    use super::{KeyFacts, KeyedBy, keyed_by};
+
+    #[test]
+    fn the_rule_as_a_table() {
+        let f = KeyFacts::default();
+        let window = KeyFacts { window: true, ..f };
+        let table = [
+            (
+                KeyFacts {
+                    meta_key: true,
+                    model_key: true,
+                    by_arguments: true,
+                    window: true,
+                    ..f
+                },
+                KeyedBy::Meta,
+            ),
+            (
+                KeyFacts {
+                    model_key: true,
+                    by_arguments: true,
+                    window: true,
+                    ..f
+                },
+                KeyedBy::Model,
+            ),
+            (
+                KeyFacts {
+                    by_arguments: true,
+                    window: true,
+                    ..f
+                },
+                KeyedBy::Arguments,
+            ),
+            (window, KeyedBy::Window { by_tenant: false }),
+            (
+                KeyFacts {
+                    tenant_scope: true,
+                    ..window
+                },
+                KeyedBy::Window { by_tenant: true },
+            ),
+            (
+                KeyFacts {
+                    may_need_approval: true,
+                    ..window
+                },
+                KeyedBy::Window { by_tenant: true },
+            ),
+            (
+                KeyFacts {
+                    may_need_approval: true,
+                    tenant_scope: true,
+                    ..f
+                },
+                KeyedBy::Unkeyed,
+            ),
+            (f, KeyedBy::Unkeyed),
+        ];
+        for (facts, keyed) in table {
+            assert_eq!(keyed_by(facts), keyed, "{facts:?}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -211,14 +211,25 @@ pub(crate) struct ContextParts<'a> {
     pub limits: &'a BTreeMap<String, Value>,
 }
 
+/// Where a context starts: the attempt it is for, the fenced key its call is held under, whether
+/// the call was taken over from a holder that died, and its journal so far. The default is a
+/// context before any attempt, of a call not held (an authorization that reads).
+#[derive(Default)]
+pub(crate) struct Start {
+    pub attempt: u32,
+    pub holder: Option<FencedKey>,
+    pub takeover: bool,
+    pub steps: Vec<JournalEntry>,
+}
+
 impl ToolContext {
-    pub(crate) fn new(
-        parts: ContextParts<'_>,
-        attempt: u32,
-        holder: Option<FencedKey>,
-        takeover: bool,
-        steps: Vec<JournalEntry>,
-    ) -> Self {
+    pub(crate) fn new(parts: ContextParts<'_>, start: Start) -> Self {
+        let Start {
+            attempt,
+            holder,
+            takeover,
+            steps,
+        } = start;
         ToolContext {
             inner: Arc::new(Inner {
                 tool: parts.tool.clone(),
@@ -263,7 +274,13 @@ impl ToolContext {
         steps: Vec<JournalEntry>,
         arguments: serde_json::Value,
     ) -> Self {
-        let mut ctx = ToolContext::new(parts, 0, None, false, steps);
+        let mut ctx = ToolContext::new(
+            parts,
+            Start {
+                steps,
+                ..Start::default()
+            },
+        );
         if let Some(inner) = Arc::get_mut(&mut ctx.inner) {
             inner.arguments = Some(arguments);
         }
@@ -298,7 +315,13 @@ impl ToolContext {
             acting_for: None,
             limits: &BTreeMap::new(),
         };
-        ToolContext::new(parts, 1, None, false, Vec::new())
+        ToolContext::new(
+            parts,
+            Start {
+                attempt: 1,
+                ..Start::default()
+            },
+        )
     }
 
     /// A context outside any dispatcher in `run` (its tenant, run and step, whom it acts for,
@@ -325,7 +348,13 @@ impl ToolContext {
             acting_for: run.acting_for.as_deref(),
             limits: &run.limits,
         };
-        ToolContext::new(parts, 1, None, false, Vec::new())
+        ToolContext::new(
+            parts,
+            Start {
+                attempt: 1,
+                ..Start::default()
+            },
+        )
     }
 
     /// The call's stable key: the same on every retry and every take-over. Hand it downstream

@@ -4,7 +4,6 @@
 // bottom; `args`; `schema` (knowing nothing of tools); `tool`; `registry`; then `export`,
 // `redact`, `context`, `approval` and the dispatcher. `scripts/check_layers.py` fails on any
 // import cycle between them.
-#![warn(missing_docs)]
 
 pub mod approval;
 pub mod args;

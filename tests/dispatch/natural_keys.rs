@@ -7,7 +7,7 @@ use crate::support;
 use std::sync::Arc;
 
 use idem::MemoryStore;
-use idem::dispatch::KeySource;
+use idem::key::KeySource;
 use idem::prelude::*;
 use serde_json::{Value, json};
 use support::dispatcher::linked;

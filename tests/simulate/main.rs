@@ -51,6 +51,7 @@ pub const ONCE: [&str; 4] = ["sim_once", "sim_plain", "sim_final", "sim_ticket"]
 /// One call the schedule sends, perhaps several times, from several workers.
 #[derive(Debug, Clone)]
 pub struct Planned {
+    /// The tool it calls.
     pub tool: &'static str,
     /// Its logical id (in the arguments) and explicit key.
     pub id: String,
@@ -63,7 +64,9 @@ pub struct Planned {
 /// What one seed decided.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// How many workers send calls.
     pub workers: usize,
+    /// The calls, in the order they were planned.
     pub calls: Vec<Planned>,
     /// Workers that crash, and when.
     pub crashes: Vec<(usize, Duration)>,
@@ -118,13 +121,16 @@ impl Plan {
 /// The outcome of one seed: the violations found, and a trace of what the providers saw
 /// (equal for equal seeds).
 pub struct Ran {
+    /// Each invariant the run broke, in words.
     pub violations: Vec<String>,
+    /// What the providers saw, in order.
     pub trace: Vec<String>,
 }
 
 /// The in-process stores a schedule runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// The memory store.
     Memory,
     /// A fresh file, at `synchronous = NORMAL` so that every operation runs inline on the
     /// simulation's one thread (at `FULL` a write goes to the blocking pool, whose threads

@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::Inbox;
 use super::decide::{Posted, admit, answer, given};
-use super::page::{esc, pretty};
+use super::html::{esc, pretty};
 use crate::exit::{Exit, Failure};
 use crate::present;
 

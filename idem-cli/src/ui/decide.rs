@@ -15,7 +15,7 @@ use idem_core::RecordState;
 use serde::Deserialize;
 
 use super::Inbox;
-use super::page::{encode, page_error};
+use super::html::{encode, page_error};
 use super::session::Caller;
 use crate::exit::{Exit, Failure};
 use crate::present;
@@ -34,7 +34,7 @@ pub(super) fn admit<T: Posted>(
     form: Result<Form<T>, FormRejection>,
 ) -> Result<(T, Caller), Box<Response>> {
     let Some(caller) = inbox.auth.caller(headers) else {
-        return Err(Box::new(super::page::refused_login()));
+        return Err(Box::new(super::html::refused_login()));
     };
     let Form(form) = form.map_err(|e| {
         Box::new(page_error(

@@ -34,6 +34,7 @@ use crate::operate::Operator;
 mod call;
 mod cases;
 mod decide;
+mod html;
 mod page;
 mod session;
 

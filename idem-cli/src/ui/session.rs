@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use hmac::{KeyInit, Mac};
 
-use super::page::page_error;
+use super::html::page_error;
 use crate::cli::Identity;
 use crate::env::{UI_TOKEN, UI_TOKENS};
 use crate::exit::{Exit, Failure};

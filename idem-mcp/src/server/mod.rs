@@ -389,27 +389,34 @@ impl ServerHandler for McpServer {
         {
             run = run.accounted_as(account::session_run(&session));
         }
-        if let Some(key) = meta_key(&context.meta)? {
-            call = call.with_key(key);
-        } else if let Some(key) = model_key {
-            call = call.with_key(format!("model:{key}"));
-        } else if self.keyless_idempotent
-            && class == idem_core::ToolClass::IdempotentWrite
-            && run.run_id.is_none()
-        {
+        let meta = meta_key(&context.meta)?;
+        let facts = keys::KeyFacts {
+            meta_key: meta.is_some(),
+            model_key: model_key.is_some(),
+            by_arguments: self.keyless_idempotent
+                && class == idem_core::ToolClass::IdempotentWrite
+                && run.run_id.is_none(),
+            window: self.keys.window_of(&call.name).is_some(),
+            tenant_scope: self.keys.scope == keys::ResendScope::Tenant,
+            may_need_approval,
+        };
+        match keys::keyed_by(facts) {
+            keys::KeyedBy::Meta => call = call.with_key(meta.unwrap_or_default()),
+            keys::KeyedBy::Model => {
+                call = call.with_key(format!("model:{}", model_key.unwrap_or_default()));
+            }
             // The dispatcher makes the key of the sealed arguments: a hash of them as sent
             // would give a secret among them away.
-            call = call.with_key_by_arguments();
+            keys::KeyedBy::Arguments => call = call.with_key_by_arguments(),
+            keys::KeyedBy::Window { by_tenant } => {
+                let session = match by_tenant {
+                    true => None,
+                    false => self.session_of(&context),
+                };
+                call = keys::with_window(call, &self.keys, session.as_deref());
+            }
+            _ => {}
         }
-        // Used by the dispatcher only if the call has no other key. A call that may need a
-        // person's approval is windowed by its tenant, whatever the scope: a host resumed
-        // after a crash (a new session) re-issues it, and the person's second yes would pay
-        // twice (tests/doors.rs measured it); its approval must find the first call.
-        let session = match may_need_approval {
-            true => None,
-            false => self.session_of(&context),
-        };
-        call = keys::with_window(call, &self.keys, session.as_deref());
         if let Some(state) = &request.request_state {
             let responses = request.input_responses.as_ref();
             return self.answered(&call, &run, state, responses, &context).await;

@@ -55,6 +55,8 @@ impl McpServer {
     }
 }
 
+/// The server as a tower service for Streamable HTTP ([`McpServer::http_service`]): mount it
+/// at a path of an axum router (or any server of tower services).
 #[derive(Clone)]
 pub struct McpHttpService {
     inner: Inner,

@@ -159,7 +159,7 @@ impl CallOutcome {
                 ..
             } => match compensated(error) {
                 Some(_) => CallOutcome::Compensated {
-                    undone: super::compensate::undone_steps(steps),
+                    undone: super::journal::undone_steps(steps),
                     why: error.message().to_owned(),
                 },
                 None => CallOutcome::Refused {
@@ -167,7 +167,7 @@ impl CallOutcome {
                 },
             },
             RecordState::Unknown { since, last_error } => {
-                match super::escalate::Escalation::of_recorded(last_error) {
+                match super::case::Escalation::of_recorded(last_error) {
                     Some(case) => CallOutcome::Escalated {
                         since: *since,
                         why: case.summary(),
@@ -253,7 +253,7 @@ pub struct AccountEntry {
     pub attempts: Option<u32>,
     /// A person's decision on the call, if it was sent to one (`Dispatcher::cases`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decided: Option<super::cases::CaseDecided>,
+    pub decided: Option<super::case::CaseDecided>,
     /// What became of the call's undo, once its run was undone (`undone`, `failed`,
     /// `unknown`, `escalated`, `in_progress`): read from the undo's own entry
     /// (`<tool>.undo`), never written with the call's.
@@ -356,7 +356,7 @@ impl Dispatcher {
         run: &RunContext,
         record: Option<&RecordKey>,
         result: &Result<Dispatched, DispatchError>,
-        decided: Option<super::cases::CaseDecided>,
+        decided: Option<super::case::CaseDecided>,
     ) {
         let run_id = run.run_id.as_deref().or(run.account_as.as_deref());
         let (Some(retention), Some(run_id)) = (self.accounts, run_id) else {
@@ -430,6 +430,36 @@ impl Dispatcher {
     pub async fn run_account(&self, tenant: &str, run_id: &str) -> Result<RunAccount, StoreError> {
         run_account(&*self.store, tenant, run_id).await
     }
+}
+
+/// The run's applied calls, newest first, each record once. A call whose applying dispatch
+/// died after recording its outcome and before its entry was appended is known to the run
+/// only by the replay its resumed call was answered: a replayed record that no entry of the
+/// run applied counts as the run's (its effect happened, for this run's call under its key).
+pub(crate) fn applied_calls(calls: &[AccountEntry]) -> Vec<&AccountEntry> {
+    use std::collections::HashSet;
+    // The records an entry of the run applied, read once (an account may be long).
+    let applied_here: HashSet<&RecordKey> = calls
+        .iter()
+        .filter(|c| c.outcome == CallOutcome::Applied)
+        .filter_map(|c| c.record.as_ref())
+        .collect();
+    let mut taken: HashSet<&RecordKey> = HashSet::new();
+    let mut applied = Vec::new();
+    for entry in calls.iter().rev() {
+        let Some(record) = &entry.record else {
+            continue;
+        };
+        let counts = match entry.outcome {
+            CallOutcome::Applied => true,
+            CallOutcome::Replayed => !applied_here.contains(record),
+            _ => false,
+        };
+        if counts && taken.insert(record) {
+            applied.push(entry);
+        }
+    }
+    applied
 }
 
 /// Append `entry` to the account of `tenant`'s run `run_id`, kept `retention`. A store that

@@ -10,9 +10,9 @@ use idem_core::{Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, can
 use serde_json::Value;
 
 use super::call::{Dispatched, ToolCall};
-use super::claim::replay;
 use super::error::{DispatchError, store_error};
 use super::key::Keyed;
+use super::keyed::replay;
 use super::observe::EventKind;
 use super::{Dispatcher, arguments, decide};
 use crate::approval::{Approval, ApprovalRefusal, ApprovalRequest, Binding};
@@ -93,7 +93,7 @@ impl Dispatcher {
                     keyed.source,
                 ) != decide::Reuse::Refuse
             {
-                let mut replayed = replay(tool, record_key, downstream, outcome)?;
+                let mut replayed = replay(tool, record_key, downstream, outcome, Vec::new())?;
                 if fingerprint != keyed.fingerprint {
                     replayed.differing_arguments =
                         super::claim::differing_texts(arguments.as_deref(), Some(&keyed.canonical));

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::error::DispatchError;
 use super::{Dispatcher, Scopes, ToolCall, arguments, context_parts};
-use crate::context::ToolContext;
+use crate::context::{Start, ToolContext};
 use crate::run::RunContext;
 use crate::tool::{PreparedArguments, ToolDef};
 
@@ -77,7 +77,7 @@ pub(super) async fn authorize_async(
     // The call has no key yet: the context's is one of its own, for reads, never the call's.
     let key = super::key::unkeyed();
     for check in &tool.authorize_async {
-        let ctx = ToolContext::new(context_parts(tool, run, &key), 0, None, false, Vec::new());
+        let ctx = ToolContext::new(context_parts(tool, run, &key), Start::default());
         // Made inside the future, so that a check panicking before its first await is caught.
         let verdict = AssertUnwindSafe(async { check(ctx, args).await })
             .catch_unwind()

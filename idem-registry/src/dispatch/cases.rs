@@ -13,12 +13,11 @@ use idem_core::{
     IdempotencyKey, ListFilter, Outcome, RecordKey, RecordState, StateKind, Store, StoreError,
     Timestamp, ToolError,
 };
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Dispatcher;
 use super::account::{AccountEntry, CallOutcome, DEFAULT_ACCOUNT_RETENTION};
-use super::escalate::Escalation;
+use super::case::{CaseDecided, Escalation};
 use super::undo_requests;
 use crate::tool::UndoOptions;
 
@@ -91,20 +90,6 @@ impl CaseDecision {
             CaseDecision::UndoRun => "undo_run",
         }
     }
-}
-
-/// Who decided a case, when, and what, as the run's account keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct CaseDecided {
-    /// The person.
-    pub by: String,
-    /// When (the store's clock).
-    pub at: Timestamp,
-    /// What: `retry`, `resolved` or `undo_run`.
-    pub decision: String,
-    /// What it did, in words.
-    pub said: String,
 }
 
 /// Why a decision was not recorded; nothing changed.

@@ -12,7 +12,7 @@ use super::call::Dispatched;
 use super::decide::{self, GiveBack, Reuse};
 use super::error::DispatchError;
 use super::guard::{ClaimGuard, WonClaim, give_back};
-use super::key::KeySource;
+use idem_core::KeySource;
 use super::observe::EventKind;
 use super::verify::{UnknownRecord, Verification};
 use super::{Dispatcher, KeyedCall, Watch};
@@ -70,7 +70,7 @@ impl Dispatcher {
                     // runs again turns Unknown, as the store would have made it.
                     if takeover
                         && !tool.class.reexecution_is_safe()
-                        && !super::compensate::compensating(&steps)
+                        && !super::journal::compensating(&steps)
                     {
                         let marked = self
                             .store
@@ -131,11 +131,18 @@ impl Dispatcher {
             }
             match record.state {
                 RecordState::Completed { outcome, .. } => {
-                    return call.replay(outcome, differ).map(Claimed::Settled);
+                    return super::keyed::replay(
+                        call.tool,
+                        &call.record_key,
+                        &call.downstream,
+                        outcome,
+                        differ,
+                    )
+                    .map(Claimed::Settled);
                 }
                 RecordState::Unknown { since, last_error } => {
                     // A call sent to a person is theirs to settle: no hook is asked.
-                    if let Some(case) = super::escalate::Escalation::of_recorded(&last_error) {
+                    if let Some(case) = super::case::Escalation::of_recorded(&last_error) {
                         let key = call.downstream.clone();
                         let tool = tool.name.to_string();
                         return Err(super::escalate::escalated(tool, key, since, case, true));
@@ -190,7 +197,14 @@ impl Dispatcher {
                             .await?
                         {
                             Verification::Applied(outcome) => {
-                                return call.replay(outcome, differ).map(Claimed::Settled);
+                                return super::keyed::replay(
+                                    call.tool,
+                                    &call.record_key,
+                                    &call.downstream,
+                                    outcome,
+                                    differ,
+                                )
+                                .map(Claimed::Settled);
                             }
                             // Released, or settled by another worker: claim again.
                             Verification::Released | Verification::Raced => continue,
@@ -328,41 +342,5 @@ impl Drop for PendingClaim {
                 }
             }
         });
-    }
-}
-
-/// Replay a recorded outcome.
-pub(super) fn replay(
-    tool: &crate::tool::ToolDef,
-    record_key: &idem_core::RecordKey,
-    downstream: &idem_core::IdempotencyKey,
-    outcome: idem_core::Outcome,
-) -> Result<Dispatched, DispatchError> {
-    match outcome {
-        idem_core::Outcome::Success(output_json) => {
-            let output = serde_json::from_str(&output_json).map_err(|e| DispatchError::Store {
-                tool: tool.name.to_string(),
-                error: StoreError::Corrupt {
-                    key: record_key.clone(),
-                    reason: format!("its recorded output is not JSON: {e}"),
-                },
-            })?;
-            Ok(Dispatched {
-                output,
-                output_json,
-                deduplicated: true,
-                differing_arguments: Vec::new(),
-                key: Some(downstream.clone()),
-                attempts: 0,
-                class: tool.class,
-                limits: Vec::new(),
-            })
-        }
-        idem_core::Outcome::Failure(error) => Err(DispatchError::ToolFailed {
-            tool: tool.name.to_string(),
-            error,
-            attempts: 0,
-            deduplicated: true,
-        }),
     }
 }

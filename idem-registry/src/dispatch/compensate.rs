@@ -19,36 +19,10 @@ use super::call::Dispatched;
 use super::decide::GiveBack;
 use super::error::DispatchError;
 use super::guard::ClaimGuard;
+use super::journal::{COMPENSATING_STEP, UNDO_PREFIX, undoable};
 use super::{Dispatcher, KeyedCall, Watch};
-use crate::context::ToolContext;
+use crate::context::{Start, ToolContext};
 use crate::tool::Undo;
-
-/// The journal step that says a compensation is under way, holding the failure it undoes.
-pub const COMPENSATING_STEP: &str = "idem:compensating";
-
-/// The prefix of the journal step that says one step was undone.
-pub const UNDO_PREFIX: &str = "idem:undo:";
-
-/// Whether a journal shows a compensation under way (or done).
-pub(crate) fn compensating(steps: &[JournalEntry]) -> bool {
-    steps.iter().any(|s| s.step == COMPENSATING_STEP)
-}
-
-/// The tool's own completed steps (not the dispatcher's `idem:` entries), in journal order.
-pub(crate) fn undoable(steps: &[JournalEntry]) -> Vec<&JournalEntry> {
-    steps
-        .iter()
-        .filter(|s| !s.step.starts_with(crate::context::RESERVED_STEP_PREFIX))
-        .collect()
-}
-
-/// The steps a record's journal says were undone, in the order they were.
-pub fn undone_steps(steps: &[JournalEntry]) -> Vec<String> {
-    steps
-        .iter()
-        .filter_map(|s| s.step.strip_prefix(UNDO_PREFIX).map(str::to_owned))
-        .collect()
-}
 
 /// A held call to compensate: the claim, how long its outcome is kept, its journal, and the
 /// failure it is compensated for.
@@ -85,14 +59,13 @@ impl Dispatcher {
             unreachable!("the compensate stage runs only for a tool with a compensation")
         };
         let to_undo: Vec<JournalEntry> = undoable(&steps).into_iter().cloned().collect();
-        let ctx = ToolContext::new(
-            call.parts(),
-            attempts.max(1),
-            Some(hold.held().clone()),
+        let start = Start {
+            attempt: attempts.max(1),
+            holder: Some(hold.held().clone()),
             takeover,
             steps,
-        )
-        .with_secrets(&tool.secrets, &call.args);
+        };
+        let ctx = ToolContext::new(call.parts(), start).with_secrets(&tool.secrets, &call.args);
         hold.running(&ctx);
         let lease = hold.keep_alive(tool.policy.lease);
         let work = {

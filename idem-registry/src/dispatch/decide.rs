@@ -2,12 +2,11 @@
 //! clock, no sleeping. The stages ask these and carry out the answer, the way the stores
 //! carry out `idem_core::store::machine`'s transitions. Tested below as tables.
 
+use idem_core::KeySource;
 use std::time::Duration;
 
 use idem_core::{ErrorKind, Fingerprint, Outcome, StoreError, Timestamp, ToolClass};
 use serde_json::Value;
-
-use super::key::KeySource;
 
 /// Whether a failed attempt runs again under the same key: never after a terminal error or
 /// the last allowed attempt; `read` and `idempotent_write` on any other error;

@@ -1,8 +1,8 @@
 //! Why a dispatch was refused or did not succeed.
 
+use idem_core::KeySource;
 use idem_core::{IdempotencyKey, StoreError, Timestamp, ToolClass, ToolError};
 
-use super::key::KeySource;
 use crate::approval::{ApprovalRefusal, ApprovalRequest};
 use crate::tool::ToolDef;
 
@@ -168,7 +168,7 @@ pub enum DispatchError {
         /// When it was sent (store clock).
         since: Timestamp,
         /// What the person is shown. Boxed: the error stays small.
-        case: Box<super::escalate::Escalation>,
+        case: Box<super::case::Escalation>,
         /// Whether this answer was read from the case an earlier dispatch recorded (no body
         /// ran in this one), as a replay is.
         deduplicated: bool,
@@ -257,6 +257,7 @@ fn key_reused(tool: &str, key: &IdempotencyKey, source: KeySource, differing: &[
         KeySource::Resend => {
             "a call keyed by its arguments met a record of other arguments (the dispatcher's secret key changed?): give the call a key of its own"
         }
+        _ => "give the call a key of its own, or send the recorded call's arguments",
     };
     format!("{what}: {next}")
 }

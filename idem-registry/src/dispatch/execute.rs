@@ -15,7 +15,7 @@ use super::guard::{ClaimGuard, WonClaim};
 use super::key::{random_u64, unkeyed};
 use super::observe::{EventKind, Stage};
 use super::{Dispatcher, KeyedCall, Watch, context_parts};
-use crate::context::ToolContext;
+use crate::context::{Start, ToolContext};
 use crate::run::RunContext;
 use crate::tool::{ToolDef, TypedArguments};
 
@@ -37,7 +37,13 @@ impl Dispatcher {
         loop {
             attempt += 1;
             let parts = context_parts(tool, run, &key);
-            let ctx = ToolContext::new(parts, attempt, None, false, Vec::new());
+            let ctx = ToolContext::new(
+                parts,
+                Start {
+                    attempt,
+                    ..Start::default()
+                },
+            );
             let begun = watch.begin();
             let result = body::run(tool, self.execution(), ctx, &args, typed.take(), None)
                 .instrument(tracing::info_span!(
@@ -93,7 +99,7 @@ impl Dispatcher {
         } = held;
         let tool = call.tool;
         // A compensation was under way when its holder stopped: resume it, never the body.
-        if tool.compensate.is_some() && super::compensate::compensating(&steps) {
+        if tool.compensate.is_some() && super::journal::compensating(&steps) {
             let compensation = super::compensate::Compensation {
                 hold,
                 ttl,
@@ -126,14 +132,13 @@ impl Dispatcher {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let ctx = ToolContext::new(
-                call.parts(),
+            let start = Start {
                 attempt,
-                Some(hold.held().clone()),
+                holder: Some(hold.held().clone()),
                 takeover,
                 steps,
-            )
-            .with_secrets(&tool.secrets, &call.args);
+            };
+            let ctx = ToolContext::new(call.parts(), start).with_secrets(&tool.secrets, &call.args);
             hold.running(&ctx);
             let lease = hold.keep_alive(tool.policy.lease);
             let begun = watch.begin();
@@ -227,12 +232,12 @@ impl Dispatcher {
             if let Some(escalate) = tool.escalate {
                 let sent = match &how {
                     GiveBack::Unknown(reason) if !recorded && escalate.unknown() => Some((
-                        super::escalate::EscalationKind::Unknown,
+                        super::case::EscalationKind::Unknown,
                         ToolError::new(idem_core::ErrorKind::Ambiguous, reason),
                     )),
                     GiveBack::Unknown(_) if !recorded => None,
                     _ if escalate.failures() => {
-                        Some((super::escalate::EscalationKind::Failure, error.clone()))
+                        Some((super::case::EscalationKind::Failure, error.clone()))
                     }
                     _ => None,
                 };

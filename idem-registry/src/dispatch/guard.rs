@@ -134,7 +134,7 @@ impl Drop for ClaimGuard {
             .unwrap_or_default();
         let has_steps = !journal.is_empty();
         // A compensation under way is left to be taken over and resumed.
-        let how = if super::compensate::compensating(&journal) {
+        let how = if super::journal::compensating(&journal) {
             GiveBack::Expire
         } else {
             GiveBack::after(

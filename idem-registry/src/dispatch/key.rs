@@ -3,7 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use idem_core::{Fingerprint, IdempotencyKey, KeyMaterial, LogicalKey, RecordKey, canonical_json};
+use idem_core::{
+    Fingerprint, IdempotencyKey, KeyMaterial, KeySource, LogicalKey, RecordKey, canonical_json,
+};
 use serde_json::Value;
 
 use super::Dispatcher;
@@ -148,60 +150,6 @@ impl Dispatcher {
         material: &KeyMaterial,
     ) -> (RecordKey, IdempotencyKey) {
         LogicalKey::derive(&self.namespace, &run.tenant, &tool.name, material)
-    }
-}
-
-/// Where a call's key came from, in the order the dispatcher tries them. A `KeyReused`
-/// refusal says what its reader can do by it: a key that names one call (explicit, call id,
-/// run and step) reused for another is the mistake of whoever chose it; a natural key names
-/// an entity, which exists already.
-///
-/// ```
-/// # use idem_registry as idem;
-/// use idem::dispatch::KeySource;
-///
-/// assert_eq!(KeySource::CallId.to_string(), "call id");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum KeySource {
-    /// A key the caller passed ([`ToolCall::with_key`]; MCP's `_meta` key), or the one the
-    /// dispatcher made of the sealed arguments of a call keyed by them
-    /// ([`ToolCall::with_key_by_arguments`]).
-    Explicit,
-    /// The tool's natural key, computed from the arguments (find-or-create).
-    Natural,
-    /// The provider's tool call id, scoped by the run when there is one.
-    CallId,
-    /// The run id, the step and the call's index in the step.
-    RunStep,
-    /// The re-send window of a call that brought no key: where it came from and its
-    /// arguments ([`ToolCall::with_resend_window`]).
-    Resend,
-}
-
-impl KeySource {
-    /// The source of `material`.
-    pub fn of(material: &KeyMaterial) -> Self {
-        match material {
-            KeyMaterial::Explicit { .. } => KeySource::Explicit,
-            KeyMaterial::Natural { .. } => KeySource::Natural,
-            KeyMaterial::CallId { .. } => KeySource::CallId,
-            KeyMaterial::RunStep { .. } => KeySource::RunStep,
-            KeyMaterial::Resend { .. } => KeySource::Resend,
-        }
-    }
-}
-
-impl std::fmt::Display for KeySource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            KeySource::Explicit => "explicit key",
-            KeySource::Natural => "natural key",
-            KeySource::CallId => "call id",
-            KeySource::RunStep => "run and step",
-            KeySource::Resend => "re-send window",
-        })
     }
 }
 

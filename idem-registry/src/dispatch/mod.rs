@@ -29,6 +29,7 @@ mod arguments;
 mod authorize;
 mod body;
 mod call;
+mod case;
 mod cases;
 mod claim;
 mod compensate;
@@ -38,7 +39,9 @@ mod error;
 mod escalate;
 mod execute;
 mod guard;
+mod journal;
 mod key;
+mod keyed;
 mod limits;
 #[cfg(feature = "metrics")]
 mod metrics;
@@ -54,7 +57,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_core::{Fingerprint, IdempotencyKey, Outcome, RecordKey, Store, StoreError};
+use idem_core::{KeySource, RecordKey, Store};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -66,12 +69,11 @@ pub use account::{AccountEntry, CallOutcome, DEFAULT_ACCOUNT_RETENTION, RunAccou
 pub use approve::APPROVAL_STEP;
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, LimitUse, ResendWindow, ToolCall};
-pub use cases::{Case, CaseDecided, CaseDecision, CaseDesk, CaseError};
-pub use compensate::{COMPENSATING_STEP, UNDO_PREFIX, undone_steps};
+pub use case::{AppliedBefore, CaseDecided, Escalation, EscalationKind, MAX_APPLIED_SHOWN};
+pub use cases::{Case, CaseDecision, CaseDesk, CaseError};
 pub use desk::{ApprovalDesk, DecisionError};
 pub use error::{DispatchError, SetupError};
-pub use escalate::{AppliedBefore, Escalation, EscalationKind, MAX_APPLIED_SHOWN};
-pub use key::KeySource;
+pub use journal::{COMPENSATING_STEP, UNDO_PREFIX, undone_steps};
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
 pub use recover::{Recovered, RecoveryAction, RecoveryOptions, RecoveryReport, Unrecoverable};
 pub use undo_requests::{UndoRequest, request as request_undo, undo_requests};
@@ -81,6 +83,7 @@ use crate::approval::ApprovalKeys;
 use crate::redact::SecretKey;
 use crate::registry::Registry;
 use crate::tool::{PreparedArguments, ToolDef};
+use keyed::{KeyedCall, context_parts, key_hash, tool_steps};
 use observe::{Observers, Watch};
 
 /// Applies each tool's class policy to calls; see the module docs for the order of checks.
@@ -477,103 +480,4 @@ impl Dispatcher {
             keyed,
         })
     }
-}
-
-/// A call that records, resolved and keyed: what the claim, execute and verify stages read.
-struct KeyedCall<'a> {
-    tool: &'a ToolDef,
-    run: &'a RunContext,
-    /// The provider's call id, if the call has one (a case sent to a person names it).
-    call_id: Option<&'a str>,
-    args: Cow<'a, Value>,
-    record_key: RecordKey,
-    downstream: IdempotencyKey,
-    fingerprint: Fingerprint,
-    /// Where the key came from (`None` for a call settled from its record by recovery,
-    /// which claims under the recorded arguments and so never meets a reused key).
-    source: Option<KeySource>,
-    /// How long its outcome is kept once recorded (see [`Dispatcher::record_ttl`]).
-    ttl: Duration,
-    /// The approval that authorises it, kept in its record's journal.
-    approval: Option<Box<crate::approval::Approval>>,
-}
-
-impl KeyedCall<'_> {
-    fn parts(&self) -> crate::context::ContextParts<'_> {
-        context_parts(self.tool, self.run, &self.downstream)
-    }
-
-    fn store_error(&self, e: StoreError) -> DispatchError {
-        error::store_error(self.tool, e)
-    }
-
-    /// Replay a recorded outcome to this call, whose arguments differ from the recorded
-    /// call's at `differing` (a natural key standing for both).
-    fn replay(
-        &self,
-        outcome: Outcome,
-        differing: Vec<String>,
-    ) -> Result<Dispatched, DispatchError> {
-        let mut replayed = claim::replay(self.tool, &self.record_key, &self.downstream, outcome)?;
-        replayed.differing_arguments = differing;
-        Ok(replayed)
-    }
-
-    /// When a verify hook may first settle a record Unknown since `since` for `last_error`
-    /// (`decide`); for an orphan, the lease counted is the longer of the tool's and
-    /// `made_lease`, the one the record was made under (a holder granted it may still be
-    /// running).
-    fn verifiable_from(
-        &self,
-        since: idem_core::Timestamp,
-        last_error: &str,
-        steps: &[idem_core::JournalEntry],
-        made_lease: Option<Duration>,
-    ) -> Option<idem_core::Timestamp> {
-        let policy = &self.tool.policy;
-        decide::verifiable_from(
-            since,
-            idem_core::UnknownCause::of(last_error) == idem_core::UnknownCause::Orphaned,
-            self.tool.verify.is_some(),
-            tool_steps(steps),
-            policy.verify_after,
-            decide::settle_lease(policy.lease, made_lease),
-        )
-    }
-
-    /// The first 16 hex digits of the record key, for observers.
-    fn key_hash(&self) -> &str {
-        key_hash(&self.record_key)
-    }
-}
-
-pub(super) fn key_hash(key: &RecordKey) -> &str {
-    let s = key.as_str();
-    s.get(..16).unwrap_or(s)
-}
-
-/// What a body's context is made of, borrowed from the call.
-fn context_parts<'a>(
-    tool: &'a ToolDef,
-    run: &'a RunContext,
-    key: &'a IdempotencyKey,
-) -> crate::context::ContextParts<'a> {
-    crate::context::ContextParts {
-        tool: &tool.name,
-        class: tool.class,
-        key,
-        tenant: &run.tenant,
-        run_id: run.run_id.as_deref(),
-        step: run.step,
-        acting_for: run.acting_for.as_deref(),
-        limits: &run.limits,
-    }
-}
-
-/// Whether a journal holds steps of the tool's own (the approval a record journals, and a
-/// compensation's entries, are the dispatcher's: `idem:`).
-fn tool_steps(steps: &[idem_core::JournalEntry]) -> bool {
-    steps
-        .iter()
-        .any(|s| !s.step.starts_with(crate::context::RESERVED_STEP_PREFIX))
 }

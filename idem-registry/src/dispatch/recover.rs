@@ -341,7 +341,7 @@ impl Dispatcher {
             now,
             // A compensation its holder left is resumed by whoever takes the call over.
             may_rerun: rule.may_rerun()
-                || (tool.compensate.is_some() && super::compensate::compensating(&record.steps)),
+                || (tool.compensate.is_some() && super::journal::compensating(&record.steps)),
             version_changed: rule.version_changed,
             has_hook: tool.verify.is_some(),
             has_steps: super::tool_steps(&record.steps),

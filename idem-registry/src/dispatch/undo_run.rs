@@ -20,6 +20,7 @@
 //!
 //! [`ToolBuilder::undo`]: crate::ToolBuilder::undo
 
+use idem_core::KeySource;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
@@ -31,11 +32,10 @@ use idem_core::{
 };
 use serde_json::{Value, json};
 
-use super::account::{AccountEntry, CallOutcome};
+use super::account::{AccountEntry, applied_calls};
 use super::call::{Dispatched, ToolCall};
 use super::claim::Claimed;
 use super::error::DispatchError;
-use super::key::KeySource;
 use super::observe::Watch;
 use super::{Dispatcher, KeyedCall};
 use crate::run::RunContext;
@@ -340,7 +340,7 @@ impl Dispatcher {
             Err(e) => Err(e),
         };
         let by = by.unwrap_or("the host").to_owned();
-        let decided = super::cases::CaseDecided {
+        let decided = super::case::CaseDecided {
             said: format!("undone at the word of {by}"),
             by,
             at: self
@@ -480,36 +480,6 @@ fn undo_tool(tool: &ToolDef, undo: &Undoer, applied: AppliedCall) -> ToolDef {
     def
 }
 
-/// The run's applied calls, newest first, each record once. A call whose applying dispatch
-/// died after recording its outcome and before its entry was appended is known to the run
-/// only by the replay its resumed call was answered: a replayed record that no entry of the
-/// run applied counts as the run's (its effect happened, for this run's call under its key).
-pub(crate) fn applied_calls(calls: &[AccountEntry]) -> Vec<&AccountEntry> {
-    use std::collections::HashSet;
-    // The records an entry of the run applied, read once (an account may be long).
-    let applied_here: HashSet<&RecordKey> = calls
-        .iter()
-        .filter(|c| c.outcome == CallOutcome::Applied)
-        .filter_map(|c| c.record.as_ref())
-        .collect();
-    let mut taken: HashSet<&RecordKey> = HashSet::new();
-    let mut applied = Vec::new();
-    for entry in calls.iter().rev() {
-        let Some(record) = &entry.record else {
-            continue;
-        };
-        let counts = match entry.outcome {
-            CallOutcome::Applied => true,
-            CallOutcome::Replayed => !applied_here.contains(record),
-            _ => false,
-        };
-        if counts && taken.insert(record) {
-            applied.push(entry);
-        }
-    }
-    applied
-}
-
 /// What an undo's dispatch says of it.
 fn outcome_of(result: Result<Dispatched, DispatchError>) -> UndoOutcome {
     match result {
@@ -519,7 +489,7 @@ fn outcome_of(result: Result<Dispatched, DispatchError>) -> UndoOutcome {
         Err(DispatchError::OutcomeUnknown { reason, .. }) => UndoOutcome::Unknown { why: reason },
         // An undo that ended badly waits for a person (`undo_tool` escalates both).
         Err(DispatchError::Escalated { case, .. }) => match case.kind {
-            super::escalate::EscalationKind::Failure => UndoOutcome::Failed {
+            super::case::EscalationKind::Failure => UndoOutcome::Failed {
                 why: case.error.message().to_owned(),
             },
             _ => UndoOutcome::Unknown {

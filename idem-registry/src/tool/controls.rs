@@ -17,7 +17,7 @@ use idem_core::{IdempotencyKey, ToolError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::definition::BoxFuture;
+use super::BoxFuture;
 use crate::context::ToolContext;
 use crate::run::RunContext;
 

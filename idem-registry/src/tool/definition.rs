@@ -6,21 +6,17 @@
 use std::any::Any;
 use std::borrow::Cow;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use idem_core::{ToolClass, ToolError};
 use serde_json::Value;
 
+use super::BoxFuture;
 use super::controls::{ApprovalSelector, Authorizer, Compensator, Rule};
 use super::policy::ToolPolicy;
 use crate::context::ToolContext;
 use crate::error::ArgumentError;
 use crate::schema::{ArgumentValidator, SchemaError};
-
-/// A boxed, sendable future.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A call's arguments already read into the tool's own arguments type (behind `dyn Any`,
 /// since the registry does not know that type), by the [`Preparer`] while it checked them,

@@ -29,12 +29,15 @@ mod spec;
 mod undo;
 
 pub use crate::context::PRECONDITION_STEP;
+
+/// A boxed, sendable future: what a tool's handler and its controls return.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 pub use builder::ToolBuilder;
 pub(crate) use controls::typed_args;
 pub use controls::{ApprovalSelector, Authorizer, Compensator, Precondition, Rule, Undo};
 pub use definition::{
-    BoxFuture, Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, ToolRules,
-    TypedArguments, Verified, Verifier,
+    Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, ToolRules, TypedArguments,
+    Verified, Verifier,
 };
 pub use escalate::Escalate;
 pub use limits::{After, Exceeded, Limit, Per};

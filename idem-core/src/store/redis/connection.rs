@@ -15,14 +15,10 @@ use redis::{
 
 use super::cluster::{self, Node};
 use super::codec::{millis, text};
+use super::{CONNECTION_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::store::StoreError;
 
 const CONNECT_BUDGET: Duration = Duration::from_secs(10);
-/// One connection attempt.
-pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
-/// One command; a 1 MiB outcome on a busy server must fit in it. A connection on which a
-/// command timed out is replaced (see [`Connection`]).
-pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reconnection attempts after a dropped connection.
 const RECONNECT_RETRIES: usize = 2;
 

@@ -214,6 +214,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 
 mod cluster;
+mod cluster_connect;
 mod codec;
 mod commands;
 mod connection;
@@ -223,6 +224,12 @@ mod scripts;
 mod store;
 
 pub use codec::MAX_DURATION;
+
+/// One connection attempt.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+/// One command; a 1 MiB outcome on a busy server must fit in it. A connection on which a
+/// command timed out is replaced (see `connection.rs`).
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 use connection::{
     Conn, Connection, Maker, check_replica_timeout, manager_config, unavailable, within_budget,
