@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use idem::prelude::*;
 use idem::store::approvals::ApprovalFilter;
-use idem::{ApprovalKey, Approver, SqliteStore, approval::ApprovalKeys, store::StateKind};
+use idem::{ApprovalKey, Approver, SqliteStore, approval::ApprovalKeys, record::StateKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -167,7 +167,7 @@ fn ticket_key(args: &Value) -> Option<String> {
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let day = idem::store::Timestamp::now().as_millis() / 86_400_000;
+    let day = idem::record::Timestamp::now().as_millis() / 86_400_000;
     Some(format!("{customer}|{}|{day}", words.join(" ")))
 }
 
@@ -636,7 +636,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         unknown.len()
     );
     for r in unknown {
-        if let idem::store::RecordState::Unknown { last_error, .. } = &r.state {
+        if let idem::record::RecordState::Unknown { last_error, .. } = &r.state {
             println!("  {} {} - {}", r.tool, &r.key.as_str()[..12], last_error);
         }
     }

@@ -215,31 +215,27 @@ pub use idem_agent as agent;
 pub use idem_mcp as mcp;
 pub use idem_registry::{export, schema};
 
-/// Stores and what they keep: the four stores, the [`Store`] contract, records and their
-/// states, the operator's listings and purges, and the approvals kept for a person.
+/// Stores: the four stores and their settings, the [`Store`] contract, the operator's
+/// listings and purges, and the approvals kept for a person.
 pub mod store {
-    pub use idem_core::store::memory::{Clock, ManualClock, MemoryStore};
-    #[cfg(feature = "postgres")]
-    pub use idem_core::store::postgres::PostgresStore;
-    #[cfg(feature = "redis")]
-    pub use idem_core::store::redis::{RedisOptions, RedisStore};
-    #[cfg(feature = "sqlite")]
-    pub use idem_core::store::sqlite::{SqliteStore, Synchronous};
-    pub use idem_core::store::tenant::TenantStore;
     pub use idem_core::store::*;
-    pub use idem_core::{
-        DEFAULT_UNKNOWN_RETENTION, ESCALATED, Fence, JournalEntry, ListFilter, MAX_OUTCOME_DEPTH,
-        ORPHANED, Outcome, PurgeFilter, Record, RecordState, StateKind, Store, StoreError,
-        Timestamp, UnknownCause,
-    };
+}
+
+/// Records and their states: what a store keeps of a call (its outcome, its journal, why it
+/// is Unknown), as operators and tests read them.
+pub mod record {
+    pub use idem_core::record::*;
 }
 
 /// Tools: definitions and their builder, data-defined specs, policies, classes and what
 /// each class implies, and what a `#[tool]` becomes.
 pub mod tool {
-    pub use idem_core::{ClassHints, OrphanPolicy, ToolClass, UnknownClass};
     pub use idem_registry::tool::*;
-    pub use idem_registry::{ArgumentError, Registry, RegistryBuilder, RegistryError};
+}
+
+/// The registry: the tools by name, built from `#[tool]`s, definitions and specs.
+pub mod registry {
+    pub use idem_registry::registry::*;
 }
 
 /// Keys: what a call's key is made of, the keys a record and a downstream system see, and
@@ -254,13 +250,11 @@ pub mod dispatch {
     pub use idem_registry::dispatch::*;
 }
 
-/// Approvals for irreversible calls: keys, approvers, signed approvals, requests, and links
-/// to a call's page in the inbox.
+/// Approvals for irreversible calls and calls selected by argument: keys, approvers, signed
+/// approvals, requests, links to a call's page in the inbox, and the desk where a person
+/// decides.
 pub mod approval {
     pub use idem_registry::approval::*;
-    pub use idem_registry::dispatch::{
-        APPROVAL_STEP, ApprovalDesk, DEFAULT_MAX_APPROVAL_VALIDITY, DecisionError,
-    };
 }
 
 /// A crash harness for your own tools (feature `testing`, Unix): every point of a scenario

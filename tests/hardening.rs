@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use idem::prelude::*;
 use idem::store::{Claim, ClaimRequest};
 use idem::{
-    MemoryStore, ToolDef, store::ManualClock, store::Record, store::RecordState, store::StoreError,
-    store::Timestamp,
+    MemoryStore, ToolDef, record::Record, record::RecordState, record::Timestamp,
+    store::ManualClock, store::StoreError,
 };
 use serde_json::{Value, json};
 use support::dispatcher::{linked, with_tool};

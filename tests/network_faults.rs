@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::store::RecordState;
+use idem::record::RecordState;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use support::child::Child;

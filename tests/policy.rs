@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use idem::prelude::*;
 use idem::store::ListFilter;
 use idem::{
-    MemoryStore, key::RecordKey, store::ManualClock, store::Record, store::RecordState,
+    MemoryStore, key::RecordKey, record::Record, record::RecordState, store::ManualClock,
     store::StoreError,
 };
 use schemars::JsonSchema;

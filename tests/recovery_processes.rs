@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use idem::prelude::*;
 use idem::{
     Verified, dispatch::RecoveryAction, dispatch::RecoveryOptions, dispatch::Unrecoverable,
-    store::ListFilter, store::StateKind,
+    record::StateKind, store::ListFilter,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,7 @@
 mod support;
 
 use idem::prelude::*;
-use idem::{ToolDef, ToolSpec, tool::RegistryError, tool::StaticTool};
+use idem::{ToolDef, ToolSpec, registry::RegistryError, tool::StaticTool};
 use serde_json::{Value, json};
 use support::dispatcher::with_tool;
 

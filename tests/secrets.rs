@@ -6,7 +6,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use idem::prelude::*;
-use idem::{MemoryStore, SecretKey, ToolDef, ToolSpec, store::ListFilter, store::StateKind};
+use idem::{MemoryStore, SecretKey, ToolDef, ToolSpec, record::StateKind, store::ListFilter};
 use serde_json::{Value, json};
 use support::dispatcher::{linked, with_tool};
 

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 
 use idem::prelude::*;
-use idem::{MemoryStore, SecretKey, store::ListFilter, store::StateKind};
+use idem::{MemoryStore, SecretKey, record::StateKind, store::ListFilter};
 use serde_json::{Map, Value, json};
 use support::dispatcher::linked;
 

@@ -11,8 +11,8 @@ use idem::prelude::*;
 
 use idem::store::ClaimRequest;
 use idem::{
-    key::Fingerprint, key::KeyMaterial, key::LogicalKey, store::ListFilter, store::Outcome,
-    store::StateKind, store::StoreError, tool::OrphanPolicy,
+    key::Fingerprint, key::KeyMaterial, key::LogicalKey, record::Outcome, record::StateKind,
+    store::ListFilter, store::StoreError, tool::OrphanPolicy,
 };
 use serde_json::json;
 use support::claims::acquire;
@@ -61,7 +61,7 @@ fn call(tool: &str, label: &str, bytes: usize) -> ToolCall {
         .with_call_id(format!("call-{label}"))
 }
 
-async fn open_records(store: &MemoryStore) -> Vec<idem::store::Record> {
+async fn open_records(store: &MemoryStore) -> Vec<idem::record::Record> {
     store.list(ListFilter::default()).await.unwrap()
 }
 

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 
 use idem::prelude::*;
-use idem::{store::ListFilter, store::StateKind};
+use idem::{record::StateKind, store::ListFilter};
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;

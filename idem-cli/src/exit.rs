@@ -5,7 +5,7 @@ use std::fmt;
 
 use idem_core::StoreError;
 use idem_core::store::approvals::DecisionRefused;
-use idem_registry::dispatch::DecisionError;
+use idem_registry::approval::DecisionError;
 
 /// How a command ended, as its exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use idem_core::Timestamp;
 use idem_core::store::ListCursor;
 use idem_core::store::approvals::{self, ApprovalFilter, PendingApproval};
 use idem_registry::Approver;
-use idem_registry::dispatch::ApprovalDesk;
+use idem_registry::approval::ApprovalDesk;
 use serde_json::{Value, json};
 
 use crate::exit::{Exit, Failure};

@@ -231,7 +231,7 @@ fn kind(value: &Value) -> &'static str {
 /// 2. **`Model`**: the key the model gave in the tool's `idempotency_key` argument, for a
 ///    tool the server lets the model key ([`McpServer::model_key`]).
 /// 3. **`Arguments`**: an `idempotent_write` of a server keying such calls by their
-///    arguments ([`McpServer::keyless_idempotent`]), in a request without a run id: the
+///    arguments ([`McpServer::keyless_idempotent_writes`]), in a request without a run id: the
 ///    sealed arguments themselves.
 /// 4. **`Window`**: the tool's re-send window, if it has one on: an identical call within it
 ///    is the same call. Scoped by the session unless the scope is the tenant's, or the call
@@ -243,7 +243,7 @@ fn kind(value: &Value) -> &'static str {
 ///
 /// [`META_KEY_NAMES`]: crate::META_KEY_NAMES
 /// [`McpServer::model_key`]: crate::McpServer::model_key
-/// [`McpServer::keyless_idempotent`]: crate::McpServer::keyless_idempotent
+/// [`McpServer::keyless_idempotent_writes`]: crate::McpServer::keyless_idempotent_writes
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyedBy {

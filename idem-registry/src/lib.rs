@@ -17,24 +17,26 @@ pub mod redact;
 pub mod registry;
 pub mod run;
 pub mod schema;
+mod signed;
 #[cfg(all(feature = "testing", unix))]
 pub mod testing;
 pub mod tool;
 #[doc(hidden)]
 pub mod tool_attribute;
 
-pub use approval::{
-    Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,
-    Approver,
-};
+pub use approval::DecisionError;
 pub use context::ToolContext;
 pub use dispatch::{
-    DecisionError, DispatchError, Dispatched, Dispatcher, Recovered, RecoveryAction,
-    RecoveryOptions, RecoveryReport, RunContext, SetupError, ToolCall, Unrecoverable,
+    DispatchError, Dispatched, Dispatcher, Recovered, RecoveryAction, RecoveryOptions,
+    RecoveryReport, RunContext, SetupError, ToolCall, Unrecoverable,
 };
 pub use error::{ArgumentError, RegistryError};
 pub use redact::{SecretKey, SecretKeyTooShort};
 pub use registry::{Registry, RegistryBuilder};
+pub use signed::{
+    Approval, ApprovalKey, ApprovalKeyError, ApprovalKeys, ApprovalRefusal, ApprovalRequest,
+    Approver,
+};
 pub use tool::{
     DEFAULT_VERIFY_AFTER, LONGEST_POLICY_DURATION, StaticTool, ToolBuilder, ToolDef, ToolPolicy,
     ToolRegistration, ToolSpec, Verified,

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::approval::Approval;
+use crate::signed::Approval;
 
 /// The run a call belongs to: whose records it keeps (the tenant), whom it acts for and within
 /// which limits, what it may do (scopes), and what was approved. A tool's authorization

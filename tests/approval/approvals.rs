@@ -12,7 +12,7 @@ use idem::prelude::*;
 use idem::store::memory::ManualClock;
 use idem::{
     ApprovalKey, Approver, ToolDef, ToolPolicy, approval::ApprovalKeys, approval::ApprovalRefusal,
-    approval::ApprovalRequest, dispatch::SetupError, store::Timestamp,
+    approval::ApprovalRequest, dispatch::SetupError, record::Timestamp,
 };
 use serde_json::{Value, json};
 use support::dispatcher::{approval_key, approver};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use idem::approval::ApprovalDesk;
 use idem::prelude::*;
 use idem::store::approvals::{ApprovalFilter, DecisionRefused, PendingApproval};
-use idem::{MemoryStore, SecretKey, dispatch::DecisionError};
+use idem::{MemoryStore, SecretKey, approval::DecisionError};
 use serde_json::{Value, json};
 use support::dispatcher::{approver, dispatcher};
 use support::tally::Tally;

@@ -14,7 +14,7 @@ use idem::store::approvals::{ApprovalFilter, PendingApproval, Verdict};
 use idem::store::memory::ManualClock;
 use idem::{
     ApprovalKey, Approver, Store, ToolDef, approval::APPROVAL_STEP, approval::ApprovalKeys,
-    dispatch::DecisionError, key::RecordKey,
+    approval::DecisionError, key::RecordKey,
 };
 use serde_json::{Value, json};
 use support::dispatcher::{approval_key, approver};

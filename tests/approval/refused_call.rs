@@ -10,7 +10,7 @@ use std::sync::Arc;
 use idem::approval::{ApprovalDesk, ApprovalRequest, PendingCall};
 use idem::prelude::*;
 use idem::store::approvals::ApprovalFilter;
-use idem::{MemoryStore, Store, dispatch::DecisionError};
+use idem::{MemoryStore, Store, approval::DecisionError};
 use serde_json::{Value, json};
 use support::dispatcher::{approver, linked};
 use support::tally::Tally;

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use idem::prelude::*;
-use idem::store::{ListFilter, RecordState, StateKind};
+use idem::record::{RecordState, StateKind};
+use idem::store::ListFilter;
 use idem::tool::Undo;
 use serde_json::{Value, json};
 

@@ -13,7 +13,7 @@ use idem::dispatch::{
     AppliedCall, CallOutcome, CaseDecision, CaseDesk, CaseError, EscalationKind, UndoOptions,
 };
 use idem::prelude::*;
-use idem::store::Outcome;
+use idem::record::Outcome;
 use idem::tool::{Escalate, ToolDef, ToolPolicy};
 use serde_json::{Value, json};
 
@@ -114,7 +114,7 @@ fn random() -> u64 {
 async fn reserve_then_capture_declined(
     d: &Dispatcher,
     tenant: &str,
-) -> (RunContext, ToolCall, idem::store::Timestamp) {
+) -> (RunContext, ToolCall, idem::record::Timestamp) {
     let run = RunContext::new(tenant).with_run("run-1", 1);
     let reserve = ToolCall::new("reserve", json!({"order": "o1"})).with_call_id("call_reserve");
     d.dispatch(&reserve, &run).await.expect("reserved");

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use idem::prelude::*;
 use idem::{
-    MemoryStore, ToolDef, store::DEFAULT_UNKNOWN_RETENTION, store::ListFilter, store::ManualClock,
-    store::PurgeFilter, store::StateKind, store::StoreError,
+    MemoryStore, ToolDef, record::StateKind, store::DEFAULT_UNKNOWN_RETENTION, store::ListFilter,
+    store::ManualClock, store::PurgeFilter, store::StoreError,
 };
 use serde_json::{Value, json};
 

@@ -13,7 +13,7 @@ use idem::store::{Claim, ClaimRequest};
 use idem::{
     SecretKey, ToolDef, ToolPolicy, dispatch::RecoveryAction, dispatch::RecoveryOptions,
     dispatch::Unrecoverable, key::Fingerprint, key::RecordKey, key::canonical_json,
-    store::ManualClock, store::RecordState,
+    record::RecordState, store::ManualClock,
 };
 use serde_json::{Value, json};
 

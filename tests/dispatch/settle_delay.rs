@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use idem::prelude::*;
 use idem::store::{Claim, ClaimRequest};
-use idem::{MemoryStore, ToolDef, ToolPolicy, Verified, store::ManualClock, store::Timestamp};
+use idem::{MemoryStore, ToolDef, ToolPolicy, Verified, record::Timestamp, store::ManualClock};
 use serde_json::{Value, json};
 
 use crate::support;

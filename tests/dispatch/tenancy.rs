@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idem::prelude::*;
 use idem::{
-    MemoryStore, store::ListFilter, store::Outcome, store::RecordState, store::StoreError,
+    MemoryStore, record::Outcome, record::RecordState, store::ListFilter, store::StoreError,
     store::TenantStore,
 };
 use serde_json::json;

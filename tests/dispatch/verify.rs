@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{MemoryStore, ToolPolicy, Verified, store::ManualClock, store::RecordState};
+use idem::{MemoryStore, ToolPolicy, Verified, record::RecordState, store::ManualClock};
 use serde_json::{Value, json};
 use support::dispatcher::with_tool;
 use support::providers::{Mailer, send_mail, send_mail_call};

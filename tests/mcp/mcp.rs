@@ -269,7 +269,7 @@ async fn a_cancelled_call_leaves_no_live_claim() {
     for _ in 0..200 {
         held = store
             .list(idem::store::ListFilter {
-                state: Some(idem::store::StateKind::InProgress),
+                state: Some(idem::record::StateKind::InProgress),
                 ..idem::store::ListFilter::default()
             })
             .await

@@ -209,7 +209,7 @@ async fn a_call_sent_to_a_person_is_answered_escalated_and_listed_in_the_account
     // A person captured it by hand and says so; the client's re-send is answered by that.
     let desk = idem::dispatch::CaseDesk::over(&*store);
     let case = desk.pending(None, 10).await.unwrap().remove(0);
-    let said = idem::store::Outcome::success(&json!("captured by hand"));
+    let said = idem::record::Outcome::success(&json!("captured by hand"));
     desk.decide(
         &case,
         "dana@desk",

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use idem::mcp::{META_DEDUPLICATED, META_ERROR, McpServer};
 use idem::prelude::*;
-use idem::store::{ListFilter, ManualClock, StateKind};
+use idem::record::StateKind;
+use idem::store::{ListFilter, ManualClock};
 use idem::{MemoryStore, Store, ToolDef};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
 use rmcp::service::{RunningService, serve_directly};
@@ -73,7 +74,7 @@ fn meta(result: &CallToolResult, name: &str) -> Value {
 }
 
 /// The records a person is shown as needing attention (`idem list`'s default).
-async fn needing_a_person(store: &Arc<dyn Store>) -> Vec<idem::store::Record> {
+async fn needing_a_person(store: &Arc<dyn Store>) -> Vec<idem::record::Record> {
     store
         .list(ListFilter {
             tenant: Some(TENANT.into()),

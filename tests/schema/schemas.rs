@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use idem::export::{self, ChangeKind, Provider};
 use idem::prelude::*;
+use idem::record::StateKind;
 use idem::store::ListFilter;
-use idem::store::StateKind;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support;
 
 use idem::prelude::*;
-use idem::{ToolDef, ToolSpec, tool::RegistryError};
+use idem::{ToolDef, ToolSpec, registry::RegistryError};
 use serde_json::{Value, json};
 use support::dispatcher::with_tool;
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use idem::dispatch::RecoveryOptions;
 use idem::prelude::*;
-use idem::store::{Outcome, RecordState};
+use idem::record::{Outcome, RecordState};
 
 use crate::world::Sim;
 use crate::{ONCE, Plan, send, tool_call};

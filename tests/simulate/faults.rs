@@ -10,7 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem::Store;
 use idem::key::RecordKey;
-use idem::store::{Claim, ClaimRequest, RecordState, StoreError};
+use idem::record::RecordState;
+use idem::store::{Claim, ClaimRequest, StoreError};
 
 use crate::hooked_store::{Hook, Hooked, Op};
 use crate::world::Sim;

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use idem::approval::ApprovalKeys;
 use idem::prelude::*;
-use idem::store::{Clock, MemoryStore, Timestamp};
+use idem::record::Timestamp;
+use idem::store::{Clock, MemoryStore};
 use idem::{ApprovalKey, Approver};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use idem::store::approvals::{ApprovalFilter, PendingApproval};
 use idem::store::{Claim, ClaimRequest, ListFilter, PurgeFilter};
 use idem::{
-    Store, key::RecordKey, store::Fence, store::Outcome, store::Record, store::StoreError,
-    store::Timestamp,
+    Store, key::RecordKey, record::Fence, record::Outcome, record::Record, record::Timestamp,
+    store::StoreError,
 };
 
 /// The operation of the `Store` trait a hook is called before.

@@ -209,7 +209,7 @@ pub(super) fn pending_row(
             "<form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><button type=submit class=approve>Approve</button></form>"
         );
         // Sealed arguments are approved as called: an approver sees only their seals.
-        if idem_registry::dispatch::ApprovalDesk::editable(e) {
+        if idem_registry::approval::ApprovalDesk::editable(e) {
             let _ = write!(
                 approve,
                 "<details><summary>Approve edited arguments</summary><form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><textarea name=edited rows=5 aria-label=\"edited arguments\">{args}</textarea><button type=submit>Approve these arguments</button></form></details>"

@@ -240,7 +240,7 @@ async fn a_record_that_changed_at_the_prompt_is_left_as_it_is_now() {
         ],
         async {
             let key = idem::key::RecordKey::from_stored(resolved_key.as_str());
-            let delivered = idem::store::Outcome::success(&json!({"delivered": true}));
+            let delivered = idem::record::Outcome::success(&json!({"delivered": true}));
             records
                 .resolve(&key, &delivered, Duration::from_secs(3600))
                 .await

@@ -48,6 +48,16 @@ pub mod transition;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+// The stores and their settings, by name, beside their folders.
+pub use memory::{Clock, ManualClock, MemoryStore};
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+#[cfg(feature = "redis")]
+pub use redis::{RedisOptions, RedisStore};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteStore, Synchronous};
+pub use tenant::TenantStore;
+
 /// The default limit on one recorded outcome (1 MiB).
 pub const DEFAULT_MAX_OUTCOME_BYTES: usize = 1024 * 1024;
 

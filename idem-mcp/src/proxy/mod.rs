@@ -79,7 +79,7 @@
 //! upstream's, or its single text as `{"result": "..."}`) and its JSON as text; the
 //! upstream's `outputSchema` is not passed on.
 //!
-//! [`ApprovalDesk::approve`]: idem_registry::dispatch::ApprovalDesk::approve
+//! [`ApprovalDesk::approve`]: idem_registry::approval::ApprovalDesk::approve
 
 mod config;
 mod effect;

@@ -34,8 +34,8 @@ use serde_json::Value;
 
 use super::McpServer;
 use idem_core::store::approvals::DecisionRefused;
-use idem_registry::approval::{ApprovalRequest, Approver};
-use idem_registry::dispatch::{DecisionError, ToolCall};
+use idem_registry::approval::{ApprovalRequest, Approver, DecisionError};
+use idem_registry::dispatch::ToolCall;
 use idem_registry::{DispatchError, RunContext};
 
 /// The name of the input request that asks for approval, and of its answer in the retry's

@@ -15,13 +15,9 @@ use super::key::Keyed;
 use super::keyed::replay;
 use super::observe::EventKind;
 use super::{Dispatcher, arguments, decide};
-use crate::approval::{Approval, ApprovalRefusal, ApprovalRequest, Binding};
 use crate::run::RunContext;
+use crate::signed::{Approval, ApprovalRefusal, ApprovalRequest, Binding};
 use crate::tool::ToolDef;
-
-/// The journal step under which the record of an approved call keeps its approval (the
-/// audit of which approval authorised it). Tools should not name a step so.
-pub const APPROVAL_STEP: &str = "idem:approval";
 
 /// What the approve stage found.
 pub(super) enum Approved {
@@ -235,7 +231,7 @@ impl Dispatcher {
     /// writing the store: the checks a dispatch makes before its approve stage (the tool,
     /// its arguments, scopes, key material) and their errors. A door that asks a person
     /// before the call runs (MCP elicitation) shows this, and decides it with
-    /// [`ApprovalDesk::approve`](super::ApprovalDesk::approve) with what it showed.
+    /// [`ApprovalDesk::approve`](crate::approval::ApprovalDesk::approve) with what it showed.
     pub fn approval_request(
         &self,
         call: &ToolCall,
@@ -262,7 +258,7 @@ fn normalises_to(tool: &ToolDef, approved: &Value, fingerprint: Fingerprint) -> 
 }
 
 /// The fingerprint of normalised (sealed) arguments, as the key stage computes it.
-pub(super) fn fingerprint_of(arguments: &Value) -> Fingerprint {
+pub(crate) fn fingerprint_of(arguments: &Value) -> Fingerprint {
     Fingerprint::of_canonical(&canonical_json(arguments))
 }
 

@@ -12,11 +12,11 @@ use super::call::Dispatched;
 use super::decide::{self, GiveBack, Reuse};
 use super::error::DispatchError;
 use super::guard::{ClaimGuard, WonClaim, give_back};
-use idem_core::KeySource;
 use super::observe::EventKind;
 use super::verify::{UnknownRecord, Verification};
 use super::{Dispatcher, KeyedCall, Watch};
 use crate::context::FencedKey;
+use idem_core::KeySource;
 
 /// What the claim stage ends with, when it does not end the dispatch with an error.
 pub(crate) enum Claimed {

@@ -3,7 +3,7 @@
 use idem_core::KeySource;
 use idem_core::{IdempotencyKey, StoreError, Timestamp, ToolClass, ToolError};
 
-use crate::approval::{ApprovalRefusal, ApprovalRequest};
+use crate::signed::{ApprovalRefusal, ApprovalRequest};
 use crate::tool::ToolDef;
 
 /// Why a call was refused or did not succeed. Every variant names the tool.
@@ -299,8 +299,8 @@ impl DispatchError {
     }
 
     /// The request of an [`ApprovalRequired`](DispatchError::ApprovalRequired) refusal:
-    /// what [`ApprovalDesk::approve`](super::ApprovalDesk::approve) and
-    /// [`deny`](super::ApprovalDesk::deny) take to decide exactly the call refused, with the
+    /// what [`ApprovalDesk::approve`](crate::approval::ApprovalDesk::approve) and
+    /// [`deny`](crate::approval::ApprovalDesk::deny) take to decide exactly the call refused, with the
     /// arguments it was refused with. `None` for every other error.
     ///
     /// ```

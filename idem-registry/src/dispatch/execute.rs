@@ -116,7 +116,7 @@ impl Dispatcher {
             let text = serde_json::to_string(approval).unwrap_or_default();
             let journaled = h
                 .store
-                .journal(&h.key, h.fence, super::APPROVAL_STEP, &text)
+                .journal(&h.key, h.fence, crate::signed::APPROVAL_STEP, &text)
                 .await;
             if let Err(e) = journaled {
                 // Nothing ran: give the key back. A store that failed may fail this too; the

@@ -28,7 +28,7 @@ pub(super) struct KeyedCall<'a> {
     /// How long its outcome is kept once recorded (see [`Dispatcher::record_ttl`](super::Dispatcher::record_ttl)).
     pub(super) ttl: Duration,
     /// The approval that authorises it, kept in its record's journal.
-    pub(super) approval: Option<Box<crate::approval::Approval>>,
+    pub(super) approval: Option<Box<crate::signed::Approval>>,
 }
 
 impl KeyedCall<'_> {

@@ -25,7 +25,7 @@
 mod account;
 mod account_text;
 mod approve;
-mod arguments;
+pub(crate) mod arguments;
 mod authorize;
 mod body;
 mod call;
@@ -34,7 +34,6 @@ mod cases;
 mod claim;
 mod compensate;
 mod decide;
-mod desk;
 mod error;
 mod escalate;
 mod execute;
@@ -66,12 +65,11 @@ pub use self::metrics::MetricsObserver;
 pub use crate::run::RunContext;
 pub use crate::tool::{AppliedCall, UNDO_TOOL_SUFFIX, UndoOptions, Undoer};
 pub use account::{AccountEntry, CallOutcome, DEFAULT_ACCOUNT_RETENTION, RunAccount, run_account};
-pub use approve::APPROVAL_STEP;
+pub(crate) use approve::fingerprint_of;
 pub use body::{Attempt, BodyFuture, Execution};
 pub use call::{Dispatched, LimitUse, ResendWindow, ToolCall};
 pub use case::{AppliedBefore, CaseDecided, Escalation, EscalationKind, MAX_APPLIED_SHOWN};
 pub use cases::{Case, CaseDecision, CaseDesk, CaseError};
-pub use desk::{ApprovalDesk, DecisionError};
 pub use error::{DispatchError, SetupError};
 pub use journal::{COMPENSATING_STEP, UNDO_PREFIX, undone_steps};
 pub use observe::{DispatchEvent, EventKind, Observer, Stage, TracingObserver};
@@ -79,9 +77,9 @@ pub use recover::{Recovered, RecoveryAction, RecoveryOptions, RecoveryReport, Un
 pub use undo_requests::{UndoRequest, request as request_undo, undo_requests};
 pub use undo_run::{RunUndo, UndoOutcome, UndoRunError, UndoneCall};
 
-use crate::approval::ApprovalKeys;
 use crate::redact::SecretKey;
 use crate::registry::Registry;
+use crate::signed::{ApprovalKeys, DEFAULT_MAX_APPROVAL_VALIDITY};
 use crate::tool::{PreparedArguments, ToolDef};
 use keyed::{KeyedCall, context_parts, key_hash, tool_steps};
 use observe::{Observers, Watch};
@@ -133,10 +131,6 @@ pub struct Dispatcher {
 /// [`Dispatcher::with_max_argument_bytes`] says otherwise: 1 MiB, as the stores' default
 /// limit on an outcome.
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
-
-/// The longest an approval may stay valid, from the moment it is presented, unless
-/// [`Dispatcher::with_max_approval_validity`] says otherwise: one day.
-pub const DEFAULT_MAX_APPROVAL_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 
 /// The namespace used unless [`Dispatcher::with_namespace`] says otherwise.
 pub const DEFAULT_NAMESPACE: &str = "default";

@@ -70,7 +70,8 @@ use serde_json::{Value, json};
 pub use report::{PointVerdict, Report, Verdict};
 use worker::{BodyPoints, Points, StorePoints};
 
-use crate::dispatch::{APPROVAL_STEP, Dispatcher};
+use crate::approval::APPROVAL_STEP;
+use crate::dispatch::Dispatcher;
 
 /// The environment variable that tells a worker its role (`survey`, `kill`, `resume`).
 const ROLE: &str = "IDEM_CRASHTEST";

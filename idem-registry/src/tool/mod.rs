@@ -29,6 +29,9 @@ mod spec;
 mod undo;
 
 pub use crate::context::PRECONDITION_STEP;
+pub use crate::error::ArgumentError;
+// A tool's class and what each class implies live in idem-core; they are shown here.
+pub use idem_core::class::{ClassHints, OrphanPolicy, ToolClass, UnknownClass};
 
 /// A boxed, sendable future: what a tool's handler and its controls return.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

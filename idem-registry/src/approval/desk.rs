@@ -17,12 +17,9 @@ use idem_core::store::approvals::{
 use idem_core::{Fingerprint, IdempotencyKey, RecordKey, Store, StoreError};
 use serde_json::Value;
 
-use super::Dispatcher;
-use super::approve::fingerprint_of;
-use super::arguments;
-use super::error::DispatchError;
-use crate::approval::{ApprovalRequest, Approver, PendingCall};
+use crate::dispatch::{DispatchError, Dispatcher, arguments, fingerprint_of};
 use crate::registry::Registry;
+use crate::signed::{ApprovalRequest, Approver, PendingCall};
 
 /// The one place a pending approval is decided: it lists what waits, approves a call as the
 /// person saw it, with or without an edit, or denies it as they saw it; each decision is a
@@ -43,7 +40,7 @@ use crate::registry::Registry;
 /// ```
 /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
 /// use std::sync::Arc;
-/// use idem::dispatch::ApprovalDesk;
+/// use idem::approval::ApprovalDesk;
 /// use idem_core::store::approvals::ApprovalFilter;
 /// use idem_core::store::memory::MemoryStore;
 ///
@@ -65,8 +62,8 @@ impl Dispatcher {
     /// against the tool's schema.
     pub fn approvals(&self) -> ApprovalDesk<'_> {
         ApprovalDesk {
-            store: &*self.store,
-            registry: Some(&self.registry),
+            store: &**self.store(),
+            registry: Some(self.registry()),
         }
     }
 }

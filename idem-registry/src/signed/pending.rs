@@ -6,10 +6,10 @@ use idem_core::{Fingerprint, IdempotencyKey, RecordKey};
 
 use super::ApprovalRequest;
 
-/// The pending call an [`ApprovalDesk`](crate::dispatch::ApprovalDesk) decision is about.
+/// The pending call an [`ApprovalDesk`](crate::approval::ApprovalDesk) decision is about.
 ///
 /// A call has two keys: the record key it is stored under (what
-/// [`ApprovalDesk::pending`](crate::dispatch::ApprovalDesk::pending) lists and
+/// [`ApprovalDesk::pending`](crate::approval::ApprovalDesk::pending) lists and
 /// `idem approvals list` prints) and the downstream key (`idem-` and 40 hex digits) a refusal
 /// names. The desk takes either, or the refusal's request itself, and each is made from a
 /// reference with `From`, so a decision is one call whatever the person holds:
