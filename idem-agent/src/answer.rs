@@ -9,7 +9,6 @@ use idem_registry::dispatch::{DispatchError, Dispatched};
 /// The answer to one call, as the model will read it.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::DispatchError;
 /// use idem::agent::Answer;
 ///
@@ -80,7 +79,6 @@ impl Answer {
     /// that the model knows its wording did not make a second effect.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
     /// use idem::agent::Answer;
     /// use idem::{Dispatched, ToolClass};
     /// use serde_json::json;

@@ -18,7 +18,6 @@ use super::{CallReport, Shape};
 ///   calls, no message.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::agent::{Anthropic, Shape};
 /// use serde_json::json;
 ///

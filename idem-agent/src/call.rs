@@ -9,7 +9,6 @@ use idem_registry::pointer;
 /// One tool call the model made, as extracted from the provider's response.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::agent::{Arguments, ModelCall, OpenAiChat, Shape};
 /// use serde_json::json;
 ///
@@ -38,7 +37,6 @@ pub struct ModelCall {
 /// A call's arguments as the model sent them.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::agent::Arguments;
 /// use serde_json::json;
 ///
@@ -82,7 +80,6 @@ impl Arguments {
 /// handle (nothing was dispatched).
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::agent::{OpenAiChat, Shape};
 /// use serde_json::json;
 ///

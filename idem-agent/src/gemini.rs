@@ -20,7 +20,6 @@ use super::{CallReport, Shape};
 ///   (`{"output": ..}` or `{"error": ..}`). No calls, no content.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::agent::{Gemini, Shape};
 /// use serde_json::json;
 ///

@@ -24,9 +24,9 @@
 //! ([`KeyAlreadyUsed`], naming the fix); the same request again (a retry) goes.
 //!
 //! ```no_run
-//! use idem_agent::http::IdempotencyKeyMiddleware;
-//! use idem_registry::{ToolContext};
-//! use idem_core::ToolError;
+//! use idem::agent::http::IdempotencyKeyMiddleware;
+//! use idem::ToolContext;
+//! use idem::ToolError;
 //!
 //! async fn charge(ctx: ToolContext, amount: u64) -> Result<String, ToolError> {
 //!     // Built once per process in a real service.

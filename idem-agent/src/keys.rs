@@ -37,7 +37,6 @@ use super::call::ModelCall;
 /// `create_ticket` again "to be sure", under a new id, finds the ticket it made.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::agent::{KeyedBy, OpenAiChat, Shape};
 /// use serde_json::json;
 ///

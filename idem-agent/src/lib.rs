@@ -32,7 +32,6 @@ use idem_registry::dispatch::{DispatchError, Dispatcher, RunContext};
 /// [`Gemini`]; implement it for another provider's format.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::agent::{Anthropic, Shape};
 /// use serde_json::json;
 ///
@@ -150,7 +149,6 @@ impl<'d> Responder<'d> {
     /// dispatcher must keep run accounts (`Dispatcher::with_run_accounts`).
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; pub use idem_core::store::memory::MemoryStore; }
     /// # use std::sync::Arc;
     /// use idem::agent::{Anthropic, Responder};
     /// # use idem::{Dispatcher, MemoryStore, Registry, RunContext};
@@ -211,7 +209,6 @@ impl<'d> Responder<'d> {
 /// [`Responder::answer`] with the default concurrency.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; pub use idem_core::store::memory::MemoryStore; }
 /// # use std::sync::Arc;
 /// use idem::agent::{Gemini, run_tool_calls};
 /// # use idem::{Dispatcher, MemoryStore, Registry, RunContext};

@@ -21,7 +21,6 @@ use super::{CallReport, Shape};
 ///   answered with an empty `tool_call_id`.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::agent::{OpenAiChat, Shape};
 /// use serde_json::json;
 ///
@@ -96,7 +95,6 @@ impl Shape for OpenAiChat {
 ///   sent before.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_agent as agent; }
 /// use idem::agent::{OpenAiResponses, Shape};
 /// use serde_json::json;
 ///

@@ -9,10 +9,10 @@
 //!
 //! ```no_run
 //! # use rig_agent::core::{DynModel, operation::Completion};
-//! # async fn run(dispatcher: idem_registry::Dispatcher, model: impl Into<DynModel<Completion>>)
+//! # async fn run(dispatcher: idem::Dispatcher, model: impl Into<DynModel<Completion>>)
 //! # -> Result<(), Box<dyn std::error::Error>> {
-//! use idem_registry::RunContext;
-//! use idem_agent::rig::RigTools;
+//! use idem::RunContext;
+//! use idem::agent::rig::RigTools;
 //!
 //! let idem = RigTools::new(dispatcher, RunContext::new("tenant-a").with_run("run-42", 0));
 //! let agent = rig_agent::AgentBuilder::new(model)
@@ -234,10 +234,10 @@ impl RigTools {
     ///
     /// ```no_run
     /// # use rig_agent::core::{DynModel, operation::Completion};
-    /// # async fn run(dispatcher: idem_registry::Dispatcher, model: DynModel<Completion>)
+    /// # async fn run(dispatcher: idem::Dispatcher, model: DynModel<Completion>)
     /// # -> Result<(), Box<dyn std::error::Error>> {
-    /// use idem_registry::RunContext;
-    /// use idem_agent::rig::RigTools;
+    /// use idem::RunContext;
+    /// use idem::agent::rig::RigTools;
     ///
     /// // The conversation's third prompt was cut short: its calls are answered again.
     /// let run = RunContext::new("tenant-a").with_run("conversation-42", 0);

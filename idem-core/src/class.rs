@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// sees, what happens to an orphaned call, and whether approval is required.
 ///
 /// ```
-/// use idem_core::ToolClass;
+/// use idem::ToolClass;
 ///
 /// let class: ToolClass = "idempotent_write".parse().unwrap();
 /// assert!(class.records());
@@ -93,7 +93,6 @@ impl ToolClass {
     /// applies to a record made under one and met under the other.
     ///
     /// ```
-    /// # use idem_core as idem;
     /// use idem::ToolClass;
     /// assert_eq!(ToolClass::IdempotentWrite.stricter(ToolClass::Irreversible), ToolClass::Irreversible);
     /// ```

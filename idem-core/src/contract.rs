@@ -34,7 +34,7 @@ pub const DEFAULT_VERSION: &str = "1";
 /// surrounding spaces or control characters (`#[tool]` checks the same at compile time).
 ///
 /// ```
-/// use idem_core::contract::check_version;
+/// use idem::contract::check_version;
 /// assert!(check_version("2026-12.1").is_ok());
 /// assert!(check_version(" 2").unwrap_err().contains("surrounding spaces"));
 /// ```
@@ -54,9 +54,8 @@ pub fn check_version(version: &str) -> Result<(), String> {
 /// The policy a record was made under.
 ///
 /// ```
-/// # use idem_core as idem;
 /// use std::time::Duration;
-/// use idem::{Contract, ToolClass};
+/// use idem::contract::Contract; use idem::ToolClass;
 ///
 /// let made = Contract::new(ToolClass::IdempotentWrite, "1", Duration::from_secs(60), Duration::from_secs(5));
 /// let now = Contract { class: ToolClass::NonIdempotentWrite, ..made.clone() };

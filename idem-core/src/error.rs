@@ -45,7 +45,7 @@ impl fmt::Display for ErrorKind {
 /// A tool's own error type converts into it with `From`, choosing a kind per variant:
 ///
 /// ```
-/// use idem_core::{ErrorKind, ToolError};
+/// use idem::{ErrorKind, ToolError};
 ///
 /// enum MailError { Rejected(String), Timeout }
 ///

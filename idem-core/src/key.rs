@@ -80,7 +80,7 @@ impl KeyMaterial {
 /// an entity, which exists already.
 ///
 /// ```
-/// use idem_core::KeySource;
+/// use idem::key::KeySource;
 ///
 /// assert_eq!(KeySource::CallId.to_string(), "call id");
 /// ```
@@ -130,8 +130,7 @@ impl fmt::Display for KeySource {
 /// Everything a key is scoped by: two scopes that differ anywhere never share a record.
 ///
 /// ```
-/// # use idem_core as idem;
-/// use idem::{KeyMaterial, LogicalKey};
+/// use idem::key::{KeyMaterial, LogicalKey};
 ///
 /// let material = KeyMaterial::CallId { call_id: "call_1".into(), run_id: None };
 /// let a = LogicalKey::new("shop", "tenant-a", "send_email", material.clone());
@@ -172,8 +171,7 @@ impl LogicalKey {
     /// without assembling it (what the dispatcher does on every call).
     ///
     /// ```
-    /// # use idem_core as idem;
-    /// use idem::{KeyMaterial, LogicalKey};
+    /// use idem::key::{KeyMaterial, LogicalKey};
     ///
     /// let material = KeyMaterial::CallId { call_id: "call_1".into(), run_id: None };
     /// let (record, downstream) = LogicalKey::derive("app", "acme", "send_email", &material);
@@ -336,8 +334,7 @@ impl IdempotencyKey {
     /// `record` is not a record key (64 hex digits).
     ///
     /// ```
-    /// # use idem_core as idem;
-    /// use idem::{IdempotencyKey, KeyMaterial, LogicalKey};
+    /// use idem::IdempotencyKey; use idem::key::{KeyMaterial, LogicalKey};
     ///
     /// let material = KeyMaterial::Explicit { key: "order-7".into() };
     /// let (record, downstream) = LogicalKey::derive("app", "acme", "charge", &material);
@@ -362,7 +359,6 @@ impl IdempotencyKey {
     /// same on every attempt, take-over and restart, since it is derived from the call's.
     ///
     /// ```
-    /// # use idem_core as idem;
     /// use idem::IdempotencyKey;
     ///
     /// let call = IdempotencyKey::new("idem-58b62c8834c7597ad58886f738865f29ebcd6cbc");

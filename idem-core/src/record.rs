@@ -30,8 +30,7 @@ pub const ESCALATED: &str = "idem:escalated ";
 /// error a holder reported.
 ///
 /// ```
-/// # use idem_core as idem;
-/// use idem::{ORPHANED, UnknownCause};
+/// use idem::record::{ORPHANED, UnknownCause};
 ///
 /// assert_eq!(UnknownCause::of(ORPHANED), UnknownCause::Orphaned);
 /// let timeout = UnknownCause::of("mail provider timed out (ambiguous)");
@@ -78,8 +77,7 @@ impl<'a> UnknownCause<'a> {
     /// The case of a call sent to a person, as JSON; `None` for the other causes.
     ///
     /// ```
-    /// # use idem_core as idem;
-    /// use idem::{ESCALATED, UnknownCause};
+    /// use idem::record::{ESCALATED, UnknownCause};
     ///
     /// let recorded = format!("{ESCALATED}{{\"kind\":\"failure\"}}");
     /// assert_eq!(UnknownCause::of(&recorded).case(), Some("{\"kind\":\"failure\"}"));
@@ -121,8 +119,7 @@ impl Timestamp {
     /// messages people read.
     ///
     /// ```
-    /// # use idem_core as idem;
-    /// use idem::Timestamp;
+    /// use idem::record::Timestamp;
     /// assert_eq!(Timestamp(0).to_rfc3339(), "1970-01-01T00:00:00.000Z");
     /// assert_eq!(Timestamp(1_796_119_899_123).to_rfc3339(), "2026-12-01T10:11:39.123Z");
     /// ```
@@ -244,7 +241,7 @@ impl StateKind {
     /// `in_progress`, `completed`, `unknown`.
     ///
     /// ```
-    /// use idem_core::StateKind;
+    /// use idem::record::StateKind;
     ///
     /// assert_eq!(StateKind::InProgress.as_str(), "in_progress");
     /// assert_eq!(serde_json::to_value(StateKind::Unknown).unwrap(), "unknown");
@@ -271,8 +268,7 @@ impl RecordState {
     /// Why an Unknown record is Unknown; `None` for the other states.
     ///
     /// ```
-    /// # use idem_core as idem;
-    /// use idem::{ORPHANED, RecordState, Timestamp, UnknownCause};
+    /// use idem::record::{ORPHANED, RecordState, Timestamp, UnknownCause};
     ///
     /// let orphan = RecordState::Unknown { since: Timestamp(0), last_error: ORPHANED.into() };
     /// assert_eq!(orphan.unknown_cause(), Some(UnknownCause::Orphaned));

@@ -298,7 +298,6 @@ impl ToolContext {
     /// Steps run but are not journaled.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{ToolClass, ToolContext};
     ///
     /// let ctx = ToolContext::detached("send_email", ToolClass::NonIdempotentWrite, "idem-test-key");
@@ -329,7 +328,6 @@ impl ToolContext {
     /// run but are not journaled.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{RunContext, ToolClass, ToolContext};
     ///
     /// let run = RunContext::new("shop").acting_for("cus_a").with_limit("refund", 50);
@@ -377,7 +375,6 @@ impl ToolContext {
     /// HTTP middleware and `KeyedRequest` send it without being told.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{ToolClass, ToolContext};
     ///
     /// let ctx = ToolContext::detached("book_trip", ToolClass::IdempotentWrite, "idem-call");
@@ -479,7 +476,6 @@ impl ToolContext {
     /// in clear, and a value cut of it would read back as something the step never made.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// # use idem::{ToolContext, ToolError};
     /// # async fn demo(ctx: &ToolContext) -> Result<(), ToolError> {
     /// let reservation: u64 = ctx.step("reserve", || async { Ok(42) }).await?;

@@ -58,7 +58,7 @@ impl RegistryError {
 /// can act on.
 ///
 /// ```
-/// use idem_registry::ArgumentError;
+/// use idem::tool::ArgumentError;
 ///
 /// let err = ArgumentError::new("/to", "expected a string, got a number");
 /// assert_eq!(err.to_string(), "invalid arguments at `/to`: expected a string, got a number");

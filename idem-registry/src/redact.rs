@@ -52,7 +52,6 @@ pub const REDACTED: &str = "[redacted]";
 /// a deployment.
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use idem::SecretKey;
 ///
 /// let key = SecretKey::new(*b"0123456789abcdef0123456789abcdef").unwrap();

@@ -12,7 +12,6 @@ pub use crate::tool::check_name;
 /// Every tool the dispatcher can call, by name.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
 /// use idem::{Registry, ToolClass, ToolContext, ToolDef, ToolError};
 /// use serde_json::{json, Value};
 ///

@@ -18,7 +18,6 @@ use crate::signed::Approval;
 /// [`ToolContext::limit`](crate::ToolContext::limit)).
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use idem::RunContext;
 ///
 /// let run = RunContext::new("tenant-42")

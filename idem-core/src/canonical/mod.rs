@@ -43,10 +43,10 @@ use sha2::{Digest, Sha256};
 /// ```
 /// use serde_json::json;
 ///
-/// let a = idem_core::canonical_json(&json!({"b": 1.0, "a": [true, null, "x"]}));
+/// let a = idem::key::canonical_json(&json!({"b": 1.0, "a": [true, null, "x"]}));
 /// assert_eq!(a, r#"{"a":[true,null,"x"],"b":1}"#);
 ///
-/// let n = idem_core::canonical_json(&json!([1e16, 0.5e1, 1e21, -0.0, 0.000_000_15]));
+/// let n = idem::key::canonical_json(&json!([1e16, 0.5e1, 1e21, -0.0, 0.000_000_15]));
 /// assert_eq!(n, "[10000000000000000,5,1e+21,0,1.5e-7]");
 /// ```
 pub fn canonical_json(value: &Value) -> String {
@@ -444,7 +444,7 @@ fn needs_escape(word: u64) -> bool {
 /// The same key sent with a different fingerprint is refused (`KeyReused`), never replayed.
 ///
 /// ```
-/// use idem_core::Fingerprint;
+/// use idem::key::Fingerprint;
 /// use serde_json::json;
 ///
 /// let a = Fingerprint::of(&json!({"to": "a@example.com", "n": 2}));

@@ -76,7 +76,7 @@ pub const MAX_OUTCOME_DEPTH: usize = 125;
 /// common output) costs no allocation.
 ///
 /// ```
-/// use idem_core::store::nesting;
+/// use idem::store::nesting;
 /// assert_eq!(nesting(&serde_json::json!(1), 10), 0);
 /// assert_eq!(nesting(&serde_json::json!({"a": [[1], 2]}), 10), 3);
 /// ```
@@ -223,7 +223,7 @@ impl StoreError {
     /// may quote a server's reply).
     ///
     /// ```
-    /// use idem_core::{RecordKey, StoreError};
+    /// use idem::key::RecordKey; use idem::store::StoreError;
     /// let e = StoreError::NotFound(RecordKey::from_stored("k"));
     /// assert_eq!(e.code(), "not_found");
     /// ```
@@ -271,8 +271,7 @@ impl StoreError {
 /// Which records an operator listing returns.
 ///
 /// ```
-/// # use idem_core as idem;
-/// use idem::{ListFilter, StateKind};
+/// use idem::store::ListFilter; use idem::record::StateKind;
 ///
 /// let filter = ListFilter {
 ///     state: Some(StateKind::Unknown),
@@ -297,9 +296,8 @@ pub struct ListFilter {
 /// Where a page of [`Store::list`] ended: its last record's creation time and key.
 ///
 /// ```
-/// # use idem_core as idem;
 /// # use std::sync::Arc;
-/// use idem::{ListCursor, ListFilter, Store, StoreError};
+/// use idem::store::{ListCursor, ListFilter, StoreError}; use idem::Store;
 ///
 /// /// Every record needing attention, a page of 500 at a time.
 /// async fn all(store: &dyn Store) -> Result<usize, StoreError> {
@@ -388,8 +386,7 @@ pub const DEFAULT_UNKNOWN_RETENTION: Duration = Duration::from_secs(30 * 24 * 60
 ///
 /// ```
 /// use std::time::Duration;
-/// # use idem_core as idem;
-/// use idem::PurgeFilter;
+/// use idem::store::PurgeFilter;
 ///
 /// let purge = PurgeFilter {
 ///     tenant: Some("acme".into()),
@@ -428,7 +425,6 @@ impl Default for PurgeFilter {
 /// A store of records. Every implementation runs the same conformance suite.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_core::store::memory::MemoryStore; }
 /// use std::sync::Arc;
 /// use idem::{MemoryStore, Store};
 ///

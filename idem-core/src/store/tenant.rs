@@ -16,10 +16,9 @@ use crate::store::{ListFilter, PurgeFilter, Store, StoreError};
 /// A store seen through one tenant's operator operations.
 ///
 /// ```
-/// # use idem_core as idem;
 /// use std::sync::Arc;
 /// use idem::store::{memory::MemoryStore, tenant::TenantStore};
-/// use idem::ListFilter;
+/// use idem::store::ListFilter;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let store = Arc::new(MemoryStore::new());

@@ -18,9 +18,9 @@
 //!
 //! ```
 //! use std::collections::HashMap;
-//! use idem_core::store::machine::Write;
-//! use idem_core::store::transition::{self, Records};
-//! use idem_core::{Fence, Record, RecordKey, StoreError, Timestamp};
+//! use idem::store::machine::Write;
+//! use idem::store::transition::{self, Records};
+//! use idem::record::{Fence, Record, Timestamp}; use idem::key::RecordKey; use idem::store::StoreError;
 //!
 //! #[derive(Default)]
 //! struct Map {

@@ -58,7 +58,7 @@ const FROM_UPSTREAM: [&str; 4] = ["name", "input_schema", "inputSchema", "parame
 /// A proxy's configuration, read with [`ProxyConfig::load`] or [`ProxyConfig::parse`].
 ///
 /// ```
-/// use idem_mcp::proxy::ProxyConfig;
+/// use idem::mcp::proxy::ProxyConfig;
 ///
 /// let config = ProxyConfig::parse(r#"
 ///     namespace = "memory"

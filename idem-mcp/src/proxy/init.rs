@@ -17,8 +17,8 @@ use idem_registry::tool::check_name;
 /// word, which nothing checks, and the proxy serves no tool whose class is not reviewed.
 ///
 /// ```
-/// use idem_core::ToolClass;
-/// use idem_mcp::proxy::suggested_class;
+/// use idem::ToolClass;
+/// use idem::mcp::proxy::suggested_class;
 /// use rmcp::model::ToolAnnotations;
 ///
 /// let read_only = ToolAnnotations::new().read_only(true);
@@ -43,7 +43,7 @@ pub fn suggested_class(annotations: Option<&ToolAnnotations>) -> ToolClass {
 /// proxy serves none of them until someone has read it.
 ///
 /// ```
-/// use idem_mcp::proxy::{ProxyConfig, UpstreamSpec, starting_config};
+/// use idem::mcp::proxy::{ProxyConfig, UpstreamSpec, starting_config};
 /// use rmcp::model::{Tool, ToolAnnotations};
 ///
 /// let schema = serde_json::json!({"type": "object"}).as_object().unwrap().clone();
@@ -53,7 +53,7 @@ pub fn suggested_class(annotations: Option<&ToolAnnotations>) -> ToolClass {
 /// let text = starting_config(upstream.as_ref(), &tools);
 /// assert!(text.contains("[tools.read_graph]\n# REVIEW: suggested from the upstream's annotations, which are untrusted"));
 /// let config = ProxyConfig::parse(&text, "proxy.toml").unwrap();
-/// assert_eq!(config.class_of("read_graph"), Some(idem_core::ToolClass::Read));
+/// assert_eq!(config.class_of("read_graph"), Some(idem::ToolClass::Read));
 /// ```
 pub fn starting_config(upstream: Option<&UpstreamSpec>, tools: &[Tool]) -> String {
     let mut out = String::new();

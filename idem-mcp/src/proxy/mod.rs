@@ -115,8 +115,8 @@ pub const APPROVAL_KEY_ENV: &str = "IDEM_PROXY_APPROVAL_KEYS";
 /// The upstream's tools, each under its configured class, ready to be served.
 ///
 /// ```no_run
-/// # async fn run(store: std::sync::Arc<dyn idem_core::Store>) -> Result<(), Box<dyn std::error::Error>> {
-/// use idem_mcp::proxy::{McpProxy, ProxyConfig, ProxyKeys};
+/// # async fn run(store: std::sync::Arc<dyn idem::Store>) -> Result<(), Box<dyn std::error::Error>> {
+/// use idem::mcp::proxy::{McpProxy, ProxyConfig, ProxyKeys};
 ///
 /// let config = ProxyConfig::load("proxy.toml")?;
 /// let proxy = McpProxy::start(&config, None).await?;
@@ -445,8 +445,8 @@ impl McpProxy {
     ///
     /// ```no_run
     /// # use std::sync::Arc;
-    /// # use idem_mcp::proxy::{McpProxy, ProxyKeys};
-    /// # fn run(proxy: McpProxy, store: Arc<dyn idem_core::Store>, observer: Arc<dyn idem_registry::dispatch::Observer>)
+    /// # use idem::mcp::proxy::{McpProxy, ProxyKeys};
+    /// # fn run(proxy: McpProxy, store: Arc<dyn idem::Store>, observer: Arc<dyn idem::dispatch::Observer>)
     /// # -> Result<(), Box<dyn std::error::Error>> {
     /// let dispatcher = proxy.dispatcher(store, ProxyKeys::default())?.with_observer(observer);
     /// let server = proxy.server_over(dispatcher)?;

@@ -23,7 +23,7 @@ use crate::{META_DOWNSTREAM_KEY, META_KEY, META_MCP_KEY};
 /// Where the upstream server is.
 ///
 /// ```
-/// use idem_mcp::proxy::UpstreamSpec;
+/// use idem::mcp::proxy::UpstreamSpec;
 ///
 /// let spec = UpstreamSpec::command(vec!["node".into(), "server.js".into()], Default::default());
 /// assert_eq!(spec.unwrap().to_string(), "node server.js");
@@ -143,7 +143,7 @@ pub enum UpstreamError {
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use idem_mcp::proxy::{Upstream, UpstreamSpec};
+/// use idem::mcp::proxy::{Upstream, UpstreamSpec};
 ///
 /// let spec = UpstreamSpec::command(vec!["mcp-server-memory".into()], Default::default()).unwrap();
 /// let upstream = Upstream::connect(spec, Duration::from_secs(60)).await?;

@@ -53,10 +53,9 @@ impl McpServer {
     /// the registry may have its name.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
     /// # use std::sync::Arc;
     /// # use idem::{Dispatcher, MemoryStore, Registry};
-    /// use idem_mcp::McpServer;
+    /// use idem::mcp::McpServer;
     ///
     /// let dispatcher = Dispatcher::new(Registry::builder().build().unwrap(), Arc::new(MemoryStore::new()))
     ///     .unwrap()

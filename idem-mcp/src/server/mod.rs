@@ -26,8 +26,8 @@ pub mod inbox;
 /// client).
 ///
 /// ```no_run
-/// # async fn run(dispatcher: idem_registry::Dispatcher) -> Result<(), Box<dyn std::error::Error>> {
-/// use idem_mcp::McpServer;
+/// # async fn run(dispatcher: idem::Dispatcher) -> Result<(), Box<dyn std::error::Error>> {
+/// use idem::mcp::McpServer;
 ///
 /// McpServer::new(dispatcher, "tenant-a")?.serve_stdio().await?;
 /// # Ok(()) }
@@ -111,7 +111,7 @@ impl McpServer {
     /// record as long as an approval may be used, so its window is at least that long.
     ///
     /// ```no_run
-    /// # fn f(server: idem_mcp::McpServer) {
+    /// # fn f(server: idem::mcp::McpServer) {
     /// use std::time::Duration;
     ///
     /// let server = server.resend_window(Some(Duration::from_secs(120)));
@@ -126,7 +126,7 @@ impl McpServer {
     /// refused with `missing_key`); a tool not served is refused.
     ///
     /// ```no_run
-    /// # fn f(server: idem_mcp::McpServer) -> Result<(), idem_mcp::keys::KeySettingError> {
+    /// # fn f(server: idem::mcp::McpServer) -> Result<(), idem::mcp::keys::KeySettingError> {
     /// // A tool a user may mean to call twice in a row: no window, the model gives keys.
     /// let server = server.tool_resend_window("add_note", None)?.model_key("add_note")?;
     /// # let _ = server; Ok(()) }
@@ -210,8 +210,8 @@ impl McpServer {
     /// [`approval`] for the rounds and what is refused.
     ///
     /// ```no_run
-    /// # fn f(server: idem_mcp::McpServer, key: idem_registry::ApprovalKey) {
-    /// use idem_registry::Approver;
+    /// # fn f(server: idem::mcp::McpServer, key: idem::ApprovalKey) {
+    /// use idem::Approver;
     ///
     /// let server = server.approve_by_elicitation(Approver::new("the MCP client's user", key));
     /// # let _ = server; }
@@ -228,7 +228,7 @@ impl McpServer {
     /// [`inbox`].
     ///
     /// ```no_run
-    /// # fn f(server: idem_mcp::McpServer, key: idem_registry::ApprovalKey) {
+    /// # fn f(server: idem::mcp::McpServer, key: idem::ApprovalKey) {
     /// let server = server.approve_in_inbox("http://127.0.0.1:8090", key);
     /// # let _ = server; }
     /// ```
@@ -264,7 +264,7 @@ impl McpServer {
     /// that authenticates serves only over HTTP: a stdio request has no headers.
     ///
     /// ```no_run
-    /// # fn f(server: idem_mcp::McpServer) {
+    /// # fn f(server: idem::mcp::McpServer) {
     /// let server = server.authenticate(|headers| {
     ///     match headers.get("authorization")?.to_str().ok()? {
     ///         "Bearer token-of-acme" => Some("acme".to_owned()),

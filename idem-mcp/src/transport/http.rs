@@ -40,8 +40,8 @@ type Response = http::Response<BoxBody<Bytes, Infallible>>;
 /// error (`-32600`, rmcp's words as its message) instead of plain text.
 ///
 /// ```no_run
-/// # async fn run(server: idem_mcp::McpServer) -> Result<(), Box<dyn std::error::Error>> {
-/// let service: idem_mcp::transport::McpHttpService = server.http_service(&[]);
+/// # async fn run(server: idem::mcp::McpServer) -> Result<(), Box<dyn std::error::Error>> {
+/// let service: idem::mcp::transport::McpHttpService = server.http_service(&[]);
 /// # let _ = service; Ok(()) }
 /// ```
 impl McpServer {

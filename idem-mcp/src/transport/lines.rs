@@ -56,7 +56,7 @@ impl McpServer {
     /// module's table) and the server goes on with the next.
     ///
     /// ```no_run
-    /// # async fn run(server: idem_mcp::McpServer) -> Result<(), Box<dyn std::error::Error>> {
+    /// # async fn run(server: idem::mcp::McpServer) -> Result<(), Box<dyn std::error::Error>> {
     /// let socket = tokio::net::TcpStream::connect("127.0.0.1:7000").await?;
     /// let (read, write) = socket.into_split();
     /// server.serve_on(read, write).await?;

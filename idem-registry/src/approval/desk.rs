@@ -38,11 +38,10 @@ use crate::signed::{ApprovalRequest, Approver, PendingCall};
 /// [`pending`]: ApprovalDesk::pending
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
 /// use std::sync::Arc;
 /// use idem::approval::ApprovalDesk;
-/// use idem_core::store::approvals::ApprovalFilter;
-/// use idem_core::store::memory::MemoryStore;
+/// use idem::store::approvals::ApprovalFilter;
+/// use idem::store::memory::MemoryStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let store = MemoryStore::new();
@@ -198,7 +197,6 @@ impl<'a> ApprovalDesk<'a> {
     /// listed entry binds its own.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::{Approver, DispatchError, Dispatcher, RunContext, ToolCall};
     ///
     /// # async fn demo(agent: &Dispatcher, approver: &Approver, call: &ToolCall, run: &RunContext)

@@ -398,7 +398,6 @@ impl Dispatcher {
     /// its outcome as the store knows it now. A run nobody dispatched in has no calls.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
     /// use std::sync::Arc;
     /// use std::time::Duration;
     /// use idem::{Dispatcher, MemoryStore, Registry, RunContext, ToolCall};

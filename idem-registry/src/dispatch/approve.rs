@@ -2,7 +2,7 @@
 //! dispatcher's approval keys for exactly this call, unexpired on the store's clock
 //! (ARCHITECTURE.md, "Approvals"; the checks are `crate::approval`'s). The approval is the
 //! one the run carries, or the one an operator decided in the store
-//! (`idem_core::store::approvals`); a call with neither is recorded there as pending.
+//! (`idem::store::approvals`); a call with neither is recorded there as pending.
 //! The operator's side (listing, approving, denying) is the desk's (`desk.rs`).
 
 use idem_core::store::approvals::{self, ApprovalDecision, PendingApproval, Verdict};

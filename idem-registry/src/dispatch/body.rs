@@ -8,7 +8,6 @@
 //! `non_idempotent_write`, say).
 //!
 //! ```
-//! # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use idem::dispatch::{Attempt, BodyFuture, Execution};

@@ -7,7 +7,6 @@ use serde_json::Value;
 /// A tool call as the model emitted it.
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use idem::ToolCall;
 /// use serde_json::json;
 ///
@@ -92,7 +91,6 @@ impl ToolCall {
     /// guesses against the stored key.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::ToolCall;
     ///
     /// let call = ToolCall::new("set_status", serde_json::json!({"status": "open"}))
@@ -111,7 +109,6 @@ impl ToolCall {
     /// (its result says `deduplicated: true`).
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use std::time::Duration;
     /// use idem::ToolCall;
     ///
@@ -176,7 +173,6 @@ impl Dispatched {
     /// from the recorded call's ([`Dispatched::differing_arguments`]); `None` otherwise.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{Dispatched, ToolClass};
     ///
     /// let replayed = Dispatched {

@@ -62,7 +62,6 @@ impl Escalation {
     /// (written by a newer idem) is still a case: its error says so.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::dispatch::Escalation;
     /// assert!(Escalation::of_recorded("timed out after sending").is_none());
     /// ```

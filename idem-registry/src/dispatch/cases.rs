@@ -1,6 +1,6 @@
 //! The case desk: where a person decides the calls sent to them (`escalate.rs`).
 //!
-//! A case is an Unknown record whose cause is [`ESCALATED`](idem_core::ESCALATED). A decision
+//! A case is an Unknown record whose cause is [`ESCALATED`](idem::record::ESCALATED). A decision
 //! settles the record at the fence the person was shown (`Store::settle_unknown`), so it lands
 //! once, and only on the case as shown; it is then appended to the run's account, who and
 //! what, and every door answers the call by it: run again (the record is gone, the next call
@@ -123,9 +123,8 @@ pub enum CaseError {
 /// asks for the undo, which the agent's dispatcher carries out.
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use idem::dispatch::CaseDesk;
-/// use idem_core::store::memory::MemoryStore;
+/// use idem::store::memory::MemoryStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let store = MemoryStore::new();

@@ -1,6 +1,6 @@
 //! Every policy decision of a dispatch, as plain functions of plain values: no store, no
 //! clock, no sleeping. The stages ask these and carry out the answer, the way the stores
-//! carry out `idem_core::store::machine`'s transitions. Tested below as tables.
+//! carry out `idem::store::machine`'s transitions. Tested below as tables.
 
 use idem_core::KeySource;
 use std::time::Duration;

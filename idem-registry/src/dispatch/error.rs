@@ -304,7 +304,6 @@ impl DispatchError {
     /// arguments it was refused with. `None` for every other error.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::DispatchError;
     ///
     /// let unknown = DispatchError::UnknownTool { name: "send_emial".into(), suggestion: None };
@@ -328,7 +327,6 @@ impl DispatchError {
     /// question.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::DispatchError;
     ///
     /// let down = DispatchError::StoreUnavailable { tool: "send_email".into(), message: "timed out".into() };

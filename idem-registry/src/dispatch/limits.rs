@@ -5,7 +5,7 @@
 //! limit or a combination would refuse is refused there (`not_authorized`, nothing recorded),
 //! and one it would send to a person goes the approval path. Once the call holds its key and
 //! before its body runs, its shares are taken ([`Dispatcher::take_shares`]), each atomically
-//! against every other worker (`idem_core::store::budgets`), under the call's record key: a
+//! against every other worker (`idem::store::budgets`), under the call's record key: a
 //! replay never reaches this point, a take-over or retry of the same call holds its share
 //! already. A call that fails gives its shares back ([`Dispatcher::give_shares_back`]); an
 //! Unknown, or an applied call, keeps them.
@@ -88,11 +88,10 @@ impl Dispatcher {
     /// does not fit its schema.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use std::sync::Arc;
     /// use idem::tool::Limit;
     /// use idem::{Dispatcher, Registry, ToolContext, ToolDef};
-    /// use idem_core::{store::memory::MemoryStore, ToolClass, ToolError};
+    /// use idem::{MemoryStore, ToolClass, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// let send = ToolDef::builder("send_email", ToolClass::NonIdempotentWrite)

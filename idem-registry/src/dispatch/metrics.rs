@@ -37,7 +37,6 @@ const UNKNOWN_TOOL: &str = "(unknown)";
 /// counted with `outcome="outcome_unknown"`.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
 /// use std::sync::Arc;
 /// use idem::dispatch::MetricsObserver;
 ///

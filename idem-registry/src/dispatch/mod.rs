@@ -20,7 +20,7 @@
 //! Policy decisions (retry, give-back, key reuse, settle delay, backoff) are plain functions in
 //! `decide.rs`; the stages carry them out. The order of checks is closed. What attaches from
 //! outside does so at three seams: [`Observer`]s of dispatch events, [`Execution`] around the
-//! body, and store layers (`idem_core::store::layer`) around the store.
+//! body, and store layers (`idem::store::layer`) around the store.
 
 mod account;
 mod account_text;
@@ -87,7 +87,6 @@ use observe::{Observers, Watch};
 /// Applies each tool's class policy to calls; see the module docs for the order of checks.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
 /// use std::sync::Arc;
 /// use idem::{Dispatcher, MemoryStore, Registry, RunContext, ToolCall};
 /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};

@@ -22,7 +22,6 @@
 //! it; [`Dispatcher::without_tracing`](super::Dispatcher::without_tracing) drops the default.
 //!
 //! ```
-//! # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
 //! use std::sync::{Arc, Mutex};
 //! use idem::dispatch::{DispatchEvent, EventKind, Observer};
 //!

@@ -43,8 +43,7 @@ use crate::tool::ToolDef;
 /// Which records a recovery pass looks at.
 ///
 /// ```
-/// # mod idem { pub use idem_registry::*; }
-/// use idem::RecoveryOptions;
+/// use idem::dispatch::RecoveryOptions;
 /// let options = RecoveryOptions { tenant: Some("acme".into()), ..RecoveryOptions::default() };
 /// assert_eq!(options.limit, 1_000);
 /// ```
@@ -181,9 +180,9 @@ impl Dispatcher {
     /// settle is reported, and the others are still settled.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
     /// # use std::sync::Arc;
     /// # use idem::*;
+    /// use idem::dispatch::RecoveryOptions;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// # let registry = Registry::builder().build().unwrap();
     /// let dispatcher = Dispatcher::new(registry, Arc::new(MemoryStore::new())).unwrap();
@@ -259,10 +258,9 @@ impl Dispatcher {
     /// ([`Dispatcher::undo_requested`]).
     ///
     /// ```no_run
-    /// # mod idem { pub use idem_registry::*; }
     /// # fn spawn(dispatcher: idem::Dispatcher) {
     /// use std::time::Duration;
-    /// tokio::spawn(dispatcher.recover_every(Duration::from_secs(30), idem::RecoveryOptions::default()));
+    /// tokio::spawn(dispatcher.recover_every(Duration::from_secs(30), idem::dispatch::RecoveryOptions::default()));
     /// # }
     /// ```
     pub async fn recover_every(self, every: Duration, options: RecoveryOptions) {

@@ -22,7 +22,6 @@ impl Dispatcher {
     /// `retry_after` on, and the wait with it, inside the bound.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
     /// # use std::sync::Arc;
     /// # use std::time::Duration;
     /// # use idem::{Dispatcher, Registry, RunContext, ToolCall};

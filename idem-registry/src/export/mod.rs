@@ -17,9 +17,9 @@
 //! validated against the canonical schema before anything runs.
 //!
 //! ```
-//! use idem_registry::export::Provider;
-//! use idem_registry::{Registry, ToolContext, ToolDef};
-//! use idem_core::{ToolClass, ToolError};
+//! use idem::export::Provider;
+//! use idem::{Registry, ToolContext, ToolDef};
+//! use idem::{ToolClass, ToolError};
 //! use serde_json::{json, Value};
 //!
 //! let tool = ToolDef::builder("get_weather", ToolClass::Read)
@@ -104,7 +104,7 @@ impl Provider {
     /// `gemini`, `gemini-openapi`, `mcp`.
     ///
     /// ```
-    /// use idem_registry::export::Provider;
+    /// use idem::export::Provider;
     /// for p in Provider::ALL {
     ///     assert_eq!(p.as_str().parse::<Provider>().unwrap(), p);
     /// }
@@ -125,7 +125,7 @@ impl Provider {
     /// [`Provider::GeminiOpenApi`], whose `parameters` are an OpenAPI 3.0 schema object).
     ///
     /// ```
-    /// use idem_registry::export::Provider;
+    /// use idem::export::Provider;
     /// assert!(Provider::Mcp.is_json_schema() && !Provider::GeminiOpenApi.is_json_schema());
     /// ```
     pub const fn is_json_schema(self) -> bool {
@@ -142,7 +142,7 @@ impl fmt::Display for Provider {
 /// A provider name that is not one of [`Provider::ALL`].
 ///
 /// ```
-/// use idem_registry::export::Provider;
+/// use idem::export::Provider;
 /// let err = "bard".parse::<Provider>().unwrap_err();
 /// assert!(err.to_string().contains("expected one of `openai`"));
 /// ```
@@ -173,9 +173,9 @@ impl FromStr for Provider {
 /// A tool the provider cannot take in any form.
 ///
 /// ```
-/// use idem_registry::export::{self, Provider};
-/// use idem_registry::{ToolContext, ToolDef};
-/// use idem_core::{ToolClass, ToolError};
+/// use idem::export::{self, Provider};
+/// use idem::{ToolContext, ToolDef};
+/// use idem::{ToolClass, ToolError};
 /// use serde_json::{json, Value};
 ///
 /// let tool = ToolDef::builder("tag", ToolClass::Read)
@@ -211,9 +211,9 @@ pub struct Exported {
 /// Export one tool for one provider.
 ///
 /// ```
-/// use idem_registry::export::{self, Provider};
-/// use idem_registry::{ToolContext, ToolDef};
-/// use idem_core::{ToolClass, ToolError};
+/// use idem::export::{self, Provider};
+/// use idem::{ToolContext, ToolDef};
+/// use idem::{ToolClass, ToolError};
 /// use serde_json::{json, Value};
 ///
 /// let tool = ToolDef::builder("ping", ToolClass::Read)
@@ -323,8 +323,8 @@ impl Registry {
     /// `strict: false`, and its report says so.
     ///
     /// ```
-    /// use idem_registry::export::Provider;
-    /// use idem_registry::Registry;
+    /// use idem::export::Provider;
+    /// use idem::Registry;
     ///
     /// let registry = Registry::builder().build().unwrap();
     /// assert_eq!(registry.export(Provider::OpenAiChat).unwrap(), serde_json::json!([]));
@@ -340,8 +340,8 @@ impl Registry {
     /// Every tool the provider can take, with a report for each, and the refusals.
     ///
     /// ```
-    /// use idem_registry::export::Provider;
-    /// use idem_registry::Registry;
+    /// use idem::export::Provider;
+    /// use idem::Registry;
     ///
     /// let registry = Registry::builder().build().unwrap();
     /// let all = registry.export_all(Provider::Mcp);

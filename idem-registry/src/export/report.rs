@@ -9,9 +9,9 @@ use crate::pointer;
 /// Whether a provider was told to enforce the schema strictly.
 ///
 /// ```
-/// use idem_registry::export::{self, Provider, Strictness};
-/// use idem_registry::{ToolContext, ToolDef};
-/// use idem_core::{ToolClass, ToolError};
+/// use idem::export::{self, Provider, Strictness};
+/// use idem::{ToolContext, ToolDef};
+/// use idem::{ToolClass, ToolError};
 /// use serde_json::{json, Value};
 ///
 /// let tool = ToolDef::builder("store", ToolClass::IdempotentWrite)
@@ -41,7 +41,7 @@ pub enum Strictness {
 /// How much of a schema feature survived an export.
 ///
 /// ```
-/// use idem_registry::export::ChangeKind;
+/// use idem::export::ChangeKind;
 /// // Reports list changes in document order; kinds sort from harmless to lossy.
 /// assert!(ChangeKind::Adapted < ChangeKind::Described && ChangeKind::Described < ChangeKind::Dropped);
 /// ```
@@ -85,9 +85,9 @@ pub struct Change {
 /// assert on it in your own tests.
 ///
 /// ```
-/// use idem_registry::export::{self, ChangeKind, Provider};
-/// use idem_registry::{ToolContext, ToolDef};
-/// use idem_core::{ToolClass, ToolError};
+/// use idem::export::{self, ChangeKind, Provider};
+/// use idem::{ToolContext, ToolDef};
+/// use idem::{ToolClass, ToolError};
 /// use serde_json::{json, Value};
 ///
 /// let tool = ToolDef::builder("tag", ToolClass::IdempotentWrite)

@@ -31,7 +31,7 @@ fn settings() -> SchemaSettings {
 ///     retries: u32,
 /// }
 ///
-/// let schema = idem_registry::schema::arguments::<Args>();
+/// let schema = idem::schema::arguments::<Args>();
 /// assert_eq!(schema["type"], "object");
 /// assert_eq!(schema["required"], serde_json::json!(["to", "retries"]));
 /// assert_eq!(schema["properties"]["to"]["description"], "Recipient address.");
@@ -55,7 +55,7 @@ pub fn arguments<T: JsonSchema>() -> Value {
 /// The schema of a tool's output type.
 ///
 /// ```
-/// let schema = idem_registry::schema::output::<Vec<String>>();
+/// let schema = idem::schema::output::<Vec<String>>();
 /// assert_eq!(schema["type"], "array");
 /// assert!(schema.get("$schema").is_none());
 /// ```

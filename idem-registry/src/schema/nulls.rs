@@ -26,7 +26,7 @@ use super::keywords::{properties, resolve};
 ///     "required": ["query"]
 /// });
 /// let mut args = json!({"limit": null, "cursor": null, "query": null});
-/// idem_registry::schema::drop_absent_nulls(&schema, &mut args);
+/// idem::schema::drop_absent_nulls(&schema, &mut args);
 /// assert_eq!(args, json!({"cursor": null, "query": null}));
 /// ```
 pub fn drop_absent_nulls(schema: &Value, arguments: &mut Value) {

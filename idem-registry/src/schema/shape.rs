@@ -19,7 +19,7 @@ const ROOT_COMBINATORS: &[&str] = &["anyOf", "oneOf", "allOf", "not", "if", "the
 /// error naming it, never at call time.
 ///
 /// ```
-/// use idem_registry::schema::check_argument_schema;
+/// use idem::schema::check_argument_schema;
 /// use serde_json::json;
 ///
 /// assert!(check_argument_schema("ok", &json!({"type": "object", "properties": {}})).is_ok());

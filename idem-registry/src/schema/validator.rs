@@ -22,7 +22,7 @@ const MORE_PROBLEMS: usize = 3;
 /// A schema the validator cannot compile.
 ///
 /// ```
-/// use idem_registry::schema::ArgumentValidator;
+/// use idem::schema::ArgumentValidator;
 /// let err = ArgumentValidator::new(&serde_json::json!({"type": "text"})).unwrap_err();
 /// assert!(err.to_string().starts_with("the input schema cannot be compiled"));
 /// ```
@@ -43,7 +43,7 @@ impl SchemaError {
 /// A compiled argument schema.
 ///
 /// ```
-/// use idem_registry::schema::ArgumentValidator;
+/// use idem::schema::ArgumentValidator;
 /// use serde_json::json;
 ///
 /// let v = ArgumentValidator::new(&json!({

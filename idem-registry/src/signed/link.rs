@@ -17,9 +17,8 @@ const LINK_LABEL: &[u8] = b"approval-link/v1";
 /// The page of one pending call, as a link names it.
 ///
 /// ```
-/// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
 /// use idem::approval::ApprovalLink;
-/// use idem::{ApprovalKey, ApprovalKeys, Fingerprint, Timestamp};
+/// use idem::ApprovalKey; use idem::approval::ApprovalKeys; use idem::key::Fingerprint; use idem::record::Timestamp;
 ///
 /// let key = ApprovalKey::new("desk-1", *b"0123456789abcdef0123456789abcdef").unwrap();
 /// let link = ApprovalLink {

@@ -55,7 +55,6 @@ const DOMAIN: &[u8] = b"idem-approval-v1";
 /// host: whoever holds it can approve any call.
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use idem::ApprovalKey;
 ///
 /// let key = ApprovalKey::new("2026-12", *b"0123456789abcdef0123456789abcdef").unwrap();
@@ -186,7 +185,6 @@ impl ApprovalKeys {
 /// Who approves, and the key they sign with.
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use std::time::Duration;
 /// use idem::{ApprovalKey, Approver};
 ///

@@ -20,9 +20,8 @@ use super::ApprovalRequest;
 /// key decides whatever is pending under it.
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use idem::approval::{ApprovalRequest, PendingCall};
-/// use idem_core::{Fingerprint, IdempotencyKey};
+/// use idem::key::Fingerprint; use idem::IdempotencyKey;
 ///
 /// let request = ApprovalRequest {
 ///     namespace: "default".into(),

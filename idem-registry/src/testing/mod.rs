@@ -26,7 +26,6 @@
 //! test then reads the ledger back with the function given to [`CrashTest::effects`]:
 //!
 //! ```no_run
-//! # use idem_registry as idem;
 //! use std::path::Path;
 //! use idem::testing::{CrashTest, Setup};
 //!

@@ -14,8 +14,8 @@ impl ToolDef {
     /// at registration or on first use.
     ///
     /// ```
-    /// use idem_registry::{ToolDef, ToolContext};
-    /// use idem_core::{ToolClass, ToolError};
+    /// use idem::{ToolDef, ToolContext};
+    /// use idem::{ToolClass, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// let tool = ToolDef::builder("greet", ToolClass::Read)
@@ -40,8 +40,8 @@ impl ToolDef {
     /// [`drop_absent_nulls`](crate::schema::drop_absent_nulls)), then the result is validated against the canonical schema.
     ///
     /// ```
-    /// use idem_registry::{ToolDef, ToolContext};
-    /// use idem_core::{ToolClass, ToolError};
+    /// use idem::{ToolDef, ToolContext};
+    /// use idem::{ToolClass, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// let tool = ToolDef::builder("page", ToolClass::Read)

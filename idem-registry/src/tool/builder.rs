@@ -39,7 +39,6 @@ impl ToolDef {
     /// constructed without one.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
     /// use serde_json::{json, Value};
     ///
@@ -178,7 +177,6 @@ impl ToolBuilder {
     /// fingerprint covers (defaults applied, aliases resolved). What `#[tool]` uses.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
     /// use serde_json::{json, Value};
     ///
@@ -233,7 +231,6 @@ impl ToolBuilder {
     /// deserialises its typed parameters from the borrow before the future starts.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
     /// use serde_json::{json, Value};
     ///
@@ -307,7 +304,6 @@ impl ToolBuilder {
     /// tool's scopes and rules.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{RunContext, ToolClass, ToolContext, ToolDef, ToolError};
     /// use serde_json::{json, Value};
     ///
@@ -346,7 +342,6 @@ impl ToolBuilder {
     /// needs it for every call already, so there it is refused.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{RunContext, ToolClass, ToolContext, ToolDef, ToolError};
     /// use serde_json::{json, Value};
     ///
@@ -442,7 +437,6 @@ impl ToolBuilder {
     /// format of tool definitions can do.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::tool::ExplicitSettings;
     /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
     /// use serde_json::{json, Value};

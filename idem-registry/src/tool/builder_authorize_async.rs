@@ -46,7 +46,6 @@ impl ToolBuilder {
     /// outcome.
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; pub use idem_core::store::memory::MemoryStore; }
     /// use std::sync::Arc;
     /// use idem::{Dispatcher, MemoryStore, Registry, RunContext, ToolCall};
     /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};

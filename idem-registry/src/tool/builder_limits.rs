@@ -16,10 +16,9 @@ impl ToolBuilder {
     /// failed call gives its share back, an Unknown keeps it.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::tool::Limit;
     /// use idem::{ToolContext, ToolDef};
-    /// use idem_core::{ToolClass, ToolError};
+    /// use idem::{ToolClass, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// let refund = ToolDef::builder("refund", ToolClass::NonIdempotentWrite)

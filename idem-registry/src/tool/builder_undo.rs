@@ -22,9 +22,8 @@ impl ToolBuilder {
     /// build is refused, naming the tool.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::{ToolContext, ToolDef};
-    /// use idem_core::{ToolClass, ToolError};
+    /// use idem::{ToolClass, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// let reserve = ToolDef::builder("reserve", ToolClass::IdempotentWrite)
@@ -61,10 +60,9 @@ impl ToolBuilder {
     /// with an id; otherwise the failure is answered as it is.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::dispatch::UndoOptions;
     /// use idem::{ToolContext, ToolDef};
-    /// use idem_core::{ToolClass, ToolError};
+    /// use idem::{ToolClass, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// let capture = ToolDef::builder("capture", ToolClass::NonIdempotentWrite)
@@ -92,10 +90,9 @@ impl ToolBuilder {
     /// keeps nothing to decide on: the build is refused, naming the tool.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::tool::Escalate;
     /// use idem::{ToolContext, ToolDef};
-    /// use idem_core::{ToolClass, ToolError};
+    /// use idem::{ToolClass, ToolError};
     /// use serde_json::{json, Value};
     ///
     /// let capture = ToolDef::builder("capture", ToolClass::NonIdempotentWrite)

@@ -70,9 +70,8 @@ impl Undo {
     /// The step's output read as a `T` (what the step's closure returned).
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::tool::Undo;
-    /// use idem_core::IdempotencyKey;
+    /// use idem::IdempotencyKey;
     ///
     /// let undo = Undo::new("hold_seat", serde_json::json!({"hold": "h-7"}), IdempotencyKey::new("k"));
     /// #[derive(serde::Deserialize)]
@@ -100,7 +99,6 @@ impl Undo {
 /// refused, or asked.
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use idem::tool::Rule;
 /// use idem::RunContext;
 /// use serde_json::json;

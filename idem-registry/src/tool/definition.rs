@@ -87,7 +87,6 @@ impl Verified {
     /// The effect happened, with this output.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::Verified;
     /// let v = Verified::applied(&serde_json::json!({"message_id": "m-1"})).unwrap();
     /// assert!(matches!(v, Verified::Applied(_)));

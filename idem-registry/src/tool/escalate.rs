@@ -45,7 +45,6 @@ impl Escalate {
     /// The declaration a name spells, or what names there are.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::tool::Escalate;
     /// assert_eq!(Escalate::parse("failures"), Ok(Escalate::Failures));
     /// assert!(Escalate::parse("failure").unwrap_err().contains("failures_and_unknown"));

@@ -7,11 +7,10 @@
 //! integer argument) and kept with the tool ([`ToolRules::limits`](super::ToolRules)). The
 //! dispatcher takes each call's share of a limit's budget in the store once the call holds its
 //! key and before its body runs, atomically against every other worker
-//! (`idem_core::store::budgets`): a replay takes nothing, a call that fails gives its share
+//! (`idem::store::budgets`): a replay takes nothing, a call that fails gives its share
 //! back, an Unknown keeps it.
 //!
 //! ```
-//! # use idem_registry as idem;
 //! use idem::tool::Limit;
 //! use serde_json::json;
 //!

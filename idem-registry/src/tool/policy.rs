@@ -104,8 +104,8 @@ impl ToolPolicy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idem_core::ToolClass;
-    /// use idem_registry::tool::{ExplicitSettings, PolicyError, ToolPolicy};
+    /// use idem::ToolClass;
+    /// use idem::tool::{ExplicitSettings, PolicyError, ToolPolicy};
     ///
     /// let policy = ToolPolicy { lease: Duration::ZERO, ..ToolPolicy::default() };
     /// let none = ExplicitSettings::default();

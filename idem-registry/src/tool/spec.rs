@@ -25,7 +25,6 @@ use crate::schema::check_argument_pointer;
 /// with serde; more fields may come, so it cannot be built field by field outside this crate.
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use idem::ToolSpec;
 ///
 /// let spec: ToolSpec = serde_json::from_str(r#"{
@@ -46,7 +45,6 @@ use crate::schema::check_argument_pointer;
 /// and one above the run's limit waits for a person.
 ///
 /// ```
-/// # use idem_registry as idem;
 /// use idem::ToolSpec;
 ///
 /// let spec: ToolSpec = serde_json::from_value(serde_json::json!({
@@ -190,8 +188,7 @@ impl ToolSpec {
     /// refused with [`RegistryError::MissingClass`] naming the tool.
     ///
     /// ```
-    /// # use idem_registry as idem;
-    /// use idem::{RegistryError, ToolSpec};
+    /// use idem::registry::RegistryError; use idem::ToolSpec;
     ///
     /// let spec: ToolSpec = serde_json::from_str(
     ///     r#"{"name": "wire_money", "description": "Wire money.", "input_schema": {"type": "object"}}"#,
@@ -214,7 +211,6 @@ impl ToolSpec {
     /// [`into_def`](Self::into_def).
     ///
     /// ```
-    /// # mod idem { pub use idem_core::*; pub use idem_registry::*; }
     /// use idem::{ToolContext, ToolSpec, Verified};
     /// use serde_json::{Value, json};
     ///

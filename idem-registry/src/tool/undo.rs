@@ -42,7 +42,6 @@ impl AppliedCall {
     /// The recorded output read as a `T`.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::dispatch::AppliedCall;
     /// # fn check(applied: AppliedCall) {
     /// let hold: Result<String, _> = applied.output_as();
@@ -78,7 +77,6 @@ impl UndoOptions {
     /// Only the applied calls of `tools` (a group of calls undone together).
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::dispatch::UndoOptions;
     /// let options = UndoOptions::only(["reserve", "capture"]);
     /// assert_eq!(options.tools.unwrap().len(), 2);
@@ -99,7 +97,6 @@ impl UndoOptions {
     /// person.
     ///
     /// ```
-    /// # use idem_registry as idem;
     /// use idem::dispatch::UndoOptions;
     /// let options = UndoOptions::all().by("refund desk, ticket 4411");
     /// assert_eq!(options.by.as_deref(), Some("refund desk, ticket 4411"));

@@ -4,8 +4,8 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use idem_core::store::conformance::{self, Subject};
-//! use idem_core::store::memory::MemoryStore;
+//! use idem::store::conformance::{self, Subject};
+//! use idem::store::memory::MemoryStore;
 //!
 //! # async fn run() {
 //! conformance::run_all("memory", || async { Subject::real_time(Arc::new(MemoryStore::new())) }).await;

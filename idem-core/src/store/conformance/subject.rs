@@ -60,8 +60,8 @@ impl Subject {
     /// database and schema, a server and key prefix.
     ///
     /// ```no_run
-    /// use idem_core::store::conformance::{self, Subject};
-    /// use idem_core::store::sqlite::SqliteStore;
+    /// use idem::store::conformance::{self, Subject};
+    /// use idem::store::sqlite::SqliteStore;
     ///
     /// # async fn run() {
     /// conformance::run_all("sqlite", || async {

@@ -34,8 +34,8 @@ pub trait Layer: Send + Sync + fmt::Debug {
     /// `store` with this layer around it.
     ///
     /// ```
-    /// use idem_core::store::layer::{Layer, Trace};
-    /// use idem_core::store::memory::MemoryStore;
+    /// use idem::store::layer::{Layer, Trace};
+    /// use idem::store::memory::MemoryStore;
     ///
     /// let store = Trace.layer(MemoryStore::new());
     /// # let _ = store;
@@ -55,8 +55,8 @@ pub trait Layer: Send + Sync + fmt::Debug {
 /// layers stack.
 ///
 /// ```
-/// use idem_core::store::layer::{Layer, Trace};
-/// use idem_core::store::memory::MemoryStore;
+/// use idem::store::layer::{Layer, Trace};
+/// use idem::store::memory::MemoryStore;
 ///
 /// // A memory store is limited already: tracing outside the limits, a refused outcome shows
 /// // in the trace too.
@@ -73,8 +73,8 @@ impl<S, L> Layered<S, L> {
     /// The store inside.
     ///
     /// ```
-    /// use idem_core::store::layer::{Layer, Trace};
-    /// use idem_core::store::memory::MemoryStore;
+    /// use idem::store::layer::{Layer, Trace};
+    /// use idem::store::memory::MemoryStore;
     ///
     /// let store = Trace.layer(MemoryStore::new());
     /// assert!(store.get_ref().is_empty());
@@ -86,8 +86,8 @@ impl<S, L> Layered<S, L> {
     /// The layer around it.
     ///
     /// ```
-    /// use idem_core::store::layer::{Layer, Limits};
-    /// use idem_core::store::memory::MemoryStore;
+    /// use idem::store::layer::{Layer, Limits};
+    /// use idem::store::memory::MemoryStore;
     ///
     /// let store = Limits::new(64).layer(MemoryStore::new());
     /// assert_eq!(store.get_layer().max_outcome_bytes(), 64);
@@ -99,8 +99,8 @@ impl<S, L> Layered<S, L> {
     /// The store inside, without the layer.
     ///
     /// ```
-    /// use idem_core::store::layer::{Layer, Trace};
-    /// use idem_core::store::memory::MemoryStore;
+    /// use idem::store::layer::{Layer, Trace};
+    /// use idem::store::memory::MemoryStore;
     ///
     /// let store = Trace.layer(MemoryStore::new()).into_inner();
     /// # let _ = store;

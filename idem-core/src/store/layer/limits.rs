@@ -35,10 +35,10 @@ use crate::store::{DEFAULT_MAX_OUTCOME_BYTES, StoreError};
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_core::store::layer::{Layer, Limits};
-/// use idem_core::store::memory::MemoryStore;
-/// use idem_core::store::{Claim, ClaimRequest, Store};
-/// use idem_core::{Fingerprint, OrphanPolicy, Outcome, RecordKey, StoreError};
+/// use idem::store::layer::{Layer, Limits};
+/// use idem::store::memory::MemoryStore;
+/// use idem::store::{Claim, ClaimRequest, Store};
+/// use idem::key::{Fingerprint, RecordKey}; use idem::tool::OrphanPolicy; use idem::record::Outcome; use idem::store::StoreError;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let store = Limits::new(16).layer(MemoryStore::new());
@@ -77,7 +77,7 @@ impl Limits {
     /// unbounded.
     ///
     /// ```
-    /// use idem_core::store::layer::Limits;
+    /// use idem::store::layer::Limits;
     /// assert_eq!(Limits::new(1024).max_outcome_bytes(), 1024);
     /// ```
     pub const fn new(max_outcome_bytes: usize) -> Self {
@@ -91,7 +91,7 @@ impl Limits {
     /// [`StoreError::TooLarge`] (nothing is claimed).
     ///
     /// ```
-    /// use idem_core::store::layer::Limits;
+    /// use idem::store::layer::Limits;
     /// let limits = Limits::default().with_max_argument_bytes(64 * 1024);
     /// assert_eq!(limits.max_argument_bytes(), Some(64 * 1024));
     /// ```
@@ -114,8 +114,8 @@ impl Limits {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idem_core::store::layer::{Limits, Operation};
-    /// use idem_core::{Outcome, RecordKey};
+    /// use idem::store::layer::{Limits, Operation};
+    /// use idem::record::Outcome; use idem::key::RecordKey;
     ///
     /// let key = RecordKey::from_stored("k");
     /// let text = Outcome::Success("receipt 42".into());
@@ -180,7 +180,7 @@ impl<S> Limited<S> {
     /// outcomes are refused with [`StoreError::TooLarge`], and nothing changes.
     ///
     /// ```
-    /// use idem_core::store::memory::MemoryStore;
+    /// use idem::store::memory::MemoryStore;
     ///
     /// let store = MemoryStore::new().with_max_outcome_bytes(64 * 1024);
     /// assert_eq!(store.get_layer().max_outcome_bytes(), 64 * 1024);

@@ -19,9 +19,9 @@
 //!
 //! ```
 //! use std::sync::atomic::{AtomicBool, Ordering};
-//! use idem_core::store::layer::{Layer, Operation, StoreFuture};
-//! use idem_core::store::memory::MemoryStore;
-//! use idem_core::store::{Store, StoreError};
+//! use idem::store::layer::{Layer, Operation, StoreFuture};
+//! use idem::store::memory::MemoryStore;
+//! use idem::store::{Store, StoreError};
 //!
 //! #[derive(Debug, Default)]
 //! struct Maintenance(AtomicBool);
@@ -48,7 +48,7 @@
 //! let store = Maintenance::default().layer(MemoryStore::new());
 //! store.get_layer().0.store(true, Ordering::Relaxed);
 //! assert!(store.now().await.is_ok());
-//! let key = idem_core::RecordKey::from_stored("k");
+//! let key = idem::key::RecordKey::from_stored("k");
 //! assert!(store.release(&key, 1).await.is_err_and(|e| e.is_unavailable()));
 //! # }
 //! ```

@@ -155,7 +155,7 @@ impl Operation<'_> {
     /// The operation's name: the [`Store`] method's.
     ///
     /// ```
-    /// use idem_core::store::layer::Operation;
+    /// use idem::store::layer::Operation;
     /// assert_eq!(Operation::Now.name(), "now");
     /// ```
     pub fn name(&self) -> &'static str {
@@ -187,8 +187,8 @@ impl Operation<'_> {
     /// The key the operation is about, if it is about one.
     ///
     /// ```
-    /// use idem_core::RecordKey;
-    /// use idem_core::store::layer::Operation;
+    /// use idem::key::RecordKey;
+    /// use idem::store::layer::Operation;
     ///
     /// let key = RecordKey::from_stored("k");
     /// assert_eq!(Operation::Get { key: &key }.key(), Some(&key));

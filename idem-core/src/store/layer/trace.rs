@@ -20,8 +20,8 @@ use crate::key::RecordKey;
 /// The tracing layer: a span around each operation. See the [module documentation](self).
 ///
 /// ```
-/// use idem_core::store::layer::{Layer, Trace};
-/// use idem_core::store::memory::MemoryStore;
+/// use idem::store::layer::{Layer, Trace};
+/// use idem::store::memory::MemoryStore;
 ///
 /// let store = Trace.layer(MemoryStore::new());
 /// # let _ = store;

@@ -25,9 +25,8 @@ impl Clock for SystemClock {
 /// A clock that moves only when told to.
 ///
 /// ```
-/// # mod idem { pub use idem_core::store::memory::{Clock, ManualClock}; }
 /// use std::time::Duration;
-/// use idem::{Clock, ManualClock};
+/// use idem::store::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new();
 /// let t0 = clock.now();

@@ -43,7 +43,6 @@ pub const DEFAULT_CAPACITY: usize = 1_000_000;
 /// forget a record.
 ///
 /// ```
-/// # mod idem { pub use idem_core::store::memory::MemoryStore; }
 /// use idem::MemoryStore;
 ///
 /// let store = MemoryStore::new().with_capacity(10_000);
@@ -101,7 +100,7 @@ impl MemoryStore {
     /// A store holding up to [`DEFAULT_CAPACITY`] records, on the system clock.
     ///
     /// ```
-    /// let store = idem_core::store::memory::MemoryStore::new();
+    /// let store = idem::store::memory::MemoryStore::new();
     /// assert!(store.is_empty());
     /// ```
     pub fn new() -> Self {
@@ -119,7 +118,7 @@ impl MemoryStore {
     /// Bound the number of records (rounded up to a multiple of the shard count).
     ///
     /// ```
-    /// let store = idem_core::store::memory::MemoryStore::new().with_capacity(100);
+    /// let store = idem::store::memory::MemoryStore::new().with_capacity(100);
     /// assert!(format!("{store:?}").contains("capacity: 112"));
     /// ```
     pub fn with_capacity(mut self, capacity: usize) -> Self {
@@ -131,7 +130,7 @@ impl MemoryStore {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use idem_core::store::memory::{ManualClock, MemoryStore};
+    /// use idem::store::memory::{ManualClock, MemoryStore};
     ///
     /// let store = MemoryStore::new().with_clock(Arc::new(ManualClock::new()));
     /// # let _ = store;
@@ -144,7 +143,7 @@ impl MemoryStore {
     /// How many records are held, expired ones included until they are evicted.
     ///
     /// ```
-    /// assert_eq!(idem_core::store::memory::MemoryStore::new().len(), 0);
+    /// assert_eq!(idem::store::memory::MemoryStore::new().len(), 0);
     /// ```
     pub fn len(&self) -> usize {
         self.inner.len()
@@ -153,7 +152,7 @@ impl MemoryStore {
     /// Whether no record is held.
     ///
     /// ```
-    /// assert!(idem_core::store::memory::MemoryStore::new().is_empty());
+    /// assert!(idem::store::memory::MemoryStore::new().is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0

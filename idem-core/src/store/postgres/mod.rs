@@ -88,10 +88,10 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use idem_core::store::Store;
-/// use idem_core::store::postgres::PostgresStore;
+/// use idem::store::Store;
+/// use idem::store::postgres::PostgresStore;
 ///
-/// # async fn run() -> Result<(), idem_core::StoreError> {
+/// # async fn run() -> Result<(), idem::store::StoreError> {
 /// let store = PostgresStore::connect("postgres://app@db.internal/app", "idem")
 ///     .await?
 ///     .with_max_outcome_bytes(256 * 1024);
@@ -136,9 +136,9 @@ impl PostgresStore {
     /// be reached, refuses the login, or refuses to create the schema.
     ///
     /// ```no_run
-    /// use idem_core::store::postgres::PostgresStore;
+    /// use idem::store::postgres::PostgresStore;
     ///
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let store = PostgresStore::connect("postgres://app@127.0.0.1:5432/app", "idem").await?;
     /// assert_eq!(store.schema(), "idem");
     /// # Ok(())
@@ -154,9 +154,9 @@ impl PostgresStore {
     /// made, is refused ([`StoreError::Unavailable`], naming the schema and the fix).
     ///
     /// ```no_run
-    /// use idem_core::store::postgres::PostgresStore;
+    /// use idem::store::postgres::PostgresStore;
     ///
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let store = PostgresStore::connect_existing("postgres://ops@127.0.0.1/app", "idem").await?;
     /// # let _ = store;
     /// # Ok(())
@@ -205,9 +205,9 @@ impl PostgresStore {
     /// As for [`connect`](PostgresStore::connect).
     ///
     /// ```no_run
-    /// use idem_core::store::postgres::PostgresStore;
-    /// use idem_core::store::postgres::deadpool_postgres::tokio_postgres::NoTls;
-    /// use idem_core::store::postgres::deadpool_postgres::{Config, Runtime};
+    /// use idem::store::postgres::PostgresStore;
+    /// use idem::store::postgres::deadpool_postgres::tokio_postgres::NoTls;
+    /// use idem::store::postgres::deadpool_postgres::{Config, Runtime};
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let mut config = Config::new();
@@ -246,9 +246,9 @@ impl PostgresStore {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use idem_core::store::postgres::PostgresStore;
+    /// use idem::store::postgres::PostgresStore;
     ///
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let store = PostgresStore::connect("postgres://app@127.0.0.1/app", "idem")
     ///     .await?
     ///     .with_operation_timeout(Duration::from_secs(5));
@@ -264,9 +264,9 @@ impl PostgresStore {
     /// The schema the store's tables live in.
     ///
     /// ```no_run
-    /// use idem_core::store::postgres::PostgresStore;
+    /// use idem::store::postgres::PostgresStore;
     ///
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let store = PostgresStore::connect("postgres://app@127.0.0.1/app", "idem").await?;
     /// assert_eq!(store.schema(), "idem");
     /// # Ok(())

@@ -21,9 +21,9 @@ impl RedisStore {
     /// nodes are not of one cluster.
     ///
     /// ```no_run
-    /// use idem_core::store::redis::RedisStore;
+    /// use idem::store::redis::RedisStore;
     ///
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
     /// let store = RedisStore::connect_cluster(&nodes, "myapp:idem").await?;
     /// # let _ = store;
@@ -43,9 +43,9 @@ impl RedisStore {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use idem_core::store::redis::{RedisOptions, RedisStore};
+    /// use idem::store::redis::{RedisOptions, RedisStore};
     ///
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
     /// let options = RedisOptions::new().wait_for_replicas(1, Duration::from_millis(250));
     /// let store = RedisStore::connect_cluster_with(&nodes, "app", options).await?;

@@ -259,7 +259,7 @@ pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600)
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_core::store::redis::RedisOptions;
+/// use idem::store::redis::RedisOptions;
 ///
 /// // A managed service that forbids `CONFIG GET`, with `maxmemory-policy noeviction` set in
 /// // its parameter group, and one replica that must hold every write before it counts.
@@ -278,7 +278,7 @@ impl RedisOptions {
     /// Check the eviction policy, do not wait for replicas.
     ///
     /// ```
-    /// let options = idem_core::store::redis::RedisOptions::new();
+    /// let options = idem::store::redis::RedisOptions::new();
     /// # let _ = options;
     /// ```
     pub fn new() -> Self {
@@ -291,7 +291,7 @@ impl RedisOptions {
     /// under memory pressure, and calls run twice: see the [module documentation](self).
     ///
     /// ```
-    /// let options = idem_core::store::redis::RedisOptions::new().assume_noeviction();
+    /// let options = idem::store::redis::RedisOptions::new().assume_noeviction();
     /// # let _ = options;
     /// ```
     pub fn assume_noeviction(mut self) -> Self {
@@ -308,7 +308,7 @@ impl RedisOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let options = idem_core::store::redis::RedisOptions::new()
+    /// let options = idem::store::redis::RedisOptions::new()
     ///     .wait_for_replicas(2, Duration::from_millis(100));
     /// # let _ = options;
     /// ```
@@ -333,9 +333,9 @@ impl RedisOptions {
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use idem_core::store::{Store, redis::RedisStore};
+/// use idem::store::{Store, redis::RedisStore};
 ///
-/// # async fn run() -> Result<(), idem_core::StoreError> {
+/// # async fn run() -> Result<(), idem::store::StoreError> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379/", "billing").await?;
 /// let store: Arc<dyn Store> = Arc::new(store.with_max_outcome_bytes(256 * 1024));
 /// # let _ = store;
@@ -378,9 +378,9 @@ impl RedisStore {
     /// not `noeviction`, or it refuses to tell (see [`RedisOptions::assume_noeviction`]).
     ///
     /// ```no_run
-    /// use idem_core::store::redis::RedisStore;
+    /// use idem::store::redis::RedisStore;
     ///
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let store = RedisStore::connect("redis://127.0.0.1:6379/", "myapp:idem").await?;
     /// # let _ = store;
     /// # Ok(())
@@ -398,9 +398,9 @@ impl RedisStore {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use idem_core::store::redis::{RedisOptions, RedisStore};
+    /// use idem::store::redis::{RedisOptions, RedisStore};
     ///
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let options = RedisOptions::new().wait_for_replicas(1, Duration::from_millis(250));
     /// let store = RedisStore::connect_with("redis://127.0.0.1:6379/", "app", options).await?;
     /// # let _ = store;
@@ -451,7 +451,7 @@ impl RedisStore {
     ///
     /// ```no_run
     /// use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-    /// use idem_core::store::redis::RedisStore;
+    /// use idem::store::redis::RedisStore;
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
@@ -470,7 +470,7 @@ impl RedisStore {
     ///
     /// ```no_run
     /// use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-    /// use idem_core::store::redis::{RedisOptions, RedisStore};
+    /// use idem::store::redis::{RedisOptions, RedisStore};
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
@@ -514,8 +514,8 @@ impl RedisStore {
     ///
     /// ```no_run
     /// # use std::time::Duration;
-    /// # use idem_core::store::redis::RedisStore;
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # use idem::store::redis::RedisStore;
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let store = RedisStore::connect("redis://127.0.0.1:6379/", "app")
     ///     .await?
     ///     .with_fence_retention(Duration::from_secs(30 * 24 * 3600));
@@ -537,8 +537,8 @@ impl RedisStore {
     ///
     /// ```no_run
     /// # use std::time::Duration;
-    /// # use idem_core::store::redis::RedisStore;
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # use idem::store::redis::RedisStore;
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let store = RedisStore::connect("redis://127.0.0.1:6379/", "app")
     ///     .await?
     ///     .with_unknown_retention(Duration::from_secs(7 * 24 * 3600));
@@ -554,8 +554,8 @@ impl RedisStore {
     /// The prefix every key of this store starts with.
     ///
     /// ```no_run
-    /// # use idem_core::store::redis::RedisStore;
-    /// # async fn run() -> Result<(), idem_core::StoreError> {
+    /// # use idem::store::redis::RedisStore;
+    /// # async fn run() -> Result<(), idem::store::StoreError> {
     /// let store = RedisStore::connect("redis://127.0.0.1:6379/", "app").await?;
     /// assert_eq!(store.prefix(), "app");
     /// # Ok(())

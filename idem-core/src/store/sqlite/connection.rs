@@ -39,7 +39,7 @@ pub(super) const CHECKPOINT_PAGES: u32 = 1000;
 /// When a commit of a [`SqliteStore`](super::SqliteStore) is durable: SQLite's `synchronous` setting, in WAL mode.
 ///
 /// ```
-/// use idem_core::store::sqlite::Synchronous;
+/// use idem::store::sqlite::Synchronous;
 ///
 /// assert_eq!(Synchronous::default(), Synchronous::Full);
 /// ```

@@ -184,9 +184,9 @@ use crate::store::layer::{Layer, Limited, Limits};
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_core::store::sqlite::SqliteStore;
-/// use idem_core::store::{Claim, ClaimRequest, Store};
-/// use idem_core::{Fingerprint, KeyMaterial, LogicalKey, OrphanPolicy, Outcome, RecordState};
+/// use idem::store::sqlite::SqliteStore;
+/// use idem::store::{Claim, ClaimRequest, Store};
+/// use idem::key::{Fingerprint, KeyMaterial, LogicalKey}; use idem::tool::OrphanPolicy; use idem::record::{Outcome, RecordState};
 /// use serde_json::json;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -218,7 +218,7 @@ use crate::store::layer::{Layer, Limited, Limits};
 /// # for suffix in ["", "-wal", "-shm"] {
 /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
 /// # }
-/// # Ok::<(), idem_core::StoreError>(())
+/// # Ok::<(), idem::store::StoreError>(())
 /// # })?;
 /// # Ok(())
 /// # }
@@ -228,7 +228,7 @@ use crate::store::layer::{Layer, Limited, Limits};
 /// are refused with [`StoreError::TooLarge`]; the limit is the store's to choose:
 ///
 /// ```
-/// use idem_core::store::sqlite::SqliteStore;
+/// use idem::store::sqlite::SqliteStore;
 ///
 /// let path = std::env::temp_dir().join(format!("idem-doc-limit-{}.db", std::process::id()));
 /// let store = SqliteStore::open(&path)?.with_max_outcome_bytes(64 * 1024);
@@ -236,7 +236,7 @@ use crate::store::layer::{Layer, Limited, Limits};
 /// # for suffix in ["", "-wal", "-shm"] {
 /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
 /// # }
-/// # Ok::<(), idem_core::StoreError>(())
+/// # Ok::<(), idem::store::StoreError>(())
 /// ```
 pub type SqliteStore = Limited<SqliteBackend>;
 
@@ -274,7 +274,7 @@ impl SqliteStore {
     /// path.
     ///
     /// ```
-    /// use idem_core::store::sqlite::SqliteStore;
+    /// use idem::store::sqlite::SqliteStore;
     ///
     /// let path = std::env::temp_dir().join(format!("idem-doc-open-{}.db", std::process::id()));
     /// let store = SqliteStore::open(&path)?;
@@ -286,7 +286,7 @@ impl SqliteStore {
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     /// # }
-    /// # Ok::<(), idem_core::StoreError>(())
+    /// # Ok::<(), idem::store::StoreError>(())
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let db = Database::open(path.as_ref().to_path_buf())?;
@@ -312,7 +312,7 @@ impl SqliteStore {
     /// upgrade to make, not an operator's command.
     ///
     /// ```
-    /// use idem_core::store::sqlite::SqliteStore;
+    /// use idem::store::sqlite::SqliteStore;
     ///
     /// let path = std::env::temp_dir().join(format!("idem-doc-existing-{}.db", std::process::id()));
     /// assert!(SqliteStore::open_existing(&path).is_err_and(|e| e.to_string().contains("does not exist")));
@@ -322,7 +322,7 @@ impl SqliteStore {
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     /// # }
-    /// # Ok::<(), idem_core::StoreError>(())
+    /// # Ok::<(), idem::store::StoreError>(())
     /// ```
     pub fn open_existing(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         connection::check_existing(path.as_ref())?;
@@ -339,7 +339,7 @@ impl SqliteStore {
     /// apply its effect twice. A crash of the process alone loses nothing at either setting.
     ///
     /// ```
-    /// use idem_core::store::sqlite::{SqliteStore, Synchronous};
+    /// use idem::store::sqlite::{SqliteStore, Synchronous};
     ///
     /// let path = std::env::temp_dir().join(format!("idem-doc-normal-{}.db", std::process::id()));
     /// // Records of the last moments before a power loss may be lost: see above.
@@ -349,7 +349,7 @@ impl SqliteStore {
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     /// # }
-    /// # Ok::<(), idem_core::StoreError>(())
+    /// # Ok::<(), idem::store::StoreError>(())
     /// ```
     pub fn with_synchronous(mut self, synchronous: Synchronous) -> Result<Self, StoreError> {
         // The store's one connection serves every operation and every checkpoint.
@@ -369,9 +369,9 @@ impl SqliteStore {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use idem_core::store::memory::ManualClock;
-    /// use idem_core::store::sqlite::SqliteStore;
-    /// use idem_core::Store;
+    /// use idem::store::memory::ManualClock;
+    /// use idem::store::sqlite::SqliteStore;
+    /// use idem::Store;
     ///
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// let path = std::env::temp_dir().join(format!("idem-doc-clock-{}.db", std::process::id()));
@@ -384,7 +384,7 @@ impl SqliteStore {
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     /// # }
-    /// # Ok::<(), idem_core::StoreError>(())
+    /// # Ok::<(), idem::store::StoreError>(())
     /// # }).unwrap();
     /// ```
     pub fn with_clock(
@@ -410,7 +410,7 @@ impl SqliteStore {
     /// file on a disk slow enough that reads or writes to the page cache stall.
     ///
     /// ```
-    /// use idem_core::store::sqlite::SqliteStore;
+    /// use idem::store::sqlite::SqliteStore;
     ///
     /// let path = std::env::temp_dir().join(format!("idem-doc-pool-{}.db", std::process::id()));
     /// let store = SqliteStore::open(&path)?.with_blocking_pool();
@@ -419,7 +419,7 @@ impl SqliteStore {
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     /// # }
-    /// # Ok::<(), idem_core::StoreError>(())
+    /// # Ok::<(), idem::store::StoreError>(())
     /// ```
     pub fn with_blocking_pool(mut self) -> Self {
         self.inner.pool_only = true;
@@ -429,7 +429,7 @@ impl SqliteStore {
     /// The database file.
     ///
     /// ```
-    /// use idem_core::store::sqlite::SqliteStore;
+    /// use idem::store::sqlite::SqliteStore;
     ///
     /// let path = std::env::temp_dir().join(format!("idem-doc-path-{}.db", std::process::id()));
     /// let store = SqliteStore::open(&path)?;
@@ -438,7 +438,7 @@ impl SqliteStore {
     /// # for suffix in ["", "-wal", "-shm"] {
     /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     /// # }
-    /// # Ok::<(), idem_core::StoreError>(())
+    /// # Ok::<(), idem::store::StoreError>(())
     /// ```
     pub fn path(&self) -> &Path {
         &self.inner.db.path
