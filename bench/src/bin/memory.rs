@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idem::store::{Claim, ClaimRequest};
-use idem::{MemoryStore, Store, key::Fingerprint, key::KeyMaterial, store::Outcome};
+use idem::{MemoryStore, Store, key::Fingerprint, key::KeyMaterial, record::Outcome};
 use idem_core::{LogicalKey, OrphanPolicy, canonical_json};
 
 struct Counting;
@@ -109,7 +109,7 @@ fn main() {
     let per = live as f64 / n as f64;
     println!(
         "{{\"row\":\"memory\",\"records\":{n},\"record_struct_bytes\":{},\"payload_bytes\":{payload},\"live_bytes_per_record\":{per:.1},\"overhead_bytes_per_record\":{:.1},\"rss_bytes_per_record\":{}}}",
-        std::mem::size_of::<idem::store::Record>(),
+        std::mem::size_of::<idem::record::Record>(),
         per - payload as f64,
         rss.map(|r| format!("{:.1}", r as f64 / n as f64))
             .unwrap_or_else(|| "null".into())

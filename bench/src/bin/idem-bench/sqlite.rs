@@ -237,7 +237,7 @@ fn raw(db: &str, worker: &str, window: Window, synchronous: Synchronous) -> Resu
     let mut ops = 0u64;
     while Instant::now() < end {
         let key = record_key(worker, ops);
-        let now = idem::store::Timestamp::now().as_millis() as i64;
+        let now = idem::record::Timestamp::now().as_millis() as i64;
         // Claim: read, read the fence floor (the key has no record), insert in progress,
         // evict up to two expired records.
         transact(&mut conn, |tx| {
