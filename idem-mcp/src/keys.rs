@@ -298,21 +298,10 @@ pub fn keyed_by(facts: KeyFacts) -> KeyedBy {
     }
 }
 
-/// `call` with the re-send window of `tool` from `session` (`None`: a request without one,
-/// scoped by the tenant), if the window is on: the dispatcher uses it only when the call has
-/// no other key.
-pub(super) fn with_window(
-    call: ToolCall,
-    settings: &KeySettings,
-    session: Option<&str>,
-) -> ToolCall {
-    let Some(window) = settings.window_of(&call.name) else {
-        return call;
-    };
-    let scope = match (settings.scope, session) {
-        (ResendScope::Session, Some(session)) => format!("session:{session}"),
-        _ => String::new(),
-    };
+/// `call` within a re-send window of `window`, of `session` (`None`: of the tenant, as
+/// [`keyed_by`] decides): the dispatcher uses it only when the call has no other key.
+pub(super) fn with_window(call: ToolCall, window: Duration, session: Option<&str>) -> ToolCall {
+    let scope = session.map_or_else(String::new, |session| format!("session:{session}"));
     call.with_resend_window(scope, window)
 }
 

@@ -390,13 +390,14 @@ impl ServerHandler for McpServer {
             run = run.accounted_as(account::session_run(&session));
         }
         let meta = meta_key(&context.meta)?;
+        let window = self.keys.window_of(&call.name);
         let facts = keys::KeyFacts {
             meta_key: meta.is_some(),
             model_key: model_key.is_some(),
             by_arguments: self.keyless_idempotent
                 && class == idem_core::ToolClass::IdempotentWrite
                 && run.run_id.is_none(),
-            window: self.keys.window_of(&call.name).is_some(),
+            window: window.is_some(),
             tenant_scope: self.keys.scope == keys::ResendScope::Tenant,
             may_need_approval,
         };
@@ -413,7 +414,9 @@ impl ServerHandler for McpServer {
                     true => None,
                     false => self.session_of(&context),
                 };
-                call = keys::with_window(call, &self.keys, session.as_deref());
+                if let Some(window) = window {
+                    call = keys::with_window(call, window, session.as_deref());
+                }
             }
             _ => {}
         }
