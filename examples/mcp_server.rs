@@ -5,11 +5,11 @@
 //! for an operator). Records live in SQLite.
 //!
 //! ```text
-//! cargo run --example mcp_server --features mcp               # stdio, store in the temp dir
-//! IDEM_DB=my.db cargo run --example mcp_server --features mcp
+//! cargo run -p idem-tests --example mcp_server --features mcp               # stdio, store in the temp dir
+//! IDEM_DB=my.db cargo run -p idem-tests --example mcp_server --features mcp
 //! IDEM_MCP_TOKENS="token-a=acme,token-b=globex" \
-//!     cargo run --example mcp_server --features mcp -- --http 127.0.0.1:8080
-//! cargo run --example mcp_server --features mcp -- --resend-window 0 --model-key add_note
+//!     cargo run -p idem-tests --example mcp_server --features mcp -- --http 127.0.0.1:8080
+//! cargo run -p idem-tests --example mcp_server --features mcp -- --resend-window 0 --model-key add_note
 //! ```
 //!
 //! Over HTTP (`POST /mcp`), each request acts for the tenant of its bearer token

@@ -4,7 +4,7 @@
 //! account. Then the whole run is played again from the start, as after a crash.
 //!
 //! ```sh
-//! cargo run --example rig_agent --features rig
+//! cargo run -p idem-tests --example rig_agent --features rig
 //! ```
 
 use std::sync::Arc;

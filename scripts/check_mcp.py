@@ -89,7 +89,7 @@ def server_binary():
     # `.ci/run` has just built every example with every feature (`cargo test --workspace
     # --all-features`): IDEM_CHECK_PREBUILT=1 uses that build instead of a second one.
     if not (os.environ.get("IDEM_CHECK_PREBUILT") == "1" and binary.exists()):
-        cargo = ["cargo", "build", "--quiet", "--example", "mcp_server", "--features", "mcp"]
+        cargo = ["cargo", "build", "--quiet", "-p", "idem-tests", "--example", "mcp_server", "--features", "mcp"]
         subprocess.run(cargo, cwd=ROOT, check=True)
     return str(binary)
 

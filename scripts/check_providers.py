@@ -8,7 +8,7 @@ under `target/`, then:
    response model: `openai` `ChatCompletion` and `Response`, `anthropic` `Message`,
    `google-genai` `GenerateContentResponse`;
 2. validates every result message idem produced for them (`tests/golden/agent/<shape>/`,
-   written and checked by `cargo test --features agent --test agent agent_loop`) with the SDK's
+   written and checked by `cargo test -p idem-tests --features agent --test agent agent_loop`) with the SDK's
    request types: `ChatCompletionToolMessageParam`, the Responses `function_call_output`
    input item, `anthropic` `MessageParam`, `google-genai` `Content`; and checks that they
    answer the calls the SDK read in the response, in order, by id (and by name for Gemini);
@@ -196,7 +196,7 @@ def main():
                 continue
             golden = ANSWERS / shape / path.name
             if not golden.exists():
-                expect(False, f"{label}: idem's answer", f"{golden.relative_to(ROOT)} is missing: run cargo test --features agent --test agent agent_loop")
+                expect(False, f"{label}: idem's answer", f"{golden.relative_to(ROOT)} is missing: run cargo test -p idem-tests --features agent --test agent agent_loop")
                 continue
             messages = json.loads(golden.read_text())["messages"]
             try:

@@ -7,7 +7,7 @@ checked) into a virtual environment under `target/`, then:
 1. runs `Draft202012Validator.check_schema` on every canonical schema and every exported
    document that is JSON Schema (all provider forms but Gemini's OpenAPI `parameters`);
 2. validates every fixture's instances (`tests/golden/instances/*.json`, written by
-   `cargo test --test schema schemas`) against the canonical schema, with formats asserted, and
+   `cargo test -p idem-tests --test schema schemas`) against the canonical schema, with formats asserted, and
    checks that the verdict agrees with idem's own.
 
 Usage: python3 scripts/check_schemas.py   (from anywhere; exits non-zero on any problem)
@@ -101,7 +101,7 @@ def main():
     agreed = 0
     instance_files = sorted((GOLDEN / "instances").glob("*.json"))
     if not instance_files:
-        problems.append("no instances: run `cargo test --test schema schemas` first")
+        problems.append("no instances: run `cargo test -p idem-tests --test schema schemas` first")
     for path in instance_files:
         cases = json.loads(path.read_text())
         schema = json.loads((GOLDEN / "canonical" / path.name).read_text())

@@ -187,6 +187,9 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The guide's examples need the test suites' dependencies (a rig agent, OpenTelemetry, ...):
+// package `idem-tests` compiles them as its doc tests.
+#[cfg(not(doctest))]
 pub mod guide;
 
 // README.md's examples run as doctests, so the one-page pitch cannot drift from the API.

@@ -6,7 +6,7 @@
 //! in the process, the worker killed after the payment): two payments, or the control proves
 //! nothing.
 //!
-//! `cargo test --features testing,rig,mcp-proxy --test doors -- --nocapture --test-threads=1`
+//! `cargo test -p idem-tests --features testing,rig,mcp-proxy --test doors -- --nocapture --test-threads=1`
 //! prints the table that docs/guide/proof.md publishes.
 
 #[path = "doors/mcp.rs"]

@@ -1,7 +1,7 @@
 //! The agent loop (feature `agent`): a provider's response in, its tool calls dispatched, the
 //! provider's result messages out. Every fixture response under `tests/fixtures/providers/`
 //! is answered and compared with `tests/golden/agent/<shape>/<fixture>.json` (regenerate with
-//! `IDEM_BLESS=1 cargo test --features agent --test agent_loop` and read the diff), which
+//! `IDEM_BLESS=1 cargo test -p idem-tests --features agent --test agent agent_loop` and read the diff), which
 //! `scripts/check_providers.py` validates with the providers' own SDK types. Then: the
 //! calls' order under concurrency, a batch interrupted (an outage, a dropped future) and
 //! answered again, numbered call ids across steps, each error the model is shown, the host's
@@ -137,8 +137,9 @@ fn run(step: u64) -> RunContext {
     RunContext::new("tenant-42").with_run("run-7", step)
 }
 
+/// The repository's root (this suite's package is `tests/`).
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
 fn fixture(relative: &str) -> Value {

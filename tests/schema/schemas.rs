@@ -5,7 +5,7 @@
 //! rules; the portability reports are compared with `tests/golden/<provider>/REPORTS.txt`;
 //! valid and invalid arguments go through the dispatcher and their verdicts are compared with
 //! `tests/golden/instances/<fixture>.json`, which `scripts/check_schemas.py` replays with an
-//! independent validator. Regenerate with `IDEM_BLESS=1 cargo test --test schemas` and read
+//! independent validator. Regenerate with `IDEM_BLESS=1 cargo test -p idem-tests --test schema schemas` and read
 //! the diff before committing.
 
 use crate::support;
@@ -514,7 +514,7 @@ fn fixtures() -> Vec<Fixture> {
 // Golden files.
 
 fn golden_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden")
 }
 
 fn blessing() -> bool {

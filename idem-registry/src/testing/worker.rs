@@ -76,7 +76,7 @@ impl Layer for StorePoints {
         next: impl FnOnce() -> StoreFuture<'a, T>,
     ) -> StoreFuture<'a, T> {
         let (before, after) = match operation {
-            Operation::Claim(request) => (
+            Operation::Claim { request } => (
                 Some(format!("before the claim of `{}`", request.tool)),
                 Some(format!("after the claim of `{}`", request.tool)),
             ),

@@ -1,13 +1,16 @@
-//! The seam itself: a [`Layer`] runs code around each operation of a store, and
-//! [`Layered`] is a store with a layer around it (the operations it sees are in
-//! `operation.rs`).
+//! The seam itself: a [`Layer`] runs code around each operation of a store, [`Layered`] is a
+//! store with a layer around it, and [`Operation`] is what a layer sees of each operation.
+//!
+//! Every operation of the [`Store`] trait is listed once, in `store_operations!` below: the
+//! inputs a layer sees (its [`Operation`] variant) and the method's signature. The variant,
+//! its name and key, and [`Layered`]'s forwarding method are generated from that entry, so a
+//! new operation is written in the `Store` trait, this list, and each store's own code.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::operation::Operation;
 use crate::key::RecordKey;
 use crate::record::{Fence, Outcome, Record, Timestamp};
 use crate::store::approvals::{ApprovalFilter, PendingApproval};
@@ -110,324 +113,299 @@ impl<S, L> Layered<S, L> {
     }
 }
 
-// Written out rather than with `#[async_trait]`, whose `async fn` would box a second future
-// around the inner store's: each method hands the layer the inner call unstarted, and returns
-// what the layer returns. The signatures are the ones `#[async_trait]` gives the trait.
-impl<S: Store, L: Layer> Store for Layered<S, L> {
-    fn claim<'s, 'r, 'f>(&'s self, request: &'r ClaimRequest) -> StoreFuture<'f, Claim>
-    where
-        's: 'f,
-        'r: 'f,
-        Self: 'f,
-    {
-        let op = Operation::Claim(request);
-        self.layer.around(&op, || self.inner.claim(request))
-    }
-
-    fn complete<'s, 'k, 'o, 'f>(
-        &'s self,
-        key: &'k RecordKey,
-        fence: Fence,
-        outcome: &'o Outcome,
-        ttl: Duration,
-    ) -> StoreFuture<'f, ()>
-    where
-        's: 'f,
-        'k: 'f,
-        'o: 'f,
-        Self: 'f,
-    {
-        let op = Operation::Complete {
-            key,
-            fence,
-            outcome,
-            ttl,
-        };
-        let next = || self.inner.complete(key, fence, outcome, ttl);
-        self.layer.around(&op, next)
-    }
-
-    fn release<'s, 'k, 'f>(&'s self, key: &'k RecordKey, fence: Fence) -> StoreFuture<'f, bool>
-    where
-        's: 'f,
-        'k: 'f,
-        Self: 'f,
-    {
-        let op = Operation::Release { key, fence };
-        self.layer.around(&op, || self.inner.release(key, fence))
-    }
-
-    fn renew<'s, 'k, 'f>(
-        &'s self,
-        key: &'k RecordKey,
-        fence: Fence,
-        lease: Duration,
-    ) -> StoreFuture<'f, Timestamp>
-    where
-        's: 'f,
-        'k: 'f,
-        Self: 'f,
-    {
-        let op = Operation::Renew { key, fence, lease };
-        self.layer
-            .around(&op, || self.inner.renew(key, fence, lease))
-    }
-
-    fn journal<'s, 'k, 'n, 'v, 'f>(
-        &'s self,
-        key: &'k RecordKey,
-        fence: Fence,
-        step: &'n str,
-        value: &'v str,
-    ) -> StoreFuture<'f, ()>
-    where
-        's: 'f,
-        'k: 'f,
-        'n: 'f,
-        'v: 'f,
-        Self: 'f,
-    {
-        let op = Operation::Journal {
-            key,
-            fence,
-            step,
-            value,
-        };
-        let next = || self.inner.journal(key, fence, step, value);
-        self.layer.around(&op, next)
-    }
-
-    fn mark_unknown<'s, 'k, 'e, 'f>(
-        &'s self,
-        key: &'k RecordKey,
-        fence: Fence,
-        error: &'e str,
-    ) -> StoreFuture<'f, ()>
-    where
-        's: 'f,
-        'k: 'f,
-        'e: 'f,
-        Self: 'f,
-    {
-        let op = Operation::MarkUnknown { key, fence, error };
-        let next = || self.inner.mark_unknown(key, fence, error);
-        self.layer.around(&op, next)
-    }
-
-    fn get<'s, 'k, 'f>(&'s self, key: &'k RecordKey) -> StoreFuture<'f, Option<Record>>
-    where
-        's: 'f,
-        'k: 'f,
-        Self: 'f,
-    {
-        let op = Operation::Get { key };
-        self.layer.around(&op, || self.inner.get(key))
-    }
-
-    fn list<'s, 'f>(&'s self, filter: ListFilter) -> StoreFuture<'f, Vec<Record>>
-    where
-        's: 'f,
-        Self: 'f,
-    {
-        // The inner call takes the filter; the layer sees a copy (an operator's call, rare).
-        let seen = filter.clone();
-        let op = Operation::List(&seen);
-        self.layer.around(&op, || self.inner.list(filter))
-    }
-
-    fn resolve<'s, 'k, 'o, 'f>(
-        &'s self,
-        key: &'k RecordKey,
-        outcome: &'o Outcome,
-        ttl: Duration,
-    ) -> StoreFuture<'f, Record>
-    where
-        's: 'f,
-        'k: 'f,
-        'o: 'f,
-        Self: 'f,
-    {
-        let op = Operation::Resolve { key, outcome, ttl };
-        self.layer
-            .around(&op, || self.inner.resolve(key, outcome, ttl))
-    }
-
-    fn settle_unknown<'s, 'k, 'o, 'f>(
-        &'s self,
-        key: &'k RecordKey,
-        fence: Fence,
-        outcome: Option<&'o Outcome>,
-        ttl: Duration,
-    ) -> StoreFuture<'f, bool>
-    where
-        's: 'f,
-        'k: 'f,
-        'o: 'f,
-        Self: 'f,
-    {
-        let op = Operation::SettleUnknown {
-            key,
-            fence,
-            outcome,
-            ttl,
-        };
-        let next = || self.inner.settle_unknown(key, fence, outcome, ttl);
-        self.layer.around(&op, next)
-    }
-
-    fn force_release<'s, 'k, 'f>(&'s self, key: &'k RecordKey) -> StoreFuture<'f, bool>
-    where
-        's: 'f,
-        'k: 'f,
-        Self: 'f,
-    {
-        let op = Operation::ForceRelease { key };
-        self.layer.around(&op, || self.inner.force_release(key))
-    }
-
-    fn purge_expired<'s, 'p, 'f>(&'s self, filter: &'p PurgeFilter) -> StoreFuture<'f, usize>
-    where
-        's: 'f,
-        'p: 'f,
-        Self: 'f,
-    {
-        let op = Operation::PurgeExpired(filter);
-        self.layer.around(&op, || self.inner.purge_expired(filter))
-    }
-
-    fn now<'s, 'f>(&'s self) -> StoreFuture<'f, Timestamp>
-    where
-        's: 'f,
-        Self: 'f,
-    {
-        self.layer.around(&Operation::Now, || self.inner.now())
-    }
-
-    fn approval_text<'s, 'k, 'f>(&'s self, key: &'k RecordKey) -> StoreFuture<'f, Option<String>>
-    where
-        's: 'f,
-        'k: 'f,
-        Self: 'f,
-    {
-        let op = Operation::ApprovalText { key };
-        self.layer.around(&op, || self.inner.approval_text(key))
-    }
-
-    fn swap_approval<'s, 'k, 'x, 'e, 't, 'f>(
-        &'s self,
-        key: &'k RecordKey,
-        expected: Option<&'x str>,
-        entry: &'e PendingApproval,
-        text: &'t str,
-    ) -> StoreFuture<'f, bool>
-    where
-        's: 'f,
-        'k: 'f,
-        'x: 'f,
-        'e: 'f,
-        't: 'f,
-        Self: 'f,
-    {
-        let op = Operation::SwapApproval { key, entry };
-        let next = || self.inner.swap_approval(key, expected, entry, text);
-        self.layer.around(&op, next)
-    }
-
-    fn remove_approval<'s, 'k, 'x, 'f>(
-        &'s self,
-        key: &'k RecordKey,
-        expected: &'x str,
-    ) -> StoreFuture<'f, bool>
-    where
-        's: 'f,
-        'k: 'f,
-        'x: 'f,
-        Self: 'f,
-    {
-        let op = Operation::RemoveApproval { key };
-        self.layer
-            .around(&op, || self.inner.remove_approval(key, expected))
-    }
-
-    fn approval_texts<'s, 'a, 'f>(
-        &'s self,
-        filter: &'a ApprovalFilter,
-    ) -> StoreFuture<'f, Vec<(RecordKey, String)>>
-    where
-        's: 'f,
-        'a: 'f,
-        Self: 'f,
-    {
-        let op = Operation::ApprovalTexts(filter);
-        self.layer.around(&op, || self.inner.approval_texts(filter))
-    }
-
-    fn append_run_entry<'s, 'a, 'b, 'c, 'f>(
-        &'s self,
-        tenant: &'a str,
-        run_id: &'b str,
-        text: &'c str,
-        ttl: Duration,
-    ) -> StoreFuture<'f, ()>
-    where
-        's: 'f,
-        'a: 'f,
-        'b: 'f,
-        'c: 'f,
-        Self: 'f,
-    {
-        let op = Operation::AppendRunEntry {
-            tenant,
-            run_id,
-            text,
-            ttl,
-        };
-        let next = || self.inner.append_run_entry(tenant, run_id, text, ttl);
-        self.layer.around(&op, next)
-    }
-
-    fn run_entries<'s, 'a, 'b, 'f>(
-        &'s self,
-        tenant: &'a str,
-        run_id: &'b str,
-    ) -> StoreFuture<'f, Vec<String>>
-    where
-        's: 'f,
-        'a: 'f,
-        'b: 'f,
-        Self: 'f,
-    {
-        let op = Operation::RunEntries { tenant, run_id };
-        self.layer
-            .around(&op, || self.inner.run_entries(tenant, run_id))
-    }
-
-    fn budget_text<'s, 'a, 'f>(&'s self, scope: &'a str) -> StoreFuture<'f, Option<String>>
-    where
-        's: 'f,
-        'a: 'f,
-        Self: 'f,
-    {
-        let op = Operation::BudgetText { scope };
-        self.layer.around(&op, || self.inner.budget_text(scope))
-    }
-
-    fn swap_budget<'s, 'a, 'x, 't, 'f>(
-        &'s self,
-        scope: &'a str,
-        expected: Option<&'x str>,
-        text: &'t str,
-        ttl: Duration,
-    ) -> StoreFuture<'f, bool>
-    where
-        's: 'f,
-        'a: 'f,
-        'x: 'f,
-        't: 'f,
-        Self: 'f,
-    {
-        let op = Operation::SwapBudget { scope, text, ttl };
-        let next = || self.inner.swap_budget(scope, expected, text, ttl);
-        self.layer.around(&op, next)
-    }
+/// Every operation of a store, each once: `$then! { entries }`.
+///
+/// An entry is the variant a layer sees, with the fields it is shown (a field whose value is
+/// not the argument of the same name says how it is made: `= expr`), then `=` the [`Store`]
+/// method with one lifetime per borrowed argument, in order (the ones `#[async_trait]` gives
+/// the trait), its output, and the field that names the operation's key, if it has one.
+macro_rules! store_operations {
+    ($then:ident) => {
+        $then! {
+            /// [`Store::claim`].
+            Claim {
+                /// What is claimed: the key, the holder, the lease.
+                request: &'a ClaimRequest,
+            } = claim<'r>(request: &'r ClaimRequest) -> Claim, key: request.key;
+            /// [`Store::complete`].
+            Complete {
+                /// The key.
+                key: &'a RecordKey,
+                /// The holder's fence.
+                fence: Fence,
+                /// The outcome to record.
+                outcome: &'a Outcome,
+                /// How long the record is kept.
+                ttl: Duration,
+            } = complete<'k, 'o>(
+                key: &'k RecordKey,
+                fence: Fence,
+                outcome: &'o Outcome,
+                ttl: Duration,
+            ) -> (), key: key;
+            /// [`Store::release`].
+            Release {
+                /// The key.
+                key: &'a RecordKey,
+                /// The holder's fence.
+                fence: Fence,
+            } = release<'k>(key: &'k RecordKey, fence: Fence) -> bool, key: key;
+            /// [`Store::renew`].
+            Renew {
+                /// The key.
+                key: &'a RecordKey,
+                /// The holder's fence.
+                fence: Fence,
+                /// The new lease.
+                lease: Duration,
+            } = renew<'k>(key: &'k RecordKey, fence: Fence, lease: Duration) -> Timestamp, key: key;
+            /// [`Store::journal`].
+            Journal {
+                /// The key.
+                key: &'a RecordKey,
+                /// The holder's fence.
+                fence: Fence,
+                /// The step's name.
+                step: &'a str,
+                /// The step's result.
+                value: &'a str,
+            } = journal<'k, 'n, 'v>(
+                key: &'k RecordKey,
+                fence: Fence,
+                step: &'n str,
+                value: &'v str,
+            ) -> (), key: key;
+            /// [`Store::mark_unknown`].
+            MarkUnknown {
+                /// The key.
+                key: &'a RecordKey,
+                /// The holder's fence.
+                fence: Fence,
+                /// Why the outcome is unknown.
+                error: &'a str,
+            } = mark_unknown<'k, 'e>(
+                key: &'k RecordKey,
+                fence: Fence,
+                error: &'e str,
+            ) -> (), key: key;
+            /// [`Store::get`].
+            Get {
+                /// The key.
+                key: &'a RecordKey,
+            } = get<'k>(key: &'k RecordKey) -> Option<Record>, key: key;
+            /// [`Store::list`].
+            List {
+                /// The filter (a copy: the store takes the argument).
+                filter: &'a ListFilter = &filter.clone(),
+            } = list<>(filter: ListFilter) -> Vec<Record>;
+            /// [`Store::resolve`].
+            Resolve {
+                /// The key.
+                key: &'a RecordKey,
+                /// The outcome to settle with.
+                outcome: &'a Outcome,
+                /// How long the record is kept.
+                ttl: Duration,
+            } = resolve<'k, 'o>(
+                key: &'k RecordKey,
+                outcome: &'o Outcome,
+                ttl: Duration,
+            ) -> Record, key: key;
+            /// [`Store::settle_unknown`].
+            SettleUnknown {
+                /// The key.
+                key: &'a RecordKey,
+                /// The fence the record must still be Unknown at.
+                fence: Fence,
+                /// The outcome (the effect happened), or none (it did not).
+                outcome: Option<&'a Outcome>,
+                /// How long the record is kept.
+                ttl: Duration,
+            } = settle_unknown<'k, 'o>(
+                key: &'k RecordKey,
+                fence: Fence,
+                outcome: Option<&'o Outcome>,
+                ttl: Duration,
+            ) -> bool, key: key;
+            /// [`Store::force_release`].
+            ForceRelease {
+                /// The key.
+                key: &'a RecordKey,
+            } = force_release<'k>(key: &'k RecordKey) -> bool, key: key;
+            /// [`Store::purge_expired`].
+            PurgeExpired {
+                /// Which records may go.
+                filter: &'a PurgeFilter,
+            } = purge_expired<'p>(filter: &'p PurgeFilter) -> usize;
+            /// [`Store::now`].
+            Now {} = now<>() -> Timestamp;
+            /// [`Store::approval_text`].
+            ApprovalText {
+                /// The key.
+                key: &'a RecordKey,
+            } = approval_text<'k>(key: &'k RecordKey) -> Option<String>, key: key;
+            /// [`Store::swap_approval`].
+            SwapApproval {
+                /// The key.
+                key: &'a RecordKey,
+                /// The entry to put.
+                entry: &'a PendingApproval,
+            } = swap_approval<'k, 'x, 'e, 't>(
+                key: &'k RecordKey,
+                expected: Option<&'x str>,
+                entry: &'e PendingApproval,
+                text: &'t str,
+            ) -> bool, key: key;
+            /// [`Store::remove_approval`].
+            RemoveApproval {
+                /// The key.
+                key: &'a RecordKey,
+            } = remove_approval<'k, 'x>(key: &'k RecordKey, expected: &'x str) -> bool, key: key;
+            /// [`Store::approval_texts`].
+            ApprovalTexts {
+                /// Which approvals are listed.
+                filter: &'a ApprovalFilter,
+            } = approval_texts<'p>(filter: &'p ApprovalFilter) -> Vec<(RecordKey, String)>;
+            /// [`Store::append_run_entry`].
+            AppendRunEntry {
+                /// The tenant.
+                tenant: &'a str,
+                /// The run.
+                run_id: &'a str,
+                /// The entry.
+                text: &'a str,
+                /// How long it is kept.
+                ttl: Duration,
+            } = append_run_entry<'t, 'r, 'x>(
+                tenant: &'t str,
+                run_id: &'r str,
+                text: &'x str,
+                ttl: Duration,
+            ) -> ();
+            /// [`Store::run_entries`].
+            RunEntries {
+                /// The tenant.
+                tenant: &'a str,
+                /// The run.
+                run_id: &'a str,
+            } = run_entries<'t, 'r>(tenant: &'t str, run_id: &'r str) -> Vec<String>;
+            // A scope may be an argument's value: not a key a trace may show, even hashed.
+            /// [`Store::budget_text`].
+            BudgetText {
+                /// The budget's scope.
+                scope: &'a str,
+            } = budget_text<'c>(scope: &'c str) -> Option<String>;
+            /// [`Store::swap_budget`].
+            SwapBudget {
+                /// The budget's scope.
+                scope: &'a str,
+                /// The text to put.
+                text: &'a str,
+                /// How long it is kept.
+                ttl: Duration,
+            } = swap_budget<'c, 'x, 't>(
+                scope: &'c str,
+                expected: Option<&'x str>,
+                text: &'t str,
+                ttl: Duration,
+            ) -> bool;
+        }
+    };
 }
+
+/// The variants, their names and keys, and [`Layered`]'s methods, from the list.
+///
+/// `Layered`'s methods are written out rather than with `#[async_trait]`, whose `async fn`
+/// would box a second future around the inner store's: each hands the layer the inner call
+/// unstarted, and returns what the layer returns. Their signatures are the ones
+/// `#[async_trait]` gives the trait.
+macro_rules! operations {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident {
+            $( $(#[$field_doc:meta])* $field:ident : $field_ty:ty $(= $shown:expr)? ),* $(,)?
+        }
+            = $method:ident < $($lt:lifetime),* > ( $( $arg:ident : $arg_ty:ty ),* $(,)? ) -> $out:ty
+            $(, key: $key:ident $(. $key_path:ident)* )? ;
+    )*) => {
+        /// One operation asked of a store, with its inputs, as a [`Layer`] sees it.
+        #[derive(Debug, Clone, Copy)]
+        #[non_exhaustive]
+        pub enum Operation<'a> {
+            $(
+                $(#[$doc])*
+                $variant { $( $(#[$field_doc])* $field: $field_ty ),* },
+            )*
+        }
+
+        impl Operation<'_> {
+            /// The operation's name: the [`Store`] method's.
+            ///
+            /// ```
+            /// use idem::store::layer::Operation;
+            /// assert_eq!(Operation::Now {}.name(), "now");
+            /// ```
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $( Operation::$variant { .. } => stringify!($method), )*
+                }
+            }
+
+            /// The key the operation is about, if it is about one.
+            ///
+            /// ```
+            /// use idem::key::RecordKey;
+            /// use idem::store::layer::Operation;
+            ///
+            /// let key = RecordKey::from_stored("k");
+            /// assert_eq!(Operation::Get { key: &key }.key(), Some(&key));
+            /// assert_eq!(Operation::Now {}.key(), None);
+            /// ```
+            #[allow(unused_variables)]
+            pub fn key(&self) -> Option<&RecordKey> {
+                match *self {
+                    $(
+                        Operation::$variant { $($field,)* } =>
+                            operation_key!($($key $(. $key_path)*)?),
+                    )*
+                }
+            }
+        }
+
+        impl<S: Store, L: Layer> Store for Layered<S, L> {
+            $(
+                fn $method<'s, $($lt,)* 'f>(&'s self, $($arg: $arg_ty),*) -> StoreFuture<'f, $out>
+                where
+                    's: 'f,
+                    $($lt: 'f,)*
+                    Self: 'f,
+                {
+                    let op = Operation::$variant { $($field: shown!($field $(= $shown)?)),* };
+                    self.layer.around(&op, || self.inner.$method($($arg),*))
+                }
+            )*
+        }
+    };
+}
+
+/// `Some` of the field that names the key, or `None`.
+macro_rules! operation_key {
+    () => {
+        None
+    };
+    ($key:ident $(. $path:ident)*) => {
+        Some(&(*$key)$(.$path)*)
+    };
+}
+
+/// The value a layer is shown for a field: the argument of its name, or what the entry says.
+macro_rules! shown {
+    ($field:ident) => {
+        $field
+    };
+    ($field:ident = $shown:expr) => {
+        $shown
+    };
+}
+
+store_operations!(operations);

@@ -25,8 +25,8 @@
 //!
 //! [`MemoryStore`]: crate::store::memory::MemoryStore
 
+use super::layered::Operation;
 use super::layered::{Layer, Layered, StoreFuture};
-use super::operation::Operation;
 use crate::record::Outcome;
 use crate::store::machine::{check_settled, check_size};
 use crate::store::{DEFAULT_MAX_OUTCOME_BYTES, StoreError};
@@ -145,7 +145,7 @@ impl Limits {
                     limit: self.max_outcome_bytes,
                 })
             }
-            Operation::Claim(request) => match (self.max_argument_bytes, &request.arguments) {
+            Operation::Claim { request } => match (self.max_argument_bytes, &request.arguments) {
                 (Some(limit), Some(arguments)) if arguments.len() > limit => {
                     Err(StoreError::TooLarge {
                         bytes: arguments.len(),

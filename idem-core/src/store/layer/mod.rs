@@ -34,7 +34,7 @@
 //!     ) -> StoreFuture<'a, T> {
 //!         let read = matches!(
 //!             operation,
-//!             Operation::Get { .. } | Operation::List(_) | Operation::Now
+//!             Operation::Get { .. } | Operation::List { .. } | Operation::Now { .. }
 //!         );
 //!         if self.0.load(Ordering::Relaxed) && !read {
 //!             let refused = StoreError::Unavailable("the store is in maintenance".into());
@@ -63,10 +63,8 @@
 
 mod layered;
 pub mod limits;
-mod operation;
 pub mod trace;
 
-pub use layered::{Layer, Layered, StoreFuture};
+pub use layered::{Layer, Layered, Operation, StoreFuture};
 pub use limits::{Limited, Limits};
-pub use operation::Operation;
 pub use trace::{Trace, Traced};

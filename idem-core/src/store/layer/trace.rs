@@ -12,8 +12,8 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
+use super::layered::Operation;
 use super::layered::{Layer, Layered, StoreFuture};
-use super::operation::Operation;
 use crate::canonical::hex;
 use crate::key::RecordKey;
 
