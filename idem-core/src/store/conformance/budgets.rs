@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::fixtures::{LONG, PAST_SHORT, SHORT, fresh_tenant};
+use super::fixtures::{LONG, fresh_tenant};
 use super::subject::Subject;
 use crate::store::{MAX_BUDGET_SCOPE_BYTES, Store};
 
@@ -76,9 +76,10 @@ pub(super) async fn budgets_expire_on_the_store_clock(s: Subject) {
         fresh_tenant("budget-renewed"),
         fresh_tenant("budget-kept"),
     );
+    let lease = s.short();
     let short = |scope| async move {
         store
-            .swap_budget(scope, None, "1", SHORT)
+            .swap_budget(scope, None, "1", lease)
             .await
             .expect("swap budget")
     };
@@ -88,7 +89,7 @@ pub(super) async fn budgets_expire_on_the_store_clock(s: Subject) {
     // A swap puts its text for its own TTL from now: it does not expire with the one it
     // replaced.
     assert!(swap(store, &renewed, Some("1"), "2").await);
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     assert_eq!(
         text(store, &gone).await,
         None,

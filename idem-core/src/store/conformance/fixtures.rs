@@ -89,8 +89,6 @@ pub(super) fn contract(class: ToolClass) -> Contract {
 }
 
 pub(super) const LONG: Duration = Duration::from_secs(60);
-pub(super) const SHORT: Duration = Duration::from_millis(300);
-pub(super) const PAST_SHORT: Duration = Duration::from_millis(700);
 pub(super) const TTL: Duration = Duration::from_secs(3600);
 
 pub(super) async fn acquire(s: &Subject, req: &ClaimRequest) -> u64 {

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::fixtures::{
-    LONG, PAST_SHORT, SHORT, TTL, acquire, contract, fresh_key, request, state_of,
-};
+use super::fixtures::{LONG, TTL, acquire, contract, fresh_key, request, state_of};
 use super::subject::Subject;
 use crate::canonical::Fingerprint;
 use crate::class::{OrphanPolicy, ToolClass};
@@ -45,7 +43,7 @@ pub(super) async fn claim_race_has_one_winner(s: Subject) {
 
 pub(super) async fn takeover_increments_fence(s: Subject) {
     let key = fresh_key("takeover");
-    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let req = request(&key, s.short(), OrphanPolicy::TakeOver);
     let first = acquire(&s, &req).await;
     assert!(
         matches!(
@@ -54,7 +52,7 @@ pub(super) async fn takeover_increments_fence(s: Subject) {
         ),
         "a live lease is not taken over"
     );
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     match s.store.claim(&req).await.expect("claim") {
         Claim::Acquired {
             fence, takeover, ..
@@ -68,9 +66,9 @@ pub(super) async fn takeover_increments_fence(s: Subject) {
 
 pub(super) async fn orphan_becomes_unknown(s: Subject) {
     let key = fresh_key("orphan");
-    let req = request(&key, SHORT, OrphanPolicy::MarkUnknown);
+    let req = request(&key, s.short(), OrphanPolicy::MarkUnknown);
     let fence = acquire(&s, &req).await;
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     match s.store.claim(&req).await.expect("claim") {
         Claim::Existing(r) => match &r.state {
             RecordState::Unknown { last_error, .. } => {
@@ -108,9 +106,9 @@ pub(super) async fn orphan_becomes_unknown(s: Subject) {
 
 pub(super) async fn stale_complete_is_refused(s: Subject) {
     let key = fresh_key("stale-complete");
-    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let req = request(&key, s.short(), OrphanPolicy::TakeOver);
     let old = acquire(&s, &req).await;
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     let new = acquire(&s, &req).await;
     let stale = s
         .store
@@ -149,9 +147,9 @@ pub(super) async fn stale_complete_is_refused(s: Subject) {
 
 pub(super) async fn stale_release_changes_nothing(s: Subject) {
     let key = fresh_key("stale-release");
-    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let req = request(&key, s.short(), OrphanPolicy::TakeOver);
     let old = acquire(&s, &req).await;
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     let new = acquire(&s, &req).await;
     assert!(
         !s.store.release(&key, old).await.expect("release"),
@@ -177,7 +175,7 @@ pub(super) async fn stale_release_changes_nothing(s: Subject) {
 
 pub(super) async fn expired_lease_cannot_be_renewed(s: Subject) {
     let key = fresh_key("renew");
-    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let req = request(&key, s.short(), OrphanPolicy::TakeOver);
     let fence = acquire(&s, &req).await;
     let until = s
         .store
@@ -190,10 +188,10 @@ pub(super) async fn expired_lease_cannot_be_renewed(s: Subject) {
         "renewal extends the lease"
     );
     s.store
-        .renew(&key, fence, SHORT)
+        .renew(&key, fence, s.short())
         .await
         .expect("renew short");
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     let late = s.store.renew(&key, fence, LONG).await;
     assert!(
         matches!(late, Err(StoreError::Fenced { .. })),
@@ -208,7 +206,7 @@ pub(super) async fn expired_lease_cannot_be_renewed(s: Subject) {
 
 pub(super) async fn journal_survives_takeover(s: Subject) {
     let key = fresh_key("journal");
-    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let req = request(&key, s.short(), OrphanPolicy::TakeOver);
     let old = acquire(&s, &req).await;
     s.store
         .journal(&key, old, "reserve", r#"{"id":7}"#)
@@ -218,7 +216,7 @@ pub(super) async fn journal_survives_takeover(s: Subject) {
         .journal(&key, old, "charge", "true")
         .await
         .expect("journal");
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     match s.store.claim(&req).await.expect("claim") {
         Claim::Acquired { steps, fence, .. } => {
             let names: Vec<_> = steps
@@ -248,9 +246,9 @@ pub(super) async fn journal_survives_takeover(s: Subject) {
 
 pub(super) async fn orphan_with_other_arguments_is_not_taken_over(s: Subject) {
     let key = fresh_key("orphan-other-args");
-    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let req = request(&key, s.short(), OrphanPolicy::TakeOver);
     acquire(&s, &req).await;
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     let mut other = req.clone();
     other.fingerprint = Fingerprint::of(&json!({"to": "someone-else@example.com"}));
     match s.store.claim(&other).await.expect("claim") {
@@ -280,7 +278,7 @@ pub(super) async fn a_live_claim_is_never_taken_for_an_orphan(s: Subject) {
         held.push((req, fence, before));
     }
     // Time passes, more than the second caller's lease, less than the holder's.
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     for (req, fence, before) in &held {
         let orphans = req.orphans;
         let mut impatient = req.clone();
@@ -368,7 +366,7 @@ pub(super) async fn fence_moves_on_within_one_millisecond(s: Subject) {
 /// made under another one; a new call under an expired key gets the new call's.
 pub(super) async fn a_record_keeps_the_contract_it_was_made_under(s: Subject) {
     let key = fresh_key("contract-kept");
-    let req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let req = request(&key, s.short(), OrphanPolicy::TakeOver);
     acquire(&s, &req).await;
     let made = req.contract.clone();
     let stored = s.store.get(&key).await.expect("get").expect("a record");
@@ -376,7 +374,7 @@ pub(super) async fn a_record_keeps_the_contract_it_was_made_under(s: Subject) {
         stored.contract, made,
         "the record keeps the claim's contract"
     );
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     let deployed = with_contract(&req, {
         let mut c = contract(ToolClass::IdempotentWrite);
         c.version = "8".into();
@@ -399,12 +397,12 @@ pub(super) async fn a_record_keeps_the_contract_it_was_made_under(s: Subject) {
 pub(super) async fn an_orphan_made_under_a_stricter_class_is_not_taken_over(s: Subject) {
     for made_as in [ToolClass::NonIdempotentWrite, ToolClass::Irreversible] {
         let key = fresh_key("contract-stricter");
-        let mut req = request(&key, SHORT, OrphanPolicy::MarkUnknown);
+        let mut req = request(&key, s.short(), OrphanPolicy::MarkUnknown);
         req.contract = Some(Arc::new(contract(made_as)));
         acquire(&s, &req).await;
-        s.pass(PAST_SHORT).await;
+        s.pass(s.past_short()).await;
         let relaxed = with_contract(
-            &request(&key, SHORT, OrphanPolicy::TakeOver),
+            &request(&key, s.short(), OrphanPolicy::TakeOver),
             contract(ToolClass::IdempotentWrite),
         );
         match s.store.claim(&relaxed).await.expect("claim") {
@@ -418,10 +416,10 @@ pub(super) async fn an_orphan_made_under_a_stricter_class_is_not_taken_over(s: S
         }
     }
     let key = fresh_key("contract-none");
-    let mut req = request(&key, SHORT, OrphanPolicy::TakeOver);
+    let mut req = request(&key, s.short(), OrphanPolicy::TakeOver);
     req.contract = None;
     acquire(&s, &req).await;
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     match s.store.claim(&req).await.expect("claim") {
         Claim::Acquired { takeover, .. } => assert!(takeover),
         other => panic!("a record without a contract follows the claim's policy: {other:?}"),
@@ -447,13 +445,13 @@ pub(super) async fn an_orphan_of_a_tool_that_compensates_is_taken_over(s: Subjec
             compensates,
             ..contract(ToolClass::NonIdempotentWrite)
         };
-        let req = with_contract(&request(&key, SHORT, OrphanPolicy::TakeOver), made);
+        let req = with_contract(&request(&key, s.short(), OrphanPolicy::TakeOver), made);
         let fence = acquire(&s, &req).await;
         s.store
             .journal(&key, fence, "flight", "\"f-1\"")
             .await
             .expect("journal");
-        s.pass(PAST_SHORT).await;
+        s.pass(s.past_short()).await;
         match (compensates, s.store.claim(&req).await.expect("claim")) {
             (
                 true,

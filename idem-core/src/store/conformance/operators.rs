@@ -6,8 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::fixtures::{
-    LONG, PAST_SHORT, SHORT, TTL, acquire, fresh_key, fresh_tenant, purged, request, state_of,
-    tenant_request,
+    LONG, TTL, acquire, fresh_key, fresh_tenant, purged, request, state_of, tenant_request,
 };
 use super::subject::Subject;
 use crate::class::OrphanPolicy;
@@ -201,7 +200,7 @@ pub(super) async fn purge_is_bounded(s: Subject) {
         let key = fresh_key(&format!("purge-{i}"));
         let fence = acquire(&s, &request(&key, LONG, OrphanPolicy::TakeOver)).await;
         s.store
-            .complete(&key, fence, &Outcome::success(&json!(i)), SHORT)
+            .complete(&key, fence, &Outcome::success(&json!(i)), s.short())
             .await
             .expect("complete");
         keys.push(key);
@@ -212,7 +211,7 @@ pub(super) async fn purge_is_bounded(s: Subject) {
         .complete(&keep, fence, &Outcome::success(&json!("kept")), TTL)
         .await
         .expect("complete");
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     let first = s
         .store
         .purge_expired(&PurgeFilter::up_to(2))
@@ -251,11 +250,11 @@ pub(super) async fn unknown_is_purged_only_after_its_retention(s: Subject) {
         .await
         .expect("mark unknown");
     // Turned Unknown later, by a claim that finds it orphaned.
-    let orphan = tenant_request(&tenant, "orphan", SHORT, OrphanPolicy::MarkUnknown);
+    let orphan = tenant_request(&tenant, "orphan", s.short(), OrphanPolicy::MarkUnknown);
     acquire(&s, &orphan).await;
 
     assert_eq!(
-        purged(&s, Some(&tenant), SHORT).await,
+        purged(&s, Some(&tenant), s.short()).await,
         0,
         "an Unknown record younger than the retention is kept"
     );
@@ -263,7 +262,7 @@ pub(super) async fn unknown_is_purged_only_after_its_retention(s: Subject) {
         state_of(&s, &lost.key).await,
         Some(RecordState::Unknown { .. })
     ));
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     assert!(matches!(
         s.store.claim(&orphan).await.expect("claim"),
         Claim::Existing(Record {
@@ -277,7 +276,7 @@ pub(super) async fn unknown_is_purged_only_after_its_retention(s: Subject) {
         "the default retention is far longer"
     );
     assert_eq!(
-        purged(&s, Some(&tenant), SHORT).await,
+        purged(&s, Some(&tenant), s.short()).await,
         1,
         "past the retention, counted from when it became Unknown"
     );
@@ -301,9 +300,9 @@ pub(super) async fn in_progress_is_never_purged(s: Subject) {
     let tenant = fresh_tenant("running");
     let live = tenant_request(&tenant, "live", LONG, OrphanPolicy::TakeOver);
     let live_fence = acquire(&s, &live).await;
-    let orphan = tenant_request(&tenant, "orphan", SHORT, OrphanPolicy::TakeOver);
+    let orphan = tenant_request(&tenant, "orphan", s.short(), OrphanPolicy::TakeOver);
     let orphan_fence = acquire(&s, &orphan).await;
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     assert_eq!(
         purged(&s, Some(&tenant), Duration::ZERO).await,
         0,

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::fixtures::{LONG, PAST_SHORT, SHORT, TTL, acquire, fresh_key, request, state_of};
+use super::fixtures::{LONG, TTL, acquire, fresh_key, request, state_of};
 use super::subject::Subject;
 use crate::canonical::Fingerprint;
 use crate::class::OrphanPolicy;
@@ -150,11 +150,11 @@ pub(super) async fn completed_records_expire(s: Subject) {
         .await
         .expect("journal");
     s.store
-        .complete(&key, fence, &Outcome::success(&json!(1)), SHORT)
+        .complete(&key, fence, &Outcome::success(&json!(1)), s.short())
         .await
         .expect("complete");
     assert!(state_of(&s, &key).await.is_some());
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     assert_eq!(state_of(&s, &key).await, None, "expired record is absent");
     match s.store.claim(&req).await.expect("claim") {
         Claim::Acquired {

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::fixtures::{LONG, PAST_SHORT, SHORT, fresh_tenant};
+use super::fixtures::{LONG, fresh_tenant};
 use super::subject::Subject;
 
 pub(super) async fn run_entries_come_back_in_order_and_apart(s: Subject) {
@@ -88,7 +88,7 @@ pub(super) async fn concurrent_run_entries_all_land(s: Subject) {
 pub(super) async fn expired_run_entries_are_not_returned(s: Subject) {
     let tenant = fresh_tenant("runs-expiry");
     s.store
-        .append_run_entry(&tenant, "run", "soon gone", SHORT)
+        .append_run_entry(&tenant, "run", "soon gone", s.short())
         .await
         .expect("append");
     assert_eq!(
@@ -99,7 +99,7 @@ pub(super) async fn expired_run_entries_are_not_returned(s: Subject) {
             .len(),
         1
     );
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     assert!(
         s.store
             .run_entries(&tenant, "run")

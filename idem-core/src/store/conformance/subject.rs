@@ -23,7 +23,11 @@ pub struct Subject {
     pub store: Arc<dyn Store>,
     clock: Option<Arc<ManualClock>>,
     reopen: Option<Reopen>,
+    short: Duration,
 }
+
+/// The lease (and time to live) the cases let run out, unless a subject says otherwise.
+const SHORT: Duration = Duration::from_millis(300);
 
 impl fmt::Debug for Subject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -31,6 +35,7 @@ impl fmt::Debug for Subject {
             .field("store", &self.store)
             .field("clock", &self.clock)
             .field("reopenable", &self.reopen.is_some())
+            .field("short", &self.short)
             .finish()
     }
 }
@@ -42,6 +47,7 @@ impl Subject {
             store,
             clock: None,
             reopen: None,
+            short: SHORT,
         }
     }
 
@@ -51,6 +57,7 @@ impl Subject {
             store,
             clock: Some(clock),
             reopen: None,
+            short: SHORT,
         }
     }
 
@@ -89,7 +96,41 @@ impl Subject {
             store,
             clock: None,
             reopen: Some(reopen),
+            short: SHORT,
         })
+    }
+
+    /// The subject with `short` as the lease (and time to live) the cases let run out: 300 ms
+    /// unless set. A store whose every write may wait (for a replica's acknowledgement, say)
+    /// needs one longer than its slowest write, or a holder's lease runs out between two of
+    /// its writes.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use idem::store::conformance::Subject;
+    /// use idem::store::memory::MemoryStore;
+    ///
+    /// let subject = Subject::real_time(Arc::new(MemoryStore::new()))
+    ///     .with_short_lease(Duration::from_secs(1));
+    /// # let _ = subject;
+    /// ```
+    pub fn with_short_lease(mut self, short: Duration) -> Self {
+        self.short = short;
+        self
+    }
+
+    /// The lease the cases let run out.
+    pub(super) fn short(&self) -> Duration {
+        self.short
+    }
+
+    /// Time enough for a lease of [`short`](Self::short) to have run out, with a margin for a
+    /// store's clock read a little late, and not so much that a server has dropped what expired
+    /// with it (Redis keeps a completed record a grace of a second past its time to live, so
+    /// that a purge still finds it).
+    pub(super) fn past_short(&self) -> Duration {
+        self.short + Duration::from_millis(400)
     }
 
     /// Let `d` pass on the store's clock.
@@ -114,6 +155,7 @@ impl Subject {
             store,
             clock,
             reopen,
+            short,
         } = self;
         let reopen = reopen?;
         drop(store);
@@ -124,6 +166,7 @@ impl Subject {
             store,
             clock,
             reopen: Some(reopen),
+            short,
         })
     }
 }

@@ -5,9 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::json;
 
-use super::fixtures::{
-    LONG, PAST_SHORT, SHORT, TTL, acquire, fresh_tenant, keys_of, listed, purged, tenant_request,
-};
+use super::fixtures::{LONG, TTL, acquire, fresh_tenant, keys_of, listed, purged, tenant_request};
 use super::subject::Subject;
 use crate::class::OrphanPolicy;
 use crate::record::{Outcome, StateKind};
@@ -15,7 +13,7 @@ use crate::store::{Claim, ListCursor, ListFilter, PurgeFilter};
 
 pub(super) async fn tenant_is_kept_and_read_back(s: Subject) {
     let tenant = fresh_tenant("kept");
-    let req = tenant_request(&tenant, "kept", SHORT, OrphanPolicy::TakeOver);
+    let req = tenant_request(&tenant, "kept", s.short(), OrphanPolicy::TakeOver);
     let key = req.key.clone();
     let fence = acquire(&s, &req).await;
     let held = s.store.get(&key).await.expect("get").expect("record");
@@ -33,7 +31,7 @@ pub(super) async fn tenant_is_kept_and_read_back(s: Subject) {
     }
 
     // A take-over keeps it, and so do completion and an Unknown outcome.
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
     let Claim::Acquired { fence, .. } = s.store.claim(&req).await.expect("claim") else {
         panic!("the orphan is taken over");
     };
@@ -145,7 +143,7 @@ pub(super) async fn purge_by_tenant_leaves_other_tenants(s: Subject) {
             let req = tenant_request(tenant, &format!("short-{i}"), LONG, OrphanPolicy::TakeOver);
             let f = acquire(&s, &req).await;
             s.store
-                .complete(&req.key, f, &Outcome::success(&json!(i)), SHORT)
+                .complete(&req.key, f, &Outcome::success(&json!(i)), s.short())
                 .await
                 .expect("complete");
         }
@@ -156,7 +154,7 @@ pub(super) async fn purge_by_tenant_leaves_other_tenants(s: Subject) {
         .complete(&kept.key, f, &Outcome::success(&json!("kept")), TTL)
         .await
         .expect("complete");
-    s.pass(PAST_SHORT).await;
+    s.pass(s.past_short()).await;
 
     let retention = crate::store::DEFAULT_UNKNOWN_RETENTION;
     assert_eq!(
