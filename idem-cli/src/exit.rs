@@ -83,6 +83,9 @@ impl Failure {
             e @ (DecisionError::Tampered(_) | DecisionError::NotShown(_)) => {
                 Failure::new(Exit::Refused, format!("{store}: {e}"))
             }
+            e @ DecisionError::NotLogged { .. } => {
+                Failure::new(Exit::Store, format!("{store}: {e}"))
+            }
             e => Failure::new(Exit::Usage, format!("{store}: {e}")),
         }
     }

@@ -60,6 +60,10 @@ enum Command {
     /// A run's account (every call of it and what became of it), and undoing a run.
     #[command(after_help = EXIT_CODES)]
     Runs(cli::RunsArgs),
+    /// The decision log: every decision a person made, a hash chain in the store; list it,
+    /// verify it link by link, export it signed.
+    #[command(after_help = EXIT_CODES)]
+    Audit(cli::AuditArgs),
     /// Run a crash test (`idem::testing`): a scenario program, or a test binary and a test's
     /// name; exits 0 only if every point held.
     #[command(after_help = EXIT_CODES)]
@@ -184,6 +188,7 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Cases(args) => cli::cases(args).await,
         Command::Crashtest(args) => cli::crashtest(args),
         Command::Runs(args) => cli::runs(args).await,
+        Command::Audit(args) => cli::audit(args).await,
         Command::Stats(args) => cli::stats(args).await,
         Command::Ui(args) => ui::serve(args).await,
         #[cfg(feature = "mcp-proxy")]

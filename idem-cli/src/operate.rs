@@ -18,6 +18,7 @@ use idem_core::Store;
 use idem_core::Timestamp;
 use idem_core::store::ListCursor;
 use idem_core::store::approvals::{self, ApprovalFilter, PendingApproval};
+use idem_core::store::decisions::{self, Action, Decision};
 use idem_registry::Approver;
 use idem_registry::approval::ApprovalDesk;
 use serde_json::{Value, json};
@@ -43,6 +44,9 @@ pub struct Operator {
     /// What to say when a listing finds nothing: a Redis prefix is never checked (Redis
     /// creates nothing under it), so a mistyped one lists an empty store.
     empty: Option<String>,
+    /// The door the decisions come through, as the store's decision log names it: `cli`,
+    /// or `inbox` for the inbox's.
+    pub door: &'static str,
 }
 
 /// Which records a listing shows.
@@ -65,7 +69,12 @@ impl Operator {
                 "(nothing under the key prefix `{prefix}`: if your dispatchers' RedisStore was given another, name it with --prefix)"
             )
         });
-        Ok(Operator { store, name, empty })
+        Ok(Operator {
+            store,
+            name,
+            empty,
+            door: "cli",
+        })
     }
 
     /// Say, on standard error, why a listing may have found nothing.
@@ -175,6 +184,7 @@ impl Operator {
         outcome: Option<&Outcome>,
         ttl: Option<Duration>,
         force: bool,
+        by: &str,
     ) -> Result<(), Failure> {
         let ttl = ttl
             .or(record.contract.as_ref().map(|c| c.ttl))
@@ -204,7 +214,32 @@ impl Operator {
             },
         };
         if settled {
-            return Ok(());
+            let (action, detail) = match outcome {
+                Some(Outcome::Success(_)) => (Action::Resolve, "resolved as applied".to_owned()),
+                Some(Outcome::Failure(e)) => (
+                    Action::Resolve,
+                    format!("resolved as failed: {}", e.message()),
+                ),
+                None => (
+                    Action::Release,
+                    "released: the call runs again when called".into(),
+                ),
+            };
+            let decision = Decision::new(by, action, self.door, &record.tenant)
+                .about(&record.tool, key.as_str())
+                .detail(detail);
+            return decisions::append(&*self.store, &decision)
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    Failure::new(
+                        Exit::Store,
+                        format!(
+                            "{}: the record under key {key} was settled, and the decision log could not take it: {e}",
+                            self.name
+                        ),
+                    )
+                });
         }
         let now = match self.store.get(key).await {
             Ok(Some(r)) => format!("it is now {}", state_name(r.state.kind())),
@@ -259,6 +294,7 @@ impl Operator {
         filter: &ApprovalFilter,
     ) -> Result<Vec<PendingApproval>, Failure> {
         ApprovalDesk::over(&*self.store)
+            .through(self.door)
             .pending(filter)
             .await
             .map_err(|e| self.failed(e))
@@ -270,6 +306,7 @@ impl Operator {
         entries: Vec<PendingApproval>,
     ) -> Result<Vec<PendingApproval>, Failure> {
         ApprovalDesk::over(&*self.store)
+            .through(self.door)
             .awaiting(entries)
             .await
             .map_err(|e| self.failed(e))
@@ -279,7 +316,7 @@ impl Operator {
     /// list` prints) or its downstream key (what the agent's refusal names). The two never
     /// share text, so either is found without saying which it is.
     pub async fn approval(&self, key: &str) -> Result<PendingApproval, Failure> {
-        let desk = ApprovalDesk::over(&*self.store);
+        let desk = ApprovalDesk::over(&*self.store).through(self.door);
         let record = RecordKey::from_stored(key);
         let mut found = desk.find(&record).await.map_err(|e| self.failed(e))?;
         if found.is_none() {
@@ -337,6 +374,7 @@ impl Operator {
         edited: Option<&Value>,
     ) -> Result<PendingApproval, Failure> {
         ApprovalDesk::over(&*self.store)
+            .through(self.door)
             .approve(&entry.key, approver, edited, Some(shown))
             .await
             .map_err(|e| Failure::decision(&self.name, e))
@@ -366,6 +404,7 @@ impl Operator {
             ));
         }
         ApprovalDesk::over(&*self.store)
+            .through(self.door)
             .deny(&entry.key, by, reason, Some(shown))
             .await
             .map_err(|e| Failure::decision(&self.name, e))

@@ -75,7 +75,7 @@ pub struct Decide {
 pub async fn cases(args: CasesArgs) -> Result<(), Failure> {
     let op = args.store.open().await?;
     let json = args.store.json;
-    let desk = CaseDesk::over(&*op.store);
+    let desk = CaseDesk::over(&*op.store).through(op.door);
     let (decide, decision) = match args.command {
         CasesCommand::List { tenant } => return list(&op, desk, tenant.as_deref(), json).await,
         CasesCommand::Show { key } => {
@@ -227,6 +227,7 @@ fn decision_failure(op: &Operator, e: CaseError) -> Failure {
     match e {
         CaseError::Store(e) => Failure::store(&op.name, e),
         CaseError::NotPending(_) => Failure::new(Exit::Refused, format!("{}: {e}", op.name)),
+        CaseError::NotLogged { .. } => Failure::new(Exit::Store, format!("{}: {e}", op.name)),
         other => Failure::new(Exit::Refused, format!("{}: {other}", op.name)),
     }
 }

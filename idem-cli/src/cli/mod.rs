@@ -14,12 +14,14 @@ use crate::operate::{self, Operator};
 use crate::present;
 
 mod approvals;
+mod audit;
 mod cases;
 mod crashtest;
 mod records;
 mod runs;
 
 pub use approvals::{ApprovalsArgs, approvals};
+pub use audit::{AuditArgs, audit};
 pub use cases::{CasesArgs, cases};
 pub use crashtest::{CrashtestArgs, crashtest};
 pub use records::{RecordsArgs, records};

@@ -233,7 +233,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                     detail(&record.state)
                 ),
             )?;
-            op.settle(&record, Some(&outcome), resolve.ttl, resolve.force)
+            op.settle(&record, Some(&outcome), resolve.ttl, resolve.force, &who)
                 .await?;
             tracing::info!(key = %record.key, by = %who, "resolved in {}", op.name);
             if json {
@@ -258,7 +258,7 @@ pub async fn records(args: RecordsArgs) -> Result<(), Failure> {
                     detail(&record.state)
                 ),
             )?;
-            op.settle(&record, None, None, release.force).await?;
+            op.settle(&record, None, None, release.force, &who).await?;
             tracing::info!(key = %record.key, by = %who, "released in {}", op.name);
             if json {
                 print_json(&serde_json::json!({"released": record.key.as_str()}));

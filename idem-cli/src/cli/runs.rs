@@ -3,6 +3,7 @@
 //! it).
 
 use clap::{Args, Subcommand};
+use idem_core::store::decisions::{self, Action, Decision};
 use idem_registry::dispatch::{CallOutcome, run_account};
 
 use super::{StoreArgs, clip, print_json, say, table};
@@ -130,6 +131,18 @@ async fn undo(
     idem_registry::dispatch::request_undo(&*op.store, tenant, run_id, &who)
         .await
         .map_err(|e| Failure::store(&op.name, e))?;
+    let decision = Decision::new(&who, Action::UndoRun, op.door, tenant)
+        .about_run(run_id)
+        .detail("asked for the run to be undone");
+    decisions::append(&*op.store, &decision).await.map_err(|e| {
+        Failure::new(
+            Exit::Store,
+            format!(
+                "{}: the undo of run `{run_id}` was asked for, and the decision log could not take it: {e}",
+                op.name
+            ),
+        )
+    })?;
     say(&format!(
         "asked for run `{run_id}` of {tenant} to be undone, by {who}: the agent's dispatcher undoes it on its next recovery pass; `idem runs show {run_id} --tenant {tenant}` marks each undone call"
     ));

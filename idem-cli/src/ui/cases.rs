@@ -104,7 +104,7 @@ pub(super) async fn decide(
     let decided = async {
         let op = &inbox.op;
         let decision = decision_of(&form)?;
-        let desk = CaseDesk::over(&*op.store);
+        let desk = CaseDesk::over(&*op.store).through(op.door);
         let key = RecordKey::from_stored(&form.key);
         let changed = || {
             Failure::new(
@@ -127,6 +127,7 @@ pub(super) async fn decide(
             .map_err(|e| match e {
                 CaseError::Store(e) => Failure::store(&op.name, e),
                 CaseError::NotPending(_) => changed(),
+                e @ CaseError::NotLogged { .. } => Failure::new(Exit::Store, format!("{}: {e}", op.name)),
                 other => Failure::new(Exit::Refused, format!("{}: {other}", op.name)),
             })?;
         tracing::info!(key = %case.record, by = %who, decision = %decided.decision, "a case was decided in the inbox");

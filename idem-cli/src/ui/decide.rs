@@ -243,7 +243,7 @@ pub(super) async fn resolve(
         let record = shown_unknown(&inbox, &form).await?;
         inbox
             .op
-            .settle(&record, Some(&outcome), None, false)
+            .settle(&record, Some(&outcome), None, false, who)
             .await?;
         tracing::info!(key = %record.key, by = %who, "resolved in the inbox");
         Ok(format!(
@@ -267,7 +267,7 @@ pub(super) async fn release(
     let who = caller.who();
     let released = async {
         let record = shown_unknown(&inbox, &form).await?;
-        inbox.op.settle(&record, None, None, false).await?;
+        inbox.op.settle(&record, None, None, false, who).await?;
         tracing::info!(key = %record.key, by = %who, "released in the inbox");
         Ok(format!(
             "Released {} for {} by {}: the call runs again when called.",

@@ -110,7 +110,8 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
             None
         }
     };
-    let op = args.store.open().await?;
+    let mut op = args.store.open().await?;
+    op.door = "inbox";
     let auth = Sessions::new(tokens, args.secure_cookie)?;
     let inbox = Arc::new(Inbox { op, signing, auth });
     let name = inbox.op.name.clone();

@@ -457,6 +457,7 @@ async fn sqlite_with_work(dir: &TempDir) -> (String, Dispatcher, RunContext, Str
     )
 }
 
+mod audit;
 mod bad_input;
 mod cases;
 #[cfg(unix)]

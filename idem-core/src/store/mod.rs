@@ -33,6 +33,7 @@ use crate::record::{Fence, JournalEntry, Outcome, Record, StateKind, Timestamp};
 pub mod approvals;
 pub mod budgets;
 pub(crate) mod codec;
+pub mod decisions;
 pub mod layer;
 pub mod machine;
 pub mod memory;

@@ -364,6 +364,7 @@ impl McpServer {
                 let shown = Some(request.fingerprint);
                 self.dispatcher
                     .approvals()
+                    .through("mcp")
                     .approve(&record_key, approver, None, shown)
                     .await
             }
@@ -373,6 +374,7 @@ impl McpServer {
                 let shown = request.fingerprint;
                 self.dispatcher
                     .approvals()
+                    .through("mcp")
                     .deny(&record_key, by, reason, Some(shown))
                     .await
             }

@@ -14,6 +14,7 @@
 use idem_core::store::approvals::{
     self, ApprovalFilter, DecisionRefused, PendingApproval, Verdict,
 };
+use idem_core::store::decisions::{self, Action, Decision, LogError};
 use idem_core::{Fingerprint, IdempotencyKey, RecordKey, Store, StoreError};
 use serde_json::Value;
 
@@ -54,6 +55,8 @@ pub struct ApprovalDesk<'a> {
     store: &'a dyn Store,
     /// The tools, for a desk a dispatcher opened.
     registry: Option<&'a Registry>,
+    /// The door the decisions come through, as the decision log names it.
+    door: &'a str,
 }
 
 impl Dispatcher {
@@ -63,6 +66,7 @@ impl Dispatcher {
         ApprovalDesk {
             store: &**self.store(),
             registry: Some(self.registry()),
+            door: decisions::DEFAULT_DOOR,
         }
     }
 }
@@ -73,7 +77,17 @@ impl<'a> ApprovalDesk<'a> {
         ApprovalDesk {
             store,
             registry: None,
+            door: decisions::DEFAULT_DOOR,
         }
+    }
+
+    /// The desk with its decisions logged as made through `door` (`inbox`, `cli`, `mcp`,
+    /// ...; [`decisions::DEFAULT_DOOR`] otherwise). Every decision is appended to the store's decision
+    /// log ([`idem_core::store::decisions`]): who, what, when, through which door, and the
+    /// fingerprint of the arguments shown.
+    pub fn through(mut self, door: &'a str) -> Self {
+        self.door = door;
+        self
     }
 
     /// The pending approvals `filter` admits (by default every tenant's calls still
@@ -242,7 +256,7 @@ impl<'a> ApprovalDesk<'a> {
                 Ok(edited.clone())
             }
         };
-        decide_approval(
+        let decided = decide_approval(
             self.store,
             &key,
             approver,
@@ -251,7 +265,9 @@ impl<'a> ApprovalDesk<'a> {
             |entry| tool(&entry.tool).map(|_| ()),
             edit,
         )
-        .await
+        .await?;
+        self.log(&decided, approver.identity(), Action::Approve)
+            .await
     }
 
     /// Deny the call `call` names (as [`approve`](Self::approve) takes it: a refusal's
@@ -271,7 +287,37 @@ impl<'a> ApprovalDesk<'a> {
         let verdict = Verdict::Denied {
             reason: reason.to_owned(),
         };
-        Ok(approvals::decide_as_shown(self.store, &key, by, &verdict, shown).await??)
+        let decided = approvals::decide_as_shown(self.store, &key, by, &verdict, shown).await??;
+        self.log(&decided, by, Action::Deny).await
+    }
+
+    /// Append the decision on `entry` to the decision log; `entry` once it is there.
+    async fn log(
+        &self,
+        entry: &PendingApproval,
+        by: &str,
+        action: Action,
+    ) -> Result<PendingApproval, DecisionError> {
+        let mut decision = Decision::new(by, action, self.door, &entry.tenant)
+            .about(&entry.tool, entry.key.as_str())
+            .shown(entry.fingerprint);
+        match entry.decision.as_ref().map(|d| &d.verdict) {
+            Some(Verdict::Denied { reason }) => decision = decision.detail(reason.as_str()),
+            Some(Verdict::Approved { fingerprint, .. }) if *fingerprint != entry.fingerprint => {
+                decision = decision.detail(format!(
+                    "approved with edited arguments, fingerprint {}",
+                    fingerprint.to_hex()
+                ));
+            }
+            _ => {}
+        }
+        match decisions::append(self.store, &decision).await {
+            Ok(_) => Ok(entry.clone()),
+            Err(error) => Err(DecisionError::NotLogged {
+                key: entry.key.clone(),
+                error,
+            }),
+        }
     }
 }
 
@@ -357,6 +403,18 @@ pub enum DecisionError {
         "the call pending approval under key {0} has other arguments than the ones shown to the approver: nothing was approved"
     )]
     NotShown(RecordKey),
+    /// The decision was recorded, and the decision log could not take it: the call is
+    /// decided, and the log lacks the entry (`idem audit verify` still holds; the operator
+    /// must know).
+    #[error(
+        "the decision on key {key} was recorded, and the decision log could not take it: {error}"
+    )]
+    NotLogged {
+        /// The key.
+        key: RecordKey,
+        /// Why the log refused.
+        error: LogError,
+    },
     /// The tool has secret parameters: its arguments cannot be edited by an approver.
     #[error(
         "`{0}` has secret parameters, which an approver sees only as seals: approve or deny the call as made"

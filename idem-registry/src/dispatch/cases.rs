@@ -15,6 +15,8 @@ use idem_core::{
 };
 use serde_json::Value;
 
+use idem_core::store::decisions::{self, Action, Decision, LogError};
+
 use super::Dispatcher;
 use super::account::{AccountEntry, CallOutcome, DEFAULT_ACCOUNT_RETENTION};
 use super::case::{CaseDecided, Escalation};
@@ -115,6 +117,16 @@ pub enum CaseError {
     /// The store failed; nothing is known to have changed.
     #[error("the store failed: {0}")]
     Store(#[from] StoreError),
+    /// The case was decided, and the decision log could not take it.
+    #[error(
+        "the case under key {key} was decided, and the decision log could not take it: {error}"
+    )]
+    NotLogged {
+        /// The key.
+        key: RecordKey,
+        /// Why the log refused.
+        error: LogError,
+    },
 }
 
 /// The one place a person decides the calls sent to them: it lists them and settles one as
@@ -135,6 +147,8 @@ pub enum CaseError {
 pub struct CaseDesk<'a> {
     store: &'a dyn Store,
     dispatcher: Option<&'a Dispatcher>,
+    /// The door the decisions come through, as the decision log names it.
+    door: &'a str,
 }
 
 impl Dispatcher {
@@ -143,6 +157,7 @@ impl Dispatcher {
         CaseDesk {
             store: &*self.store,
             dispatcher: Some(self),
+            door: decisions::DEFAULT_DOOR,
         }
     }
 }
@@ -153,7 +168,15 @@ impl<'a> CaseDesk<'a> {
         CaseDesk {
             store,
             dispatcher: None,
+            door: decisions::DEFAULT_DOOR,
         }
+    }
+
+    /// The desk with its decisions logged as made through `door` (`inbox`, `cli`, ...): every
+    /// decision is appended to the store's decision log ([`idem_core::store::decisions`]).
+    pub fn through(mut self, door: &'a str) -> Self {
+        self.door = door;
+        self
     }
 
     /// The cases waiting, oldest first, of `tenant` (`None`: every tenant's), at most `limit`.
@@ -246,6 +269,20 @@ impl<'a> CaseDesk<'a> {
         };
         tracing::info!(key = %key, tool = %case.tool, by, decision = decision.name(), "a case was decided");
         self.account(case, &decided, outcome.as_ref()).await;
+        let action = match decision {
+            CaseDecision::Retry => Action::Retry,
+            CaseDecision::Resolve(_) => Action::Resolve,
+            CaseDecision::UndoRun => Action::UndoRun,
+        };
+        let logged = Decision::new(by, action, self.door, &case.tenant)
+            .about(&case.tool, key.as_str())
+            .detail(&decided.said);
+        if let Err(error) = decisions::append(self.store, &logged).await {
+            return Err(CaseError::NotLogged {
+                key: key.clone(),
+                error,
+            });
+        }
         Ok(decided)
     }
 
