@@ -299,6 +299,60 @@ async function checkResolve(page, sms) {
     `\`idem records show\`: completed with ${JSON.stringify(record.outcome)}`);
 }
 
+/** The pending request under `key` replaced by one for `customer`, as a new request made
+ * under its key since the page was drawn would leave it (the SQLite file, edited directly). */
+function requestedAgainOtherwise(key, customer) {
+  const script = `
+import hashlib, json, sqlite3, sys
+db, key, customer = sys.argv[1:4]
+with sqlite3.connect(db) as conn:
+    (body,) = conn.execute("SELECT body FROM idem_approvals WHERE key = ?", (key,)).fetchone()
+    entry = json.loads(body)
+    entry["arguments"] = {"customer_id": customer}
+    canonical = json.dumps(entry["arguments"], separators=(",", ":"), sort_keys=True)
+    entry["fingerprint"] = hashlib.sha256(canonical.encode()).hexdigest()
+    conn.execute("UPDATE idem_approvals SET body = ? WHERE key = ?", (json.dumps(entry), key))
+`;
+  execFileSync('python3', ['-c', script, DB, key, customer], { stdio: 'inherit', timeout: 30_000 });
+}
+
+async function checkBatch(page) {
+  // Two more calls for initech wait for a person.
+  const left = execFileSync(AGENT, ['--db', DB, '--leave-to-operator', '--tenant', 'initech'], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: 60_000,
+  });
+  expect(left.includes('waiting for a person: delete_account {"customer_id":"cus_99"}'),
+    'the agent leaves two more approvals, for initech');
+  await page.goto(BASE + '/');
+  const row = (customer) => page.locator('#pending tr[data-key]', { hasText: `"${customer}"` });
+  const kept = await row('cus_99').getAttribute('data-key');
+  const changed = await row('cus_77').getAttribute('data-key');
+  await row('cus_99').locator('input[type=checkbox]').check();
+  await row('cus_77').locator('input[type=checkbox]').check();
+  // While the operator looks, cus_77's call is requested again for someone else.
+  requestedAgainOtherwise(changed, 'cus_55');
+  await navigates(page, () => page.click('#batch button.approve-selected'));
+  const notice = await text(page.locator('#notice'));
+  expect(notice.startsWith(`Approved 1 of 2 selected by ${WHO}: delete_account for initech`)
+      && notice.includes(`Not approved: key ${changed}`) && notice.includes('other arguments than the ones shown'),
+    `"Approve selected" on two rows, one changed since the page showed it: "${notice}"`);
+  expect(idem('approvals', 'show', kept).status === 'approved', 'the unchanged call is approved');
+  const still = idem('approvals', 'show', changed);
+  expect(still.status === 'pending' && JSON.stringify(still.arguments) === '{"customer_id":"cus_55"}',
+    'the changed one is refused alone: still pending, with its new arguments');
+
+  // Deny what is left, as it is now shown.
+  await row('cus_55').locator('input[type=checkbox]').check();
+  await page.fill('#batch input[name=reason]', REASON);
+  await navigates(page, () => page.click('#batch button.deny-selected'));
+  const denied = await text(page.locator('#notice'));
+  expect(denied === `Denied 1 of 1 selected by ${WHO}: delete_account for initech (${REASON})`,
+    `"Deny selected" with a reason: "${denied}"`);
+  expect(idem('approvals', 'show', changed).status === 'denied', 'and the store says denied');
+}
+
 async function checkSession(page) {
   const answer = await page.goto(BASE + '/');
   const headers = answer.headers();
@@ -335,6 +389,7 @@ async function main() {
     const expired = await checkExpired(page);
     const sms = await checkForgery(page, expired);
     await checkResolve(page, sms);
+    await checkBatch(page);
     await checkSession(page);
   } finally {
     await browser.close();

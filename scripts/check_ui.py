@@ -22,6 +22,9 @@ builds `idem` and the agent example; then, on a fresh SQLite store under `target
 8. Forgery: a POST with the session but a wrong csrf token, or from another Origin: 403, and
    nothing changed.
 9. The Unknown send_sms resolved from its row: the record is completed with that result.
+10. Two more approvals (initech) ticked and approved at once while one of them is requested
+   again with other arguments: that one is refused alone (still pending, its new arguments),
+   the other approved; then it is denied from the batch form with a reason.
 
 Screenshots go to target/ui-check/inbox.png and inbox-decided.png; with --screenshots they
 are also copied to examples/screenshots/.

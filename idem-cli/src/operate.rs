@@ -33,6 +33,25 @@ const DEFAULT_RESOLVED_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The longest reason a denial gives.
 const MAX_REASON_CHARS: usize = 2000;
 
+/// A denial's reason, told to the agent's model: said, and not too long.
+pub fn denial_reason(reason: &str) -> Result<(), Failure> {
+    if reason.trim().is_empty() {
+        return Err(Failure::new(
+            Exit::Usage,
+            "a denial needs a reason: the agent's model is told it",
+        ));
+    }
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "a denial's reason is told to the model: keep it under {MAX_REASON_CHARS} characters"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Records are read this many at a time.
 const PAGE: usize = 500;
 
@@ -389,20 +408,7 @@ impl Operator {
         by: &str,
         reason: &str,
     ) -> Result<PendingApproval, Failure> {
-        if reason.trim().is_empty() {
-            return Err(Failure::new(
-                Exit::Usage,
-                "a denial needs a reason: the agent's model is told it",
-            ));
-        }
-        if reason.chars().count() > MAX_REASON_CHARS {
-            return Err(Failure::new(
-                Exit::Usage,
-                format!(
-                    "a denial's reason is told to the model: keep it under {MAX_REASON_CHARS} characters"
-                ),
-            ));
-        }
+        denial_reason(reason)?;
         ApprovalDesk::over(&*self.store)
             .through(self.door)
             .deny(&entry.key, by, reason, Some(shown))

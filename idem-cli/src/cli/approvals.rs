@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use idem_core::store::approvals::ApprovalFilter;
+use idem_core::store::approvals::{ApprovalFilter, PendingApproval};
 use idem_registry::Approver;
 use serde_json::Value;
 
@@ -43,11 +43,12 @@ pub enum ApprovalsCommand {
         #[arg(help = KEY_HELP)]
         key: String,
     },
-    /// Approve exactly one pending call, as called or with edited arguments; the agent's
-    /// next call runs it once. No other call is approved with it.
+    /// Approve pending calls, each exactly as shown (one call: as called or with edited
+    /// arguments); the agent's next call of each runs it once. No other call is approved
+    /// with them, and a call that changed since it was shown is refused alone.
     Approve(ApproveArgs),
-    /// Deny exactly one pending call: the agent's calls are refused with your reason until
-    /// it expires.
+    /// Deny pending calls, each exactly as shown: the agent's calls are refused with your
+    /// reason until they expire. A call that changed since it was shown is refused alone.
     Deny(DenyArgs),
 }
 
@@ -56,9 +57,9 @@ const KEY_HELP: &str = "The call's key: the record key `idem approvals list` pri
 
 #[derive(Args)]
 pub struct ApproveArgs {
-    /// The call's key, record or downstream.
-    #[arg(help = KEY_HELP)]
-    pub key: String,
+    /// The calls' keys, record or downstream.
+    #[arg(help = KEY_HELP, value_name = "KEY", required = true, num_args = 1..)]
+    pub keys: Vec<String>,
     /// Approve these arguments instead of the call's (JSON); the agent's call is refused
     /// with them, and runs once called with them.
     #[arg(long, value_name = "JSON", conflicts_with = "edit_file")]
@@ -78,9 +79,9 @@ pub struct ApproveArgs {
 
 #[derive(Args)]
 pub struct DenyArgs {
-    /// The call's key, record or downstream.
-    #[arg(help = KEY_HELP)]
-    pub key: String,
+    /// The calls' keys, record or downstream.
+    #[arg(help = KEY_HELP, value_name = "KEY", required = true, num_args = 1..)]
+    pub keys: Vec<String>,
     /// Why: the agent's model is told it.
     #[arg(long)]
     pub reason: String,
@@ -168,6 +169,12 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
+        ApprovalsCommand::Approve(approve) if approve.keys.len() > 1 => {
+            batch(&op, Batch::Approve(&approve), json).await
+        }
+        ApprovalsCommand::Deny(deny) if deny.keys.len() > 1 => {
+            batch(&op, Batch::Deny(&deny), json).await
+        }
         ApprovalsCommand::Approve(approve) => {
             let who = approve.identity.required()?;
             let key = crate::keys::signing_key(approve.approval_key_file.as_deref())?;
@@ -184,7 +191,7 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
                 }
                 (None, None) => None,
             };
-            let (entry, now) = op.undecided(&approve.key).await?;
+            let (entry, now) = op.undecided(&approve.keys[0]).await?;
             let what = match &edited {
                 None => format!("with the arguments as called: {}", entry.arguments),
                 Some(edited) => format!(
@@ -227,7 +234,7 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
         }
         ApprovalsCommand::Deny(deny) => {
             let who = deny.identity.required()?;
-            let (entry, now) = op.undecided(&deny.key).await?;
+            let (entry, now) = op.undecided(&deny.keys[0]).await?;
             confirm(
                 deny.yes,
                 &format!(
@@ -256,6 +263,135 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// Several calls decided at once.
+enum Batch<'a> {
+    Approve(&'a ApproveArgs),
+    Deny(&'a DenyArgs),
+}
+
+/// What a batch does to each of its calls.
+enum Decide<'a> {
+    Approve(Approver),
+    Deny(&'a str),
+}
+
+/// Decide every call `batch` names, each as shown: one question for all, then each decision
+/// bound to the arguments shown for its call; a call that changed meanwhile is refused alone,
+/// and the command fails (exit 5) naming it, after deciding the others.
+async fn batch(op: &crate::operate::Operator, batch: Batch<'_>, json: bool) -> Result<(), Failure> {
+    let (keys, identity, yes) = match &batch {
+        Batch::Approve(a) => (&a.keys, &a.identity, a.yes),
+        Batch::Deny(d) => (&d.keys, &d.identity, d.yes),
+    };
+    let who = identity.required()?;
+    let decide = match &batch {
+        Batch::Approve(a) => {
+            if a.edit.is_some() || a.edit_file.is_some() {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    "--edit changes one call's arguments: give one key with it",
+                ));
+            }
+            let key = crate::keys::signing_key(a.approval_key_file.as_deref())?;
+            Decide::Approve(Approver::new(who.clone(), key))
+        }
+        Batch::Deny(d) => {
+            crate::operate::denial_reason(&d.reason)?;
+            Decide::Deny(&d.reason)
+        }
+    };
+    // Each call once, however many of its keys were given.
+    let mut shown = Vec::new();
+    for key in keys {
+        let (entry, _) = op.undecided(key).await?;
+        if !shown.iter().any(|e: &PendingApproval| e.key == entry.key) {
+            shown.push(entry);
+        }
+    }
+    let mut question = match &decide {
+        Decide::Approve(approver) => format!(
+            "Approve {} calls, each with the arguments shown, signed by {who} with key `{}`:",
+            shown.len(),
+            approver.key().id()
+        ),
+        Decide::Deny(reason) => format!(
+            "Deny {} calls, each with the arguments shown: their calls are refused with \"{reason}\".",
+            shown.len(),
+        ),
+    };
+    for (i, entry) in shown.iter().enumerate() {
+        question.push_str(&format!(
+            "\n  {}. {} for tenant {} (key {}): {}",
+            i + 1,
+            entry.tool,
+            entry.tenant,
+            entry.key,
+            entry.arguments
+        ));
+    }
+    confirm(yes, &question)?;
+    let now = op.now().await?;
+    let mut refused = 0;
+    let mut results = Vec::new();
+    for entry in &shown {
+        let (decided, verb) = match &decide {
+            Decide::Deny(reason) => (
+                op.deny(entry, entry.fingerprint, &who, reason).await,
+                "denied",
+            ),
+            Decide::Approve(approver) => (
+                op.approve(entry, entry.fingerprint, approver, None).await,
+                "approved",
+            ),
+        };
+        match decided {
+            Ok(decided) => {
+                tracing::info!(key = %decided.key, by = %who, "{verb} in {}", op.name);
+                if json {
+                    results.push(serde_json::json!({
+                        "key": decided.key.as_str(),
+                        "decided": true,
+                        "approval": present::approval_json(&decided, now),
+                    }));
+                } else {
+                    say(&format!(
+                        "{verb} {} ({} for {}) by {who}",
+                        decided.key, decided.tool, decided.tenant
+                    ));
+                }
+            }
+            Err(failure) => {
+                refused += 1;
+                if json {
+                    results.push(serde_json::json!({
+                        "key": entry.key.as_str(),
+                        "decided": false,
+                        "error": failure.to_string(),
+                    }));
+                } else {
+                    eprintln!(
+                        "not {verb}: {} ({} for {}): {failure}",
+                        entry.key, entry.tool, entry.tenant
+                    );
+                }
+            }
+        }
+    }
+    if json {
+        print_json(&Value::Array(results));
+    }
+    if refused > 0 {
+        return Err(Failure::new(
+            Exit::Refused,
+            format!(
+                "{refused} of {} calls were not decided (each named above); the others were",
+                shown.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn show_approval(entry: &idem_core::store::approvals::PendingApproval, now: idem_core::Timestamp) {

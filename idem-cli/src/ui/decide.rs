@@ -75,7 +75,11 @@ pub(super) fn given(field: &Option<String>) -> Option<&str> {
 }
 
 /// The fingerprint of the arguments the page showed, as its form gives it back.
-fn shown_of(op: &crate::operate::Operator, key: &str, shown: &str) -> Result<Fingerprint, Failure> {
+pub(super) fn shown_of(
+    op: &crate::operate::Operator,
+    key: &str,
+    shown: &str,
+) -> Result<Fingerprint, Failure> {
     present::fingerprint_of_form(shown).ok_or_else(|| {
         Failure::new(
             Exit::Refused,

@@ -54,7 +54,9 @@ pre{margin:0;font:13px/1.35 ui-monospace,monospace;white-space:pre-wrap;max-widt
 code{font:12px ui-monospace,monospace;color:#5b6475;word-break:break-all} td code{display:block;width:32ch}
 form{margin:0 0 6px} input[type=text],textarea{font:13px ui-monospace,monospace;width:100%;box-sizing:border-box}
 button{font:inherit;padding:4px 12px;border-radius:4px;border:1px solid #8890a0;background:#fff;cursor:pointer}
-button.approve{background:#1f7a3f;color:#fff;border-color:#1f7a3f} button.deny{background:#a8231c;color:#fff;border-color:#a8231c}
+button.approve,button.approve-selected{background:#1f7a3f;color:#fff;border-color:#1f7a3f}
+button.deny,button.deny-selected{background:#a8231c;color:#fff;border-color:#a8231c}
+label.pick{display:block;margin-bottom:6px} form.batch{margin:10px 0;display:flex;gap:8px}
 .notice{background:#e6f4ea;border:1px solid #1f7a3f;padding:10px 14px;margin:16px 0}
 .error{background:#fbe9e7;border:1px solid #a8231c;padding:10px 14px;margin:16px 0}
 .muted{color:#5b6475} .empty{color:#5b6475;padding:12px;background:#fff}

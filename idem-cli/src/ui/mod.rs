@@ -31,6 +31,7 @@ use crate::cli::{Identity, StoreArgs};
 use crate::exit::{Exit, Failure};
 use crate::operate::Operator;
 
+mod batch;
 mod call;
 mod cases;
 mod decide;
@@ -124,6 +125,7 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
         .route("/deny", post(deny))
         .route("/resolve", post(resolve))
         .route("/release", post(release))
+        .route(batch::PATH, post(batch::decide))
         .route(cases::PATH, post(cases::decide))
         .layer(axum::middleware::map_response(guarded))
         .with_state(inbox);

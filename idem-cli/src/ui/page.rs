@@ -122,6 +122,7 @@ pub(super) async fn render(
             pending_row(&mut body, e, now, &csrf, inbox.signing.is_some());
         }
         body.push_str("</table>");
+        super::batch::form(&mut body, &csrf, inbox.signing.is_some());
         more(&mut body, pending.len(), "idem approvals list");
     }
     super::cases::table(&mut body, &cases, now, &csrf, SHOWN_ROWS);
@@ -218,12 +219,13 @@ pub(super) fn pending_row(
     }
     let _ = write!(
         body,
-        "<tr data-key=\"{key}\"><td><b>{}</b><br><code>{key}</code></td><td>{}</td><td>{}<br><span class=muted>{} ago</span></td><td>{}</td><td><pre>{args}</pre></td><td>{approve}\
+        "<tr data-key=\"{key}\"><td><b>{}</b><br><code>{key}</code></td><td>{}</td><td>{}<br><span class=muted>{} ago</span></td><td>{}</td><td><pre>{args}</pre></td><td>{}{approve}\
 <form method=post action=\"/deny\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><input type=text name=reason required placeholder=\"reason (the agent is told)\" aria-label=\"reason\"><button type=submit class=deny>Deny</button></form></td></tr>",
         esc(&e.tool),
         esc(&e.tenant),
         esc(&e.requested_at.to_rfc3339()),
         present::span(e.requested_at, now),
         present::span(now, e.expires_at),
+        super::batch::pick(e.key.as_str(), &e.fingerprint.to_hex(), &e.tool, &e.tenant),
     );
 }

@@ -459,6 +459,7 @@ async fn sqlite_with_work(dir: &TempDir) -> (String, Dispatcher, RunContext, Str
 
 mod audit;
 mod bad_input;
+mod batch;
 mod cases;
 #[cfg(unix)]
 mod crashtest;
