@@ -80,7 +80,9 @@ impl Failure {
                 Failure::new(Exit::NotFound, format!("{store}: {e}"))
             }
             e @ DecisionError::Refused(_) => Failure::new(Exit::Refused, format!("{store}: {e}")),
-            e @ (DecisionError::Tampered(_) | DecisionError::NotShown(_)) => {
+            e @ (DecisionError::Tampered(_)
+            | DecisionError::NotShown(_)
+            | DecisionError::PolicyChanged { .. }) => {
                 Failure::new(Exit::Refused, format!("{store}: {e}"))
             }
             e @ DecisionError::NotLogged { .. } => {

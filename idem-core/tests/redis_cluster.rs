@@ -108,6 +108,7 @@ fn pending(key: &RecordKey, now: idem_core::Timestamp) -> PendingApproval {
         fingerprint: Fingerprint::of(&json!({ "key": key.as_str() })),
         arguments: json!({ "key": key.as_str() }),
         secret_parameters: false,
+        policy: None,
         requested_at: now,
         expires_at: now.plus(Duration::from_secs(3600)),
         decision: None,

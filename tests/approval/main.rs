@@ -8,4 +8,5 @@ mod support;
 mod approvals;
 mod operator_approvals;
 mod pending_approvals;
+mod policy_binding;
 mod refused_call;

@@ -21,9 +21,15 @@ use support::dispatcher::{approval_key, approver};
 
 /// A registry of the irreversible tools the flow calls, counting executions by arguments.
 fn registry(runs: &Arc<AtomicUsize>) -> Registry {
+    registry_at(runs, "1")
+}
+
+/// [`registry`], with the refund's handler at `version`.
+pub(crate) fn registry_at(runs: &Arc<AtomicUsize>, version: &str) -> Registry {
     let counter = runs.clone();
     let refund = ToolDef::builder("refund", ToolClass::Irreversible)
         .description("Refund a payment.")
+        .version(version.to_owned())
         .input_schema(json!({
             "type": "object",
             "properties": {"payment": {"type": "string"}, "cents": {"type": "integer", "minimum": 1}},

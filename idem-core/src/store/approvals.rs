@@ -43,12 +43,80 @@ pub struct PendingApproval {
     /// call left out). Absent from the JSON when false, as in entries from before it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub secret_parameters: bool,
+    /// The policy the call was asked under (its tool's class, handler version and
+    /// controls): a decision under another policy is refused when the call comes to use it.
+    /// Absent from entries written before it, and from those a store alone writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<ApprovalPolicy>,
     /// When the dispatcher recorded the request (the store's clock).
     pub requested_at: Timestamp,
     /// Until when it may be decided, and a decision stands (the store's clock).
     pub expires_at: Timestamp,
     /// The decision, once made.
     pub decision: Option<ApprovalDecision>,
+}
+
+/// The policy a call was asked under, as the dispatcher described its tool when it recorded
+/// the request: what made the decision right. An approval is for a call under this policy;
+/// one of a tool whose policy changed since is refused, naming the change.
+///
+/// ```
+/// use idem::store::approvals::ApprovalPolicy;
+///
+/// let asked = ApprovalPolicy::new("irreversible", "1", ["approve_when: /amount > 50"]);
+/// let now = ApprovalPolicy::new("irreversible", "2", ["approve_when: /amount > 500"]);
+/// assert_eq!(
+///     asked.change_to(&now).as_deref(),
+///     Some("handler version `1` became `2`; control `approve_when: /amount > 50` was removed; control `approve_when: /amount > 500` was added"),
+/// );
+/// assert_eq!(asked.change_to(&asked), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalPolicy {
+    /// The tool's class (`irreversible`, ...).
+    pub class: String,
+    /// The handler's version.
+    pub version: String,
+    /// Each control the tool had, in words (`approve_when: /amount > 50`, `precondition`,
+    /// ...), in a fixed order.
+    pub controls: Vec<String>,
+}
+
+impl ApprovalPolicy {
+    /// A policy of `class`, handler `version` and `controls`.
+    pub fn new(
+        class: impl Into<String>,
+        version: impl Into<String>,
+        controls: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        ApprovalPolicy {
+            class: class.into(),
+            version: version.into(),
+            controls: controls.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// What changed from this policy to `now`, in words; `None` if nothing did.
+    pub fn change_to(&self, now: &ApprovalPolicy) -> Option<String> {
+        let mut changes = Vec::new();
+        if self.class != now.class {
+            changes.push(format!("class `{}` became `{}`", self.class, now.class));
+        }
+        if self.version != now.version {
+            changes.push(format!(
+                "handler version `{}` became `{}`",
+                self.version, now.version
+            ));
+        }
+        for gone in self.controls.iter().filter(|c| !now.controls.contains(c)) {
+            changes.push(format!("control `{gone}` was removed"));
+        }
+        for added in now.controls.iter().filter(|c| !self.controls.contains(c)) {
+            changes.push(format!("control `{added}` was added"));
+        }
+        (!changes.is_empty()).then(|| changes.join("; "))
+    }
 }
 
 /// Who decided, when, and what.
@@ -270,6 +338,22 @@ pub async fn request<S: Store + ?Sized>(
     outcome.map_err(|never| match never {})
 }
 
+/// Replace `stale` (a request or decision that stands, and no longer holds: made under
+/// another policy of the tool) with `new`, unless the entry changed since it was read; the
+/// entry that stands after.
+pub async fn ask_again<S: Store + ?Sized>(
+    store: &S,
+    stale: &PendingApproval,
+    new: &PendingApproval,
+) -> Result<PendingApproval, StoreError> {
+    let outcome = change(store, &new.key, |existing, _| {
+        let stands = existing.is_none() || existing.as_ref() == Some(stale);
+        Ok::<_, std::convert::Infallible>(stands.then(|| new.clone()))
+    })
+    .await?;
+    outcome.map_err(|never| match never {})
+}
+
 /// Record `by`'s `verdict` on the pending request under `key`, at the store's time.
 pub async fn decide<S: Store + ?Sized>(
     store: &S,
@@ -376,6 +460,7 @@ mod tests {
             fingerprint: Fingerprint::from_bytes([1; 32]),
             arguments: serde_json::json!({"cents": 1}),
             secret_parameters: false,
+            policy: None,
             requested_at: Timestamp(0),
             expires_at: Timestamp(expires),
             decision: None,

@@ -391,6 +391,10 @@ impl McpServer {
             Err(DecisionError::Store(e)) => {
                 return Err(ErrorData::internal_error(e.to_string(), None));
             }
+            // Decided, and the store's decision log refused the entry: the host's to see.
+            Err(e @ DecisionError::NotLogged { .. }) => {
+                return Err(ErrorData::internal_error(e.to_string(), None));
+            }
             // This state's answer was given before, or an operator decided first.
             Err(DecisionError::Refused(DecisionRefused::AlreadyDecided { .. })) => {
                 Some("approval_answered")

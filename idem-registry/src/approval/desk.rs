@@ -262,7 +262,23 @@ impl<'a> ApprovalDesk<'a> {
             approver,
             edited,
             shown,
-            |entry| tool(&entry.tool).map(|_| ()),
+            |entry| {
+                let Some(tool) = tool(&entry.tool)? else {
+                    return Ok(());
+                };
+                let now = tool.approval_policy();
+                match entry
+                    .policy
+                    .as_ref()
+                    .and_then(|asked| asked.change_to(&now))
+                {
+                    Some(change) => Err(DecisionError::PolicyChanged {
+                        key: entry.key.clone(),
+                        change,
+                    }),
+                    None => Ok(()),
+                }
+            },
             edit,
         )
         .await?;
@@ -414,6 +430,17 @@ pub enum DecisionError {
         key: RecordKey,
         /// Why the log refused.
         error: LogError,
+    },
+    /// The call was asked under another policy of its tool than the one it has now: an
+    /// approval would be refused when the call comes to use it.
+    #[error(
+        "the call pending approval under key {key} was asked under another policy of its tool: {change}; nothing was approved: the agent's next call asks again under the policy it has now"
+    )]
+    PolicyChanged {
+        /// The key.
+        key: RecordKey,
+        /// What changed, in words.
+        change: String,
     },
     /// The tool has secret parameters: its arguments cannot be edited by an approver.
     #[error(

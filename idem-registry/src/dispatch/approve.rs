@@ -5,8 +5,12 @@
 //! (`idem::store::approvals`); a call with neither is recorded there as pending.
 //! The operator's side (listing, approving, denying) is the desk's (`desk.rs`).
 
-use idem_core::store::approvals::{self, ApprovalDecision, PendingApproval, Verdict};
-use idem_core::{Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, canonical_json};
+use idem_core::store::approvals::{
+    self, ApprovalDecision, ApprovalPolicy, PendingApproval, Verdict,
+};
+use idem_core::{
+    Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, Timestamp, canonical_json,
+};
 use serde_json::Value;
 
 use super::call::{Dispatched, ToolCall};
@@ -115,6 +119,20 @@ impl Dispatcher {
             .await
             .map_err(|e| store_error(tool, e))?;
         let now = self.store.now().await.map_err(|e| store_error(tool, e))?;
+        // A request or an approval under another policy of the tool is not this call's
+        // under the tool it has now: asked again, the change named (a denial stays final).
+        let policy = tool.approval_policy();
+        if let Some(entry) = &entry
+            && entry.stands(now)
+            && !matches!(&entry.decision, Some(d) if matches!(d.verdict, Verdict::Denied { .. }))
+            && let Some(change) = entry.policy.as_ref().and_then(|p| p.change_to(&policy))
+        {
+            let pending = self.pending_of(tool, keyed, &request, record_key, policy, now);
+            approvals::ask_again(store, entry, &pending)
+                .await
+                .map_err(|e| store_error(tool, e))?;
+            return Err(refuse(ApprovalRefusal::PolicyChanged { change }));
+        }
         match entry {
             Some(entry) if entry.stands(now) => match entry.decision {
                 None => Err(required(request)),
@@ -173,20 +191,7 @@ impl Dispatcher {
             },
             // None, or one that expired: record this call as pending.
             _ => {
-                let ttl = self.max_approval_validity;
-                let pending = PendingApproval {
-                    key: record_key.clone(),
-                    namespace: request.namespace.clone(),
-                    tenant: request.tenant.clone(),
-                    tool: request.tool.clone(),
-                    downstream_key: key.to_owned(),
-                    fingerprint: keyed.fingerprint,
-                    arguments: request.arguments.clone(),
-                    secret_parameters: !tool.secrets.is_empty(),
-                    requested_at: now,
-                    expires_at: now.plus(ttl),
-                    decision: None,
-                };
+                let pending = self.pending_of(tool, keyed, &request, record_key, policy, now);
                 let stored = approvals::request(store, &pending)
                     .await
                     .map_err(|e| store_error(tool, e))?;
@@ -198,6 +203,32 @@ impl Dispatcher {
                 }
                 Err(required(request))
             }
+        }
+    }
+
+    /// The pending request recorded for this keyed call at `now`, under `policy`.
+    fn pending_of(
+        &self,
+        tool: &ToolDef,
+        keyed: &Keyed,
+        request: &ApprovalRequest,
+        record_key: &RecordKey,
+        policy: ApprovalPolicy,
+        now: Timestamp,
+    ) -> PendingApproval {
+        PendingApproval {
+            key: record_key.clone(),
+            namespace: request.namespace.clone(),
+            tenant: request.tenant.clone(),
+            tool: request.tool.clone(),
+            downstream_key: request.key.as_str().to_owned(),
+            fingerprint: keyed.fingerprint,
+            arguments: request.arguments.clone(),
+            secret_parameters: !tool.secrets.is_empty(),
+            policy: Some(policy),
+            requested_at: now,
+            expires_at: now.plus(self.max_approval_validity),
+            decision: None,
         }
     }
 

@@ -506,6 +506,15 @@ pub enum ApprovalRefusal {
         /// The longest validity accepted.
         longest: Duration,
     },
+    /// It was decided under another policy of the tool (its class, handler version or
+    /// controls changed since): the request is asked again under the tool's policy now.
+    #[error(
+        "it was decided under another policy of the tool: {change}; the call waits for a new decision under the policy it has now"
+    )]
+    PolicyChanged {
+        /// What changed, in words.
+        change: String,
+    },
     /// It expired.
     #[error(
         "it expired at {} (the store's clock reads {})",

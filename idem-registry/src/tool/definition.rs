@@ -217,6 +217,74 @@ impl ToolDef {
         &self.version
     }
 
+    /// The policy an approval of its calls is for: the class, the handler's version and each
+    /// control, in words and in a fixed order. A pending request records it, and an approval
+    /// decided under another one is refused when the call comes to use it, naming the change.
+    ///
+    /// ```
+    /// use idem::{ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{Value, json};
+    ///
+    /// let tool = ToolDef::builder("close_account", ToolClass::Irreversible)
+    ///     .description("Close a customer's account for good.")
+    ///     .version("3")
+    ///     .input_schema(json!({"type": "object", "properties": {}}))
+    ///     .handler(|_: ToolContext, _: Value| async { Ok::<_, ToolError>(json!(1)) })
+    ///     .build()
+    ///     .unwrap();
+    /// let policy = tool.approval_policy();
+    /// assert_eq!((policy.class.as_str(), policy.version.as_str()), ("irreversible", "3"));
+    /// ```
+    pub fn approval_policy(&self) -> idem_core::store::approvals::ApprovalPolicy {
+        let rules = &self.rules;
+        let mut controls = Vec::new();
+        controls.extend(rules.authorize.iter().map(|r| format!("authorize: {r}")));
+        if self.authorize.len() > rules.authorize.len() {
+            let functions = self.authorize.len() - rules.authorize.len();
+            controls.push(format!("authorize: {functions} function(s)"));
+        }
+        if !self.authorize_async.is_empty() {
+            let checks = self.authorize_async.len();
+            controls.push(format!("authorize_async: {checks} check(s)"));
+        }
+        controls.extend(
+            rules
+                .approve_when
+                .iter()
+                .map(|r| format!("approve_when: {r}")),
+        );
+        if self.approve_when.len() > rules.approve_when.len() {
+            let functions = self.approve_when.len() - rules.approve_when.len();
+            controls.push(format!("approve_when: {functions} function(s)"));
+        }
+        controls.extend(rules.limits.iter().map(|l| format!("limit: {l:?}")));
+        controls.extend(rules.after.iter().map(|a| format!("after: {a:?}")));
+        controls.extend(self.policy.scopes.iter().map(|s| format!("scope: {s}")));
+        controls.extend(self.secrets.iter().map(|s| format!("secret: {s}")));
+        let present = [
+            (self.has_precondition, "precondition"),
+            (self.compensate.is_some(), "compensate"),
+            (self.undo.is_some(), "undo"),
+        ];
+        controls.extend(
+            present
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, c)| (*c).to_owned()),
+        );
+        if let Some(undo) = &self.on_failure_undo {
+            controls.push(format!("on_failure_undo_run: {undo:?}"));
+        }
+        if let Some(escalate) = self.escalate {
+            controls.push(format!("escalate: {escalate:?}"));
+        }
+        idem_core::store::approvals::ApprovalPolicy::new(
+            self.class.as_str(),
+            self.version.as_ref(),
+            controls,
+        )
+    }
+
     /// The policy its calls are recorded under ([`idem_core::contract`]), with `ttl` the TTL
     /// the dispatcher keeps its records for.
     /// Made once per tool (every dispatch hands the same one to the store), and again only

@@ -20,6 +20,7 @@ fn pending(tenant: &str, tool: &str, key: &str, now: Timestamp, ttl: Duration) -
         fingerprint: Fingerprint::of(&serde_json::json!({ "key": key })),
         arguments: serde_json::json!({ "key": key, "card": "[secret hmac-sha256:00]" }),
         secret_parameters: true,
+        policy: None,
         requested_at: now,
         expires_at: now.plus(ttl),
         decision: None,

@@ -520,6 +520,7 @@ fn approval(key: &RecordKey, tenant: &str, now: Timestamp) -> PendingApproval {
         fingerprint: Fingerprint::of(&json!({"cents": 1})),
         arguments: json!({"cents": 1}),
         secret_parameters: false,
+        policy: None,
         requested_at: now,
         expires_at: now.plus(TTL),
         decision: None,
