@@ -70,10 +70,6 @@ pub enum Action {
     Approve,
     /// A call denied.
     Deny,
-    /// A standing grant given.
-    Grant,
-    /// A standing grant revoked.
-    Revoke,
     /// An Unknown or escalated call's outcome settled by a person.
     Resolve,
     /// A held call let go (its lease ended), so that another may take it.
@@ -90,8 +86,6 @@ impl Action {
         match self {
             Action::Approve => "approve",
             Action::Deny => "deny",
-            Action::Grant => "grant",
-            Action::Revoke => "revoke",
             Action::Resolve => "resolve",
             Action::Release => "release",
             Action::Retry => "retry",
