@@ -42,6 +42,8 @@ Exit codes:
 pub struct Failure {
     pub code: Exit,
     pub message: String,
+    /// The decision was recorded, and only its entry in the decision log is missing.
+    pub decided: bool,
 }
 
 impl Failure {
@@ -49,6 +51,7 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            decided: false,
         }
     }
 
@@ -85,9 +88,10 @@ impl Failure {
             | DecisionError::PolicyChanged { .. }) => {
                 Failure::new(Exit::Refused, format!("{store}: {e}"))
             }
-            e @ DecisionError::NotLogged { .. } => {
-                Failure::new(Exit::Store, format!("{store}: {e}"))
-            }
+            e @ DecisionError::NotLogged { .. } => Failure {
+                decided: true,
+                ..Failure::new(Exit::Store, format!("{store}: {e}"))
+            },
             e => Failure::new(Exit::Usage, format!("{store}: {e}")),
         }
     }

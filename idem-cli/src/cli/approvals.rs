@@ -333,7 +333,7 @@ async fn batch(op: &crate::operate::Operator, batch: Batch<'_>, json: bool) -> R
     }
     confirm(yes, &question)?;
     let now = op.now().await?;
-    let mut refused = 0;
+    let (mut refused, mut unlogged) = (0, 0);
     let mut results = Vec::new();
     for entry in &shown {
         let (decided, verb) = match &decide {
@@ -362,6 +362,16 @@ async fn batch(op: &crate::operate::Operator, batch: Batch<'_>, json: bool) -> R
                     ));
                 }
             }
+            Err(failure) if failure.decided => {
+                unlogged += 1;
+                eprintln!("warning: {verb} {}, and: {failure}", entry.key);
+                results.push(serde_json::json!({
+                    "key": entry.key.as_str(),
+                    "decided": true,
+                    "logged": false,
+                    "error": failure.to_string(),
+                }));
+            }
             Err(failure) => {
                 refused += 1;
                 if json {
@@ -381,6 +391,15 @@ async fn batch(op: &crate::operate::Operator, batch: Batch<'_>, json: bool) -> R
     }
     if json {
         print_json(&Value::Array(results));
+    }
+    if unlogged > 0 && refused == 0 {
+        return Err(Failure::new(
+            Exit::Store,
+            format!(
+                "{unlogged} of {} decisions were recorded and not logged (each named above): the store's decision log could not take them",
+                shown.len()
+            ),
+        ));
     }
     if refused > 0 {
         return Err(Failure::new(

@@ -83,7 +83,7 @@ pub async fn audit(args: AuditArgs) -> Result<(), Failure> {
             if let Some(file) = against {
                 let key = crate::keys::signing_key(approval_key_file.as_deref())?;
                 let (entries, head) = export_head(&file, &key)?;
-                held(&op, &file, entries, head).await?;
+                held(&op, &file, entries, head, &chain).await?;
             }
             if json {
                 print_json(&chain_json(&chain));
@@ -185,6 +185,20 @@ async fn export(
     }
     // Entries appended since the verification are not in this export's chain: cut to it.
     lines.truncate(usize::try_from(chain.entries).unwrap_or(usize::MAX));
+    // What was read after the verification must still end at the verified head.
+    let last = lines
+        .last()
+        .and_then(|l| serde_json::from_str::<Logged>(l).ok())
+        .map(|l| l.hash);
+    if last != chain.head {
+        return Err(Failure::new(
+            Exit::Refused,
+            format!(
+                "{}: the decision log changed while it was exported: nothing was written; export again",
+                op.name
+            ),
+        ));
+    }
     let head = chain.head.map(|h| h.to_hex());
     let signature = sign(key, chain.entries, head.as_deref());
     lines.push(
@@ -234,10 +248,16 @@ async fn export(
 /// The signature of an export's last line: over its count and head, under a key derived from
 /// the approval key.
 fn sign(key: &idem_registry::ApprovalKey, entries: u64, head: Option<&str>) -> String {
+    let digest = mac(key, entries, head).finalize().into_bytes();
+    idem_core::Fingerprint::from_bytes(digest.into()).to_hex()
+}
+
+/// The MAC an export's signature is, over its count and head.
+fn mac(key: &idem_registry::ApprovalKey, entries: u64, head: Option<&str>) -> Hmac {
     let mut mac = <Hmac as KeyInit>::new_from_slice(&key.derived_secret(EXPORT_LABEL))
         .expect("HMAC takes a key of any length");
     mac.update(format!("{entries}\n{}", head.unwrap_or("")).as_bytes());
-    idem_core::Fingerprint::from_bytes(mac.finalize().into_bytes().into()).to_hex()
+    mac
 }
 
 /// The count and head an export holds, once its signature, its chain and its last line agree.
@@ -265,7 +285,14 @@ fn export_head(
             key.id()
         )));
     }
-    if seal["signature"].as_str() != Some(sign(key, entries, head).as_str()) {
+    let signature = seal["signature"]
+        .as_str()
+        .and_then(Fingerprint::from_hex)
+        .ok_or_else(|| refused("its signature is not 64 hex digits".into()))?;
+    if mac(key, entries, head)
+        .verify_slice(signature.as_bytes())
+        .is_err()
+    {
         return Err(refused(
             "its signature does not verify: the export was changed".into(),
         ));
@@ -303,7 +330,21 @@ async fn held(
     file: &Path,
     entries: u64,
     head: Option<Fingerprint>,
+    chain: &Chain,
 ) -> Result<(), Failure> {
+    // The verified chain is linked from entry 1: reaching the export's last entry unchanged
+    // means holding every entry before it too.
+    if chain.entries < entries {
+        return Err(Failure::new(
+            Exit::Refused,
+            format!(
+                "{}: the decision log no longer reaches entry {entries} as {} exported it (it holds {} linked from the first): entries were removed or rewritten since",
+                op.name,
+                file.display(),
+                chain.entries
+            ),
+        ));
+    }
     let Some(head) = head else { return Ok(()) };
     let found = decisions::read(&*op.store, entries, 1)
         .await

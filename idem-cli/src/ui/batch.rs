@@ -123,6 +123,9 @@ pub(super) async fn decide(
                     tracing::info!(key = %decided.key, by = %who, "{} in the inbox (a batch)", verb.to_lowercase());
                     done.push(format!("{} for {}", decided.tool, decided.tenant));
                 }
+                Err(failure) if failure.decided => {
+                    done.push(format!("key {key} (not in the decision log: {})", failure.message));
+                }
                 Err(failure) => refused.push(format!("key {key}: {}", failure.message)),
             }
         }

@@ -38,6 +38,37 @@ fn auditing(at: &[&str], args: &[&str]) -> Command {
     cmd
 }
 
+/// The store's decision log exported, signed, to a file in `dir`: its path.
+fn exported(dir: &TempDir, at: &[&str], decisions: usize) -> String {
+    let export = dir.path().join("decisions.jsonl");
+    let path = export.to_str().expect("a UTF-8 path").to_owned();
+    run(&mut auditing(at, &["audit", "export", "--output", &path]))
+        .exited(0)
+        .says(&[
+            &format!("exported {decisions} decisions"),
+            "signed with key `desk-tests`",
+        ]);
+    path
+}
+
+/// The pending call under `key` denied by dana@desk through the command line.
+fn denied_by_dana(at: &[&str], key: &str, reason: &str) {
+    run(&mut deciding(
+        at,
+        &["approvals", "deny", key, "--reason", reason, "--yes"],
+    ))
+    .exited(0);
+}
+
+/// The Unknown record under `key` released by lee@desk through the command line.
+fn released_by_lee(at: &[&str], key: &str) {
+    run(&mut on(
+        at,
+        &["records", "release", key, "--as", "lee@desk", "--yes"],
+    ))
+    .exited(0);
+}
+
 /// `entry` with its hash made again, as a forger who knows the format would.
 fn rehashed(mut entry: Value) -> Value {
     entry.as_object_mut().expect("an object").remove("hash");
@@ -58,18 +89,7 @@ async fn every_decision_is_logged_and_a_changed_one_is_named() {
         &["approvals", "approve", &pending_key, "--yes"],
     ))
     .exited(0);
-    run(&mut on(
-        &at,
-        &[
-            "records",
-            "release",
-            &unknown_key,
-            "--as",
-            "lee@desk",
-            "--yes",
-        ],
-    ))
-    .exited(0);
+    released_by_lee(&at, &unknown_key);
 
     let listed = run(&mut on(&at, &["audit", "list", "--json"]))
         .exited(0)
@@ -130,27 +150,10 @@ async fn a_signed_export_catches_a_chain_rewritten_whole() {
     let dir = TempDir::new("idem_cli_audit_export");
     let (store, _agent, _run_ctx, pending_key, _unknown_key) = sqlite_with_work(&dir).await;
     let at = ["--store", store.as_str()];
-    run(&mut deciding(
-        &at,
-        &[
-            "approvals",
-            "deny",
-            &pending_key,
-            "--reason",
-            "not without the customer's call",
-            "--yes",
-        ],
-    ))
-    .exited(0);
+    denied_by_dana(&at, &pending_key, "not without the customer's call");
 
-    let export = dir.path().join("decisions.jsonl");
-    let export_arg = export.to_str().expect("a UTF-8 path");
-    run(&mut auditing(
-        &at,
-        &["audit", "export", "--output", export_arg],
-    ))
-    .exited(0)
-    .says(&["exported 1 decisions", "signed with key `desk-tests`"]);
+    let export = exported(&dir, &at, 1);
+    let export_arg = export.as_str();
     run(&mut auditing(
         &at,
         &["audit", "export", "--output", export_arg],
@@ -197,4 +200,62 @@ async fn a_signed_export_catches_a_chain_rewritten_whole() {
     run(on(&at, &["audit", "verify", "--against", export_arg]).env("IDEM_APPROVAL_KEY", other_key))
         .exited(5)
         .says(&["signed with key `desk-tests`, not `other`"]);
+}
+
+#[tokio::test]
+async fn a_signed_export_catches_an_entry_removed_below_its_last() {
+    let dir = TempDir::new("idem_cli_audit_removed");
+    let (store, _agent, _run_ctx, pending_key, unknown_key) = sqlite_with_work(&dir).await;
+    let at = ["--store", store.as_str()];
+    denied_by_dana(&at, &pending_key, "not today");
+    released_by_lee(&at, &unknown_key);
+    let export = exported(&dir, &at, 2);
+    let export_arg = export.as_str();
+
+    // The denial removed (made to expire at once), and the head hint moved back before it:
+    // the store's chain now reads as empty, and its second entry is as exported.
+    let path = dir.path().join("records.db");
+    let direct = idem::SqliteStore::open(&path).expect("open SQLite");
+    let first = direct
+        .budget_text("idem:decisions:1")
+        .await
+        .expect("read")
+        .expect("entry 1");
+    assert!(
+        direct
+            .swap_budget(
+                "idem:decisions:1",
+                Some(&first),
+                &first,
+                Duration::from_millis(1)
+            )
+            .await
+            .expect("swap")
+    );
+    let head = direct
+        .budget_text("idem:decisions:head")
+        .await
+        .expect("read")
+        .expect("a head");
+    assert!(
+        direct
+            .swap_budget(
+                "idem:decisions:head",
+                Some(&head),
+                "0",
+                Duration::from_secs(3600)
+            )
+            .await
+            .expect("swap")
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    run(&mut on(&at, &["audit", "verify"]))
+        .exited(0)
+        .prints(&["holds: 0 entries"]);
+    run(&mut auditing(
+        &at,
+        &["audit", "verify", "--against", export_arg],
+    ))
+    .exited(5)
+    .says(&["no longer reaches entry 2", "removed or rewritten"]);
 }

@@ -354,6 +354,24 @@ pub async fn ask_again<S: Store + ?Sized>(
     outcome.map_err(|never| match never {})
 }
 
+/// [`decide`], only if the entry under the key is still `read` in every field (its
+/// arguments, the policy it was asked under, when it was asked): a request asked again since
+/// it was read is [`DecisionRefused::NotShown`], checked in the same swap as the decision.
+pub async fn decide_as_read<S: Store + ?Sized>(
+    store: &S,
+    read: &PendingApproval,
+    by: &str,
+    verdict: &Verdict,
+) -> Result<Result<PendingApproval, DecisionRefused>, StoreError> {
+    change(store, &read.key, |existing, now| {
+        if existing.as_ref().is_some_and(|entry| entry != read) {
+            return Err(DecisionRefused::NotShown(read.key.clone()));
+        }
+        decided(existing, &read.key, by, verdict, now).map(Some)
+    })
+    .await
+}
+
 /// Record `by`'s `verdict` on the pending request under `key`, at the store's time.
 pub async fn decide<S: Store + ?Sized>(
     store: &S,

@@ -382,7 +382,8 @@ async fn decide_approval(
         arguments,
         fingerprint,
     };
-    Ok(approvals::decide_as_shown(store, key, approver.identity(), &verdict, shown).await??)
+    // Decided on the entry as read: one asked again since (another policy) is not approved.
+    Ok(approvals::decide_as_read(store, &entry, approver.identity(), &verdict).await??)
 }
 
 /// Why an operator's decision was not recorded.
