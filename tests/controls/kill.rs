@@ -175,6 +175,7 @@ async fn a_compensation_killed_midway_is_resumed_once(store: &str, target: &str,
 async fn sqlite_a_compensation_killed_midway_is_resumed_once() {
     let scope = unique("killed_sqlite");
     let path = std::env::temp_dir().join(format!("{scope}.sqlite"));
+    let _scratch = crate::Scratch(path.clone());
     a_compensation_killed_midway_is_resumed_once("sqlite", &path.display().to_string(), &scope)
         .await;
 }

@@ -145,6 +145,7 @@ async fn worker_processes_apply_exactly_the_limit(store: &str, target: &str, sco
 async fn sqlite_worker_processes_apply_exactly_the_limit() {
     let scope = unique("raced_sqlite");
     let path = std::env::temp_dir().join(format!("{scope}.sqlite"));
+    let _scratch = crate::Scratch(path.clone());
     // The file exists with its tables before the workers open it.
     drop(idem::store::sqlite::SqliteStore::open(&path).unwrap());
     worker_processes_apply_exactly_the_limit("sqlite", &path.display().to_string(), &scope).await;

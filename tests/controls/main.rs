@@ -47,12 +47,25 @@ pub(crate) fn sqlite_path(tag: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("{}.sqlite", support::services::unique(tag)))
 }
 
+/// A SQLite file of a test's own, removed with its journal files when the test is done.
+pub(crate) struct Scratch(pub std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut path = self.0.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 pub(crate) async fn sqlite(tag: &str) -> Option<Opened> {
     let path = sqlite_path(tag);
     let store = idem::store::sqlite::SqliteStore::open(&path).expect("open SQLite");
     Some(Opened {
         store: Arc::new(store),
-        _scratch: None,
+        _scratch: Some(Box::new(Scratch(path))),
     })
 }
 

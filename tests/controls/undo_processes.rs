@@ -350,6 +350,7 @@ async fn a_worker_killed_mid_undo_is_taken_over_by_another_process(
 async fn sqlite_a_worker_killed_mid_undo_is_taken_over_by_another_process() {
     let scope = unique("undo_processes_sqlite");
     let path = std::env::temp_dir().join(format!("{scope}.sqlite"));
+    let _scratch = crate::Scratch(path.clone());
     a_worker_killed_mid_undo_is_taken_over_by_another_process(
         "sqlite",
         &path.display().to_string(),
