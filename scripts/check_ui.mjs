@@ -316,15 +316,20 @@ with sqlite3.connect(db) as conn:
   execFileSync('python3', ['-c', script, DB, key, customer], { stdio: 'inherit', timeout: 30_000 });
 }
 
-async function checkBatch(page) {
-  // Two more calls for initech wait for a person.
-  const left = execFileSync(AGENT, ['--db', DB, '--leave-to-operator', '--tenant', 'initech'], {
+/** The agent example leaves two more approvals (cus_99, cus_77) for `tenant`. */
+function agentLeavesTwoFor(tenant) {
+  const left = execFileSync(AGENT, ['--db', DB, '--leave-to-operator', '--tenant', tenant], {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'pipe'],
     timeout: 60_000,
   });
   expect(left.includes('waiting for a person: delete_account {"customer_id":"cus_99"}'),
-    'the agent leaves two more approvals, for initech');
+    `the agent leaves two more approvals, for ${tenant}`);
+}
+
+async function checkBatch(page) {
+  // Two more calls for initech wait for a person.
+  agentLeavesTwoFor('initech');
   await page.goto(BASE + '/');
   const row = (customer) => page.locator('#pending tr[data-key]', { hasText: `"${customer}"` });
   const kept = await row('cus_99').getAttribute('data-key');
@@ -351,6 +356,62 @@ async function checkBatch(page) {
   expect(denied === `Denied 1 of 1 selected by ${WHO}: delete_account for initech (${REASON})`,
     `"Deny selected" with a reason: "${denied}"`);
   expect(idem('approvals', 'show', changed).status === 'denied', 'and the store says denied');
+}
+
+/** The pending request under `key` marked as needing two approvers (four eyes), as a tool
+ * with `approvers = 2` records it (the SQLite file, edited directly: the example's tools
+ * need one). */
+function needsTwoApprovers(key) {
+  const script = `
+import json, sqlite3, sys
+db, key = sys.argv[1:3]
+with sqlite3.connect(db) as conn:
+    (body,) = conn.execute("SELECT body FROM idem_approvals WHERE key = ?", (key,)).fetchone()
+    entry = json.loads(body)
+    entry["approvers"] = 2
+    conn.execute("UPDATE idem_approvals SET body = ? WHERE key = ?", (json.dumps(entry), key))
+`;
+  execFileSync('python3', ['-c', script, DB, key], { stdio: 'inherit', timeout: 30_000 });
+}
+
+async function checkFourEyes(page) {
+  agentLeavesTwoFor('umbrella');
+  await page.goto(BASE + '/');
+  const row = () => page.locator('#pending tr[data-key]', { hasText: `"cus_99"` })
+    .filter({ hasText: 'umbrella' });
+  const key = await row().getAttribute('data-key');
+  needsTwoApprovers(key);
+  await page.goto(BASE + '/');
+  const before = await text(row().locator('.approvers'));
+  expect(before === 'no approval yet (0 of 2); awaiting 2 distinct approvers',
+    `a call that needs two approvers says so in its row: "${before}"`);
+  expect(await row().locator('details').count() === 0, 'and offers no edit (both approve it as called)');
+
+  await navigates(page, () => row().locator('button.approve').click());
+  const notice = await text(page.locator('#notice'));
+  expect(notice === `Your approval of delete_account for umbrella is recorded: approved by ${WHO} (1 of 2); awaiting 1 more approver, not ${WHO}.`,
+    `the first approval is recorded, the call still waits: "${notice}"`);
+  const after = await text(row().locator('.approvers'));
+  expect(after === `approved by ${WHO} (1 of 2); awaiting 1 more approver, not ${WHO}`,
+    `the row shows who approved and who is awaited: "${after}"`);
+
+  const twice = await navigates(page, () => row().locator('button.approve').click());
+  const refused = await text(page.locator('#error'));
+  expect(twice.status() === 409 && refused.includes(`${WHO} already approved`) && refused.includes('one person counts once'),
+    `the same person approving again is refused (${twice.status()}): "${refused}"`);
+  expect(idem('approvals', 'show', key).status === 'pending', 'and the call still waits');
+
+  // The second person decides at the command line: another door, another identity.
+  execFileSync(IDEM, ['approvals', 'approve', key, '--yes', '--as', 'lee@desk', '--store', STORE], {
+    env: { ...process.env, IDEM_APPROVAL_KEY: env('IDEM_UI_APPROVAL_KEY') },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: 30_000,
+  });
+  const decided = idem('approvals', 'show', key);
+  expect(decided.status === 'approved' && decided.approved_by.map((a) => a.by).join(',') === `${WHO},lee@desk`,
+    `after lee@desk at the command line it is approved by both: ${JSON.stringify(decided.approved_by)}`);
+  await page.goto(BASE + '/');
+  expect(await row().count() === 0, 'and it leaves the pending table');
 }
 
 async function checkSession(page) {
@@ -390,6 +451,7 @@ async function main() {
     const sms = await checkForgery(page, expired);
     await checkResolve(page, sms);
     await checkBatch(page);
+    await checkFourEyes(page);
     await checkSession(page);
   } finally {
     await browser.close();

@@ -25,6 +25,9 @@ builds `idem` and the agent example; then, on a fresh SQLite store under `target
 10. Two more approvals (initech) ticked and approved at once while one of them is requested
    again with other arguments: that one is refused alone (still pending, its new arguments),
    the other approved; then it is denied from the batch form with a reason.
+11. Four eyes: a call marked as needing two approvers shows "no approval yet (0 of 2)";
+   approved from its row it shows who approved and that one more is awaited; the same
+   person approving again is refused (409); a second person at the command line decides it.
 
 Screenshots go to target/ui-check/inbox.png and inbox-decided.png; with --screenshots they
 are also copied to examples/screenshots/.
@@ -183,7 +186,8 @@ def check(idem, agent, modules):
         browser = dict(os.environ, IDEM_UI_URL=url, IDEM_UI_TOKEN=token,
                        IDEM_UI_STORE=f"sqlite:{db}", IDEM_UI_DB=str(db),
                        IDEM_UI_BIN=str(idem), IDEM_UI_AGENT=str(agent), IDEM_UI_OUT=str(WORK),
-                       IDEM_UI_MODULES=str(modules), IDEM_UI_CHROMIUM=str(CHROMIUM))
+                       IDEM_UI_MODULES=str(modules), IDEM_UI_CHROMIUM=str(CHROMIUM),
+                       IDEM_UI_APPROVAL_KEY=APPROVAL_KEY)
         browser.pop("IDEM_STORE", None)
         # 3-9 in the browser; it prints its own ok and FAIL lines.
         node = subprocess.run(["node", str(ROOT / "scripts" / "check_ui.mjs")], env=browser,

@@ -92,6 +92,7 @@ impl Answer {
     ///     attempts: 0,
     ///     class: ToolClass::IdempotentWrite,
     ///     limits: Vec::new(),
+    ///     granted: None,
     /// });
     /// let text: serde_json::Value = serde_json::from_str(&found.text()).unwrap();
     /// assert_eq!(text["output"], json!({"ticket": 7}));

@@ -64,6 +64,10 @@ enum Command {
     /// verify it link by link, export it signed.
     #[command(after_help = EXIT_CODES)]
     Audit(cli::AuditArgs),
+    /// Standing grants: a tool's calls for a tenant, a run or a session, for a time, within
+    /// argument bounds, run without asking; add, list, revoke.
+    #[command(after_help = EXIT_CODES)]
+    Grants(cli::GrantsArgs),
     /// Run a crash test (`idem::testing`): a scenario program, or a test binary and a test's
     /// name; exits 0 only if every point held.
     #[command(after_help = EXIT_CODES)]
@@ -189,6 +193,7 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Crashtest(args) => cli::crashtest(args),
         Command::Runs(args) => cli::runs(args).await,
         Command::Audit(args) => cli::audit(args).await,
+        Command::Grants(args) => cli::grants(args).await,
         Command::Stats(args) => cli::stats(args).await,
         Command::Ui(args) => ui::serve(args).await,
         #[cfg(feature = "mcp-proxy")]

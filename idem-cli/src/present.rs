@@ -89,6 +89,39 @@ pub fn approval_status(entry: &PendingApproval, now: Timestamp) -> &'static str 
     }
 }
 
+/// Who approved a call that needs several approvers, and how many more it awaits, in words
+/// (`None` for a call that needs one): `approved by dana@desk (1 of 2); awaiting 1 more
+/// approver, not dana@desk`.
+pub fn approvers_line(entry: &PendingApproval) -> Option<String> {
+    if entry.approvers <= 1 {
+        return None;
+    }
+    let who: Vec<&str> = entry.approved_by.iter().map(|g| g.by.as_str()).collect();
+    let given = match who.is_empty() {
+        true => format!("no approval yet (0 of {})", entry.approvers),
+        false => format!(
+            "approved by {} ({} of {})",
+            who.join(", "),
+            who.len(),
+            entry.approvers
+        ),
+    };
+    Some(match entry.awaiting() {
+        0 => given,
+        1 if who.is_empty() => format!("{given}; awaiting 1 approver"),
+        n => {
+            let more = if n == 1 { "approver" } else { "approvers" };
+            match who.is_empty() {
+                true => format!("{given}; awaiting {n} distinct {more}"),
+                false => format!(
+                    "{given}; awaiting {n} more {more}, not {}",
+                    who.join(" or ")
+                ),
+            }
+        }
+    })
+}
+
 /// The documented JSON shape of an approval request.
 pub fn approval_json(entry: &PendingApproval, now: Timestamp) -> Value {
     let decision = entry.decision.as_ref().map(|d| {
@@ -122,6 +155,11 @@ pub fn approval_json(entry: &PendingApproval, now: Timestamp) -> Value {
         "arguments": entry.arguments,
         "requested_at": entry.requested_at.to_rfc3339(),
         "expires_at": entry.expires_at.to_rfc3339(),
+        "approvers": entry.approvers,
+        "approved_by": entry.approved_by.iter().map(|g| json!({
+            "by": g.by,
+            "at": g.at.to_rfc3339(),
+        })).collect::<Vec<_>>(),
         "decision": decision,
     })
 }

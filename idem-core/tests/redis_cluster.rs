@@ -109,6 +109,8 @@ fn pending(key: &RecordKey, now: idem_core::Timestamp) -> PendingApproval {
         arguments: json!({ "key": key.as_str() }),
         secret_parameters: false,
         policy: None,
+        approvers: 1,
+        approved_by: Vec::new(),
         requested_at: now,
         expires_at: now.plus(Duration::from_secs(3600)),
         decision: None,

@@ -15,7 +15,7 @@ pub(crate) const CLASSES: [&str; 4] = [
     "irreversible",
 ];
 
-const KEYS: [&str; 23] = [
+const KEYS: [&str; 24] = [
     "class",
     "version",
     "name",
@@ -34,6 +34,7 @@ const KEYS: [&str; 23] = [
     "authorize",
     "authorize_async",
     "approve_when",
+    "approvers",
     "precondition",
     "compensate",
     "limits",
@@ -88,6 +89,8 @@ pub(crate) struct Attr {
     pub authorize_async: Option<syn::Path>,
     /// `approve_when = f`.
     pub approve_when: Option<syn::Path>,
+    /// `approvers = 2`: four eyes, how many distinct people approve each call.
+    pub approvers: Option<u8>,
     /// `precondition = f`.
     pub precondition: Option<syn::Path>,
     /// `compensate = f`.
@@ -223,6 +226,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             "max_attempts" => {
                 attr.max_attempts = int::<u32>(value, &key, 1, errors);
             }
+            "approvers" => attr.approvers = int::<u8>(value, &key, 1, errors),
             "open_world" => match value {
                 Expr::Lit(ExprLit {
                     lit: Lit::Bool(b), ..
@@ -375,6 +379,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
         // A read makes no effect: nothing to approve, guard or undo.
         for (key, given) in [
             ("approve_when", attr.approve_when.is_some()),
+            ("approvers", attr.approvers.is_some()),
             ("precondition", attr.precondition.is_some()),
             ("compensate", attr.compensate.is_some()),
             ("escalate", attr.escalate.is_some()),
@@ -395,6 +400,16 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Attr {
             "`approve_when` has no effect on an `irreversible` tool, every call of which needs \
              approval: remove it, or give the tool the class `non_idempotent_write` to ask only \
              for the calls it selects",
+        );
+    } else if !matches!(attr.class, Some(Class::Irreversible) | None)
+        && attr.approve_when.is_none()
+        && attr.approvers.is_some_and(|n| n > 1)
+    {
+        errors.at(
+            span_of("approvers"),
+            "`approvers` has no effect: no call of this tool needs approval; give the tool \
+             the class `irreversible`, or add `approve_when = large_refund` to ask for the \
+             calls it selects",
         );
     } else if attr.key_reuse_given && attr.natural_key.is_none() {
         let policy = if attr.reject_on_key_reuse {
@@ -525,6 +540,7 @@ fn range(key: &str, min: u64) -> (u64, u64, &'static str) {
     match key {
         "backoff_ms" => (min, TEN_YEARS_SECS * 1000, "milliseconds"),
         "max_attempts" => (min, u64::from(u32::MAX), "attempts"),
+        "approvers" => (min, 16, "approvers"),
         _ => (min, TEN_YEARS_SECS, "seconds"),
     }
 }
@@ -565,7 +581,7 @@ fn check_int(i: &LitInt, key: &str, min: u64, max: u64, unit: &str) -> syn::Resu
     }
     match wide {
         Some(wide) if wide <= max => Ok(wide),
-        _ if unit == "attempts" => Err(syn::Error::new_spanned(
+        _ if unit == "attempts" || unit == "approvers" => Err(syn::Error::new_spanned(
             i,
             format!(
                 "`{key}` must be at most {max} {unit}; e.g. {}",
@@ -605,6 +621,7 @@ fn example(key: &str) -> String {
         "authorize" => "`authorize = own_orders_only`".into(),
         "authorize_async" => "`authorize_async = owns_the_order`".into(),
         "approve_when" => "`approve_when = large_refund`".into(),
+        "approvers" => "`approvers = 2`".into(),
         "precondition" => "`precondition = still_open`".into(),
         "compensate" => "`compensate = cancel_step`".into(),
         "limits" => "`limits = refund_limits`".into(),

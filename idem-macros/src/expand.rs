@@ -378,6 +378,9 @@ fn settings(tool: &ToolFn<'_>, attr: &Attr, p: &TokenStream) -> Vec<TokenStream>
     if let Some(v) = attr.max_attempts {
         settings.push(quote!(#s::MaxAttempts(#v)));
     }
+    if let Some(v) = attr.approvers {
+        settings.push(quote!(#s::Approvers(#v)));
+    }
     if let Some(v) = &attr.version {
         settings.push(quote!(#s::Version(#v)));
     }

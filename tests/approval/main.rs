@@ -6,6 +6,8 @@
 mod support;
 
 mod approvals;
+mod four_eyes;
+mod grants;
 mod operator_approvals;
 mod pending_approvals;
 mod policy_binding;

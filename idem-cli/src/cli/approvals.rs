@@ -133,9 +133,15 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
                     } else {
                         "expired".into()
                     };
+                    let status = match (e.decision.is_none() && e.approvers > 1, e.stands(now)) {
+                        (true, true) => {
+                            format!("pending ({} of {})", e.approved_by.len(), e.approvers)
+                        }
+                        _ => present::approval_status(e, now).into(),
+                    };
                     vec![
                         e.key.to_string(),
-                        present::approval_status(e, now).into(),
+                        status,
                         e.tool.clone(),
                         e.tenant.clone(),
                         format!("{} ago", present::span(e.requested_at, now)),
@@ -219,9 +225,11 @@ pub async fn approvals(args: ApprovalsArgs) -> Result<(), Failure> {
             if json {
                 print_json(&present::approval_json(&decided, now));
             } else {
-                let next = match edited {
-                    None => "the agent's next call runs it once",
-                    Some(_) => {
+                let awaiting = present::approvers_line(&decided).filter(|_| decided.awaiting() > 0);
+                let next = match (edited, &awaiting) {
+                    (_, Some(line)) => line.as_str(),
+                    (None, None) => "the agent's next call runs it once",
+                    (Some(_), None) => {
                         "the agent's call is refused with the edited arguments, and runs once called with them"
                     }
                 };
@@ -435,6 +443,9 @@ fn show_approval(entry: &idem_core::store::approvals::PendingApproval, now: idem
         ("expires", entry.expires_at.to_rfc3339()),
         ("downstream key", entry.downstream_key.clone()),
     ];
+    if let Some(line) = present::approvers_line(entry) {
+        rows.push(("approvers", line));
+    }
     if let Some(d) = &entry.decision {
         let verdict = match &d.verdict {
             idem_core::store::approvals::Verdict::Approved { arguments, .. } => {

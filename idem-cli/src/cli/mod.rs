@@ -17,6 +17,7 @@ mod approvals;
 mod audit;
 mod cases;
 mod crashtest;
+mod grants;
 mod records;
 mod runs;
 
@@ -24,6 +25,7 @@ pub use approvals::{ApprovalsArgs, approvals};
 pub use audit::{AuditArgs, audit};
 pub use cases::{CasesArgs, cases};
 pub use crashtest::{CrashtestArgs, crashtest};
+pub use grants::{GrantsArgs, grants};
 pub use records::{RecordsArgs, records};
 pub use runs::{RunsArgs, runs};
 

@@ -134,6 +134,13 @@ pub(super) async fn approve(
         };
         let decided = op.approve(&entry, shown, &approver, edited.as_ref()).await?;
         tracing::info!(key = %decided.key, by = %who, edited = edited.is_some(), "approved in the inbox");
+        if decided.awaiting() > 0 {
+            let line = present::approvers_line(&decided).unwrap_or_default();
+            return Ok(format!(
+                "Your approval of {} for {} is recorded: {line}.",
+                decided.tool, decided.tenant
+            ));
+        }
         Ok(match edited {
             None => format!(
                 "Approved {} for {} by {}: the agent's next call runs it once.",

@@ -204,13 +204,23 @@ pub(super) fn pending_row(
     let shown = esc(&e.fingerprint.to_hex());
     let args = esc(&pretty(&e.arguments));
     let mut approve = String::new();
+    if let Some(line) = present::approvers_line(e) {
+        let _ = write!(
+            approve,
+            "<p class=approvers data-approvers=\"{}\" data-awaiting=\"{}\">{}</p>",
+            e.approvers,
+            e.awaiting(),
+            esc(&line)
+        );
+    }
     if can_approve {
         let _ = write!(
             approve,
             "<form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><button type=submit class=approve>Approve</button></form>"
         );
-        // Sealed arguments are approved as called: an approver sees only their seals.
-        if idem_registry::approval::ApprovalDesk::editable(e) {
+        // Sealed arguments are approved as called: an approver sees only their seals; and
+        // the approvers of a call that needs several all approve it as called.
+        if idem_registry::approval::ApprovalDesk::editable(e) && e.approvers <= 1 {
             let _ = write!(
                 approve,
                 "<details><summary>Approve edited arguments</summary><form method=post action=\"/approve\"><input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=key value=\"{key}\"><input type=hidden name=shown value=\"{shown}\"><textarea name=edited rows=5 aria-label=\"edited arguments\">{args}</textarea><button type=submit>Approve these arguments</button></form></details>"

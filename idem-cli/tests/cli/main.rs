@@ -466,6 +466,7 @@ mod crashtest;
 mod edited_approval;
 mod example_agent;
 mod fleet_stores;
+mod grants;
 mod listing;
 mod prompt_postgres;
 mod refused_call;

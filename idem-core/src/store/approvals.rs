@@ -48,6 +48,16 @@ pub struct PendingApproval {
     /// Absent from entries written before it, and from those a store alone writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<ApprovalPolicy>,
+    /// How many distinct people must approve the call before it runs (four eyes: 2). The
+    /// first approvals are kept in [`approved_by`](Self::approved_by), the call is decided
+    /// with the last one needed; one denial decides it. Absent from the JSON when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub approvers: u8,
+    /// When more than one approver is needed: every approval given so far, oldest first
+    /// (who, when, the signed approval). Each is verified by the dispatcher, and one person
+    /// counts once, whatever the door they decided through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved_by: Vec<GivenApproval>,
     /// When the dispatcher recorded the request (the store's clock).
     pub requested_at: Timestamp,
     /// Until when it may be decided, and a decision stands (the store's clock).
@@ -119,6 +129,38 @@ impl ApprovalPolicy {
     }
 }
 
+fn one() -> u8 {
+    1
+}
+
+fn is_one(n: &u8) -> bool {
+    *n == 1
+}
+
+/// One approval of a call that needs several: who gave it, when, and the signed approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GivenApproval {
+    /// The approver's identity.
+    pub by: String,
+    /// When (the store's clock).
+    pub at: Timestamp,
+    /// The signed approval, as JSON text (verified by the dispatcher, never by the store).
+    pub approval: String,
+}
+
+/// Whether two identities name the same person: compared without surrounding blanks and
+/// without regard to ASCII case (`Dana@Desk` and `dana@desk` count once).
+///
+/// ```
+/// use idem::store::approvals::same_person;
+/// assert!(same_person("dana@desk", " Dana@Desk"));
+/// assert!(!same_person("dana@desk", "lee@desk"));
+/// ```
+pub fn same_person(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
+}
+
 /// Who decided, when, and what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -160,6 +202,25 @@ impl PendingApproval {
     /// Whether the entry (pending, or its decision) still stands at `now`.
     pub fn stands(&self, now: Timestamp) -> bool {
         now < self.expires_at
+    }
+
+    /// How many more approvals the call awaits before it is decided (0 once decided).
+    ///
+    /// ```
+    /// # use idem::store::approvals::PendingApproval;
+    /// # fn show(entry: &PendingApproval) {
+    /// let who: Vec<&str> = entry.approved_by.iter().map(|g| g.by.as_str()).collect();
+    /// println!("approved by {who:?}, awaiting {} more", entry.awaiting());
+    /// # }
+    /// ```
+    pub fn awaiting(&self) -> u8 {
+        match self.decision {
+            Some(_) => 0,
+            None => {
+                let given = u8::try_from(self.approved_by.len()).unwrap_or(u8::MAX);
+                self.approvers.max(1).saturating_sub(given)
+            }
+        }
     }
 }
 
@@ -219,6 +280,29 @@ pub enum DecisionRefused {
         "the request under key {0} has other arguments than the ones shown: nothing was decided; look at it again"
     )]
     NotShown(RecordKey),
+    /// This person already approved the call, which needs approvals from distinct people.
+    #[error(
+        "{by} already approved the call under key {key}, which needs {approvers} distinct approvers: one person counts once, whatever the door; another approver must decide"
+    )]
+    ApprovedAlready {
+        /// The key.
+        key: RecordKey,
+        /// Who.
+        by: String,
+        /// How many distinct approvers the call needs.
+        approvers: u8,
+    },
+    /// Edited arguments on a call that needs several approvers: each must approve the same
+    /// call, so the arguments cannot be edited.
+    #[error(
+        "the call under key {key} needs {approvers} distinct approvers, who all approve the arguments as called: they cannot be edited; deny the call, and the agent can call again with other arguments"
+    )]
+    EditNeedsOneApprover {
+        /// The key.
+        key: RecordKey,
+        /// How many distinct approvers the call needs.
+        approvers: u8,
+    },
     /// The request expired before the decision.
     #[error("the approval request for key {key} expired at {}; the agent must call again", expired_at.to_rfc3339())]
     Expired {
@@ -243,7 +327,9 @@ pub fn requested(
 }
 
 /// The entry a decision by `by` leaves, made at `now`, or why it cannot be made: only a
-/// pending request, once.
+/// pending request, once. On a call that needs several approvers, an approval by a person
+/// who has not approved it yet is added to [`PendingApproval::approved_by`], and the call is
+/// decided with the last one needed; one denial decides it.
 pub fn decided(
     existing: Option<PendingApproval>,
     key: &RecordKey,
@@ -264,6 +350,36 @@ pub fn decided(
             key: key.clone(),
             expired_at: entry.expires_at,
         });
+    }
+    if let Verdict::Approved {
+        approval,
+        fingerprint,
+        ..
+    } = verdict
+        && entry.approvers > 1
+    {
+        let approvers = entry.approvers;
+        if *fingerprint != entry.fingerprint {
+            return Err(DecisionRefused::EditNeedsOneApprover {
+                key: key.clone(),
+                approvers,
+            });
+        }
+        if entry.approved_by.iter().any(|g| same_person(&g.by, by)) {
+            return Err(DecisionRefused::ApprovedAlready {
+                key: key.clone(),
+                by: by.to_owned(),
+                approvers,
+            });
+        }
+        entry.approved_by.push(GivenApproval {
+            by: by.to_owned(),
+            at: now,
+            approval: approval.clone(),
+        });
+        if entry.approved_by.len() < usize::from(approvers) {
+            return Ok(entry);
+        }
     }
     entry.decision = Some(ApprovalDecision {
         by: by.to_owned(),
@@ -479,6 +595,8 @@ mod tests {
             arguments: serde_json::json!({"cents": 1}),
             secret_parameters: false,
             policy: None,
+            approvers: 1,
+            approved_by: Vec::new(),
             requested_at: Timestamp(0),
             expires_at: Timestamp(expires),
             decision: None,
@@ -535,6 +653,55 @@ mod tests {
         assert_eq!(
             decided(None, &key, "a", &no(), Timestamp(1)),
             Err(DecisionRefused::NotRequested(key))
+        );
+    }
+
+    fn yes(by: &str) -> Verdict {
+        Verdict::Approved {
+            approval: format!("signed by {by}"),
+            arguments: serde_json::json!({"cents": 1}),
+            fingerprint: Fingerprint::from_bytes([1; 32]),
+        }
+    }
+
+    #[test]
+    fn four_eyes_decide_with_the_second_distinct_person_and_one_denial_decides() {
+        let key = RecordKey::from_stored("k");
+        let two = PendingApproval {
+            approvers: 2,
+            ..entry(10)
+        };
+        let first = decided(Some(two.clone()), &key, "dana", &yes("dana"), Timestamp(1)).unwrap();
+        assert!(first.is_pending(Timestamp(1)), "one of two approvals");
+        assert_eq!((first.approved_by.len(), first.awaiting()), (1, 1));
+        assert!(matches!(
+            decided(Some(first.clone()), &key, " DANA", &yes("DANA"), Timestamp(2)),
+            Err(DecisionRefused::ApprovedAlready { by, approvers: 2, .. }) if by == " DANA"
+        ));
+        let edited = Verdict::Approved {
+            approval: "x".into(),
+            arguments: serde_json::json!({"cents": 2}),
+            fingerprint: Fingerprint::from_bytes([2; 32]),
+        };
+        assert!(matches!(
+            decided(Some(first.clone()), &key, "lee", &edited, Timestamp(2)),
+            Err(DecisionRefused::EditNeedsOneApprover { .. })
+        ));
+        let second = decided(Some(first.clone()), &key, "lee", &yes("lee"), Timestamp(3)).unwrap();
+        assert_eq!(second.awaiting(), 0);
+        assert_eq!(second.decision.as_ref().map(|d| d.by.as_str()), Some("lee"));
+        let who: Vec<_> = second.approved_by.iter().map(|g| g.by.as_str()).collect();
+        assert_eq!(who, ["dana", "lee"]);
+        let denied = decided(Some(first), &key, "lee", &no(), Timestamp(3)).unwrap();
+        assert!(matches!(
+            denied.decision.map(|d| d.verdict),
+            Some(Verdict::Denied { .. })
+        ));
+        let old = r#"{"key":"k","namespace":"n","tenant":"t","tool":"w","downstream_key":"d","fingerprint":"0101010101010101010101010101010101010101010101010101010101010101","arguments":{},"requested_at":0,"expires_at":1,"decision":null}"#;
+        assert_eq!(
+            decode(&key, old).unwrap().approvers,
+            1,
+            "an entry from before"
         );
     }
 

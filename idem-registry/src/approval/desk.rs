@@ -52,11 +52,11 @@ use crate::signed::{ApprovalRequest, Approver, PendingCall};
 /// ```
 #[derive(Clone, Copy)]
 pub struct ApprovalDesk<'a> {
-    store: &'a dyn Store,
+    pub(super) store: &'a dyn Store,
     /// The tools, for a desk a dispatcher opened.
-    registry: Option<&'a Registry>,
+    pub(super) registry: Option<&'a Registry>,
     /// The door the decisions come through, as the decision log names it.
-    door: &'a str,
+    pub(super) door: &'a str,
 }
 
 impl Dispatcher {
@@ -193,6 +193,12 @@ impl<'a> ApprovalDesk<'a> {
     }
 
     /// Approve the call `call` names, signed by `approver`, valid until the request expires.
+    /// A call that needs several approvers (four eyes, [`ToolBuilder::approvers`]) is
+    /// decided by the last one needed: the entry returned awaits more
+    /// ([`PendingApproval::awaiting`]) until then, and a person who approved it already is
+    /// refused (`ApprovedAlready`), whatever door they came through.
+    ///
+    /// [`ToolBuilder::approvers`]: crate::ToolBuilder::approvers
     ///
     /// `call` is what the person deciding holds: the request of the agent's
     /// [`ApprovalRequired`](DispatchError::ApprovalRequired) refusal (`&request`), which
@@ -323,6 +329,14 @@ impl<'a> ApprovalDesk<'a> {
                 decision = decision.detail(format!(
                     "approved with edited arguments, fingerprint {}",
                     fingerprint.to_hex()
+                ));
+            }
+            None if action == Action::Approve => {
+                decision = decision.detail(format!(
+                    "approval {} of {}: awaiting {} more",
+                    entry.approved_by.len(),
+                    entry.approvers,
+                    entry.awaiting()
                 ));
             }
             _ => {}

@@ -12,6 +12,8 @@
 //! [`ApprovalRequired`]: crate::DispatchError::ApprovalRequired
 
 mod desk;
+pub(crate) mod grants;
 
 pub use crate::signed::*;
 pub use desk::{ApprovalDesk, DecisionError};
+pub use grants::{GRANTS_SCOPE, GrantError, GrantTerms, MAX_GRANT_VALIDITY};

@@ -262,6 +262,9 @@ pub struct AccountEntry {
     /// Where the call's limits stood once it took its shares ([`LimitUse`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<LimitUse>,
+    /// The standing grant that let the call run without asking, in a few words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted: Option<String>,
     /// What became of the call.
     #[serde(flatten)]
     pub outcome: CallOutcome,
@@ -389,6 +392,7 @@ impl Dispatcher {
                 Ok(d) => d.limits.clone(),
                 Err(_) => Vec::new(),
             },
+            granted: result.as_ref().ok().and_then(|d| d.granted.clone()),
             outcome: CallOutcome::of(result),
         };
         append_entry(&*self.store, &run.tenant, run_id, &entry, retention).await;

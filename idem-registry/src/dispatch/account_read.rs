@@ -22,6 +22,7 @@ pub(super) fn unrecognized(text: &str) -> Option<AccountEntry> {
         decided: read(&value, "decided"),
         undo: read(&value, "undo"),
         limits: read(&value, "limits").unwrap_or_default(),
+        granted: read(&value, "granted"),
         outcome: CallOutcome::Unrecognized,
     })
 }

@@ -20,15 +20,49 @@ use super::keyed::replay;
 use super::observe::EventKind;
 use super::{Dispatcher, arguments, decide};
 use crate::run::RunContext;
-use crate::signed::{Approval, ApprovalRefusal, ApprovalRequest, Binding};
+use crate::signed::{Approval, ApprovalRefusal, ApprovalRequest, Binding, GRANT_STEP, Grant};
 use crate::tool::ToolDef;
 
 /// What the approve stage found.
 pub(super) enum Approved {
-    /// This approval authorises the call.
-    By(Box<Approval>),
+    /// This approval or grant authorises the call.
+    By(Box<Authority>),
     /// The call's completed outcome, replayed without an approval (no effect happens).
     Replayed(Dispatched),
+}
+
+/// What authorises a call that needs approval, kept in its record's journal.
+#[derive(Debug)]
+pub(crate) enum Authority {
+    /// An approval signed for exactly this call.
+    Approval(Approval),
+    /// A person's standing grant covering it.
+    Grant(Grant),
+}
+
+impl Authority {
+    /// The journal step and text the record keeps it under.
+    pub(super) fn step(&self) -> (&'static str, String) {
+        match self {
+            Authority::Approval(a) => (
+                crate::signed::APPROVAL_STEP,
+                serde_json::to_string(a).unwrap_or_default(),
+            ),
+            Authority::Grant(g) => (GRANT_STEP, serde_json::to_string(g).unwrap_or_default()),
+        }
+    }
+
+    /// The grant, in a few words, if a grant it is.
+    pub(super) fn granted(&self) -> Option<String> {
+        match self {
+            Authority::Grant(g) => Some(g.summary()),
+            Authority::Approval(_) => None,
+        }
+    }
+}
+
+fn by(approval: Approval) -> Approved {
+    Approved::By(Box::new(Authority::Approval(approval)))
 }
 
 impl Dispatcher {
@@ -55,21 +89,31 @@ impl Dispatcher {
             key,
             fingerprint: keyed.fingerprint,
         };
+        // How many distinct people must have approved it (four eyes: 2).
+        let needed = tool.approvers_for(args, run);
         // Only approvals naming this call are read: a run may carry approvals of others.
         // The first refusal of one is reported if nothing replays.
         let mut refused = None;
         if run.approvals.iter().any(|a| a.names(&tool.name, key)) {
             // Expiry is the store's clock's to tell, as every other deadline.
             let now = self.store.now().await.map_err(|e| store_error(tool, e))?;
+            let mut valid: Vec<&Approval> = Vec::new();
             for approval in &run.approvals {
                 if !approval.names(&tool.name, key) {
                     continue;
                 }
                 let longest = self.max_approval_validity;
                 match approval.check(&self.approval_keys, &binding, longest, now) {
-                    Ok(()) => return Ok(Approved::By(Box::new(approval.clone()))),
+                    Ok(()) => valid.push(approval),
                     Err(refusal) => refused = refused.or(Some(refusal)),
                 }
+            }
+            match distinct_approvers(valid.iter().copied()) {
+                got if got >= needed => {
+                    return Ok(by(valid[0].clone()));
+                }
+                0 => {}
+                got => refused = Some(ApprovalRefusal::TooFewApprovers { needed, got }),
             }
         }
         // A run replayed from a checkpoint without its approvals (or with expired ones) gets
@@ -127,14 +171,63 @@ impl Dispatcher {
             && !matches!(&entry.decision, Some(d) if matches!(d.verdict, Verdict::Denied { .. }))
             && let Some(change) = entry.policy.as_ref().and_then(|p| p.change_to(&policy))
         {
-            let pending = self.pending_of(tool, keyed, &request, record_key, policy, now);
+            let pending = PendingApproval {
+                approvers: needed,
+                ..self.pending_of(tool, keyed, &request, record_key, policy, now)
+            };
             approvals::ask_again(store, entry, &pending)
                 .await
                 .map_err(|e| store_error(tool, e))?;
             return Err(refuse(ApprovalRefusal::PolicyChanged { change }));
         }
+        // A standing grant lets a call it covers through, unless a person denied this very
+        // call; never one that needs several approvers (one person's grant cannot stand
+        // for them).
+        let denied = entry.as_ref().is_some_and(|e| {
+            e.stands(now)
+                && matches!(&e.decision, Some(d) if matches!(d.verdict, Verdict::Denied { .. }))
+        });
+        if needed == 1 && !denied {
+            let keys = &self.approval_keys;
+            let granted = crate::approval::grants::admitting(store, tool, args, run, now, keys)
+                .await
+                .map_err(|e| store_error(tool, e))?;
+            if let Some(grant) = granted {
+                return Ok(Approved::By(Box::new(Authority::Grant(grant))));
+            }
+        }
         match entry {
             Some(entry) if entry.stands(now) => match entry.decision {
+                // Four eyes: every approval given must verify for this very call, and be
+                // of enough distinct people (the store's word for who approved is not
+                // believed, nor its count of how many are needed).
+                Some(ApprovalDecision {
+                    verdict: Verdict::Approved { fingerprint, .. },
+                    ..
+                }) if needed > 1 => {
+                    let approved = Binding {
+                        fingerprint,
+                        ..binding
+                    };
+                    let longest = self.max_approval_validity;
+                    let mut valid = Vec::new();
+                    for given in &entry.approved_by {
+                        let approval: Approval = serde_json::from_str(&given.approval)
+                            .map_err(|_| refuse(ApprovalRefusal::BadSignature))?;
+                        approval
+                            .check(&self.approval_keys, &approved, longest, now)
+                            .map_err(refuse)?;
+                        valid.push(approval);
+                    }
+                    let got = distinct_approvers(valid.iter());
+                    if fingerprint != keyed.fingerprint {
+                        return Err(refuse(ApprovalRefusal::OtherArguments));
+                    }
+                    match valid.into_iter().next() {
+                        Some(first) if got >= needed => Ok(by(first)),
+                        _ => Err(refuse(ApprovalRefusal::TooFewApprovers { needed, got })),
+                    }
+                }
                 None => Err(required(request)),
                 Some(ApprovalDecision {
                     by,
@@ -186,12 +279,15 @@ impl Dispatcher {
                             arguments: Box::new(arguments),
                         });
                     }
-                    Ok(Approved::By(Box::new(approval)))
+                    Ok(by(approval))
                 }
             },
             // None, or one that expired: record this call as pending.
             _ => {
-                let pending = self.pending_of(tool, keyed, &request, record_key, policy, now);
+                let pending = PendingApproval {
+                    approvers: needed,
+                    ..self.pending_of(tool, keyed, &request, record_key, policy, now)
+                };
                 let stored = approvals::request(store, &pending)
                     .await
                     .map_err(|e| store_error(tool, e))?;
@@ -226,6 +322,8 @@ impl Dispatcher {
             arguments: request.arguments.clone(),
             secret_parameters: !tool.secrets.is_empty(),
             policy: Some(policy),
+            approvers: 1,
+            approved_by: Vec::new(),
             requested_at: now,
             expires_at: now.plus(self.max_approval_validity),
             decision: None,
@@ -291,6 +389,18 @@ fn normalises_to(tool: &ToolDef, approved: &Value, fingerprint: Fingerprint) -> 
 /// The fingerprint of normalised (sealed) arguments, as the key stage computes it.
 pub(crate) fn fingerprint_of(arguments: &Value) -> Fingerprint {
     Fingerprint::of_canonical(&canonical_json(arguments))
+}
+
+/// How many distinct people signed `approvals` (one person counts once, however written).
+fn distinct_approvers<'a>(approvals: impl Iterator<Item = &'a Approval>) -> u8 {
+    let mut people: Vec<&str> = Vec::new();
+    for approval in approvals {
+        let who = approval.approver();
+        if !people.iter().any(|p| approvals::same_person(p, who)) {
+            people.push(who);
+        }
+    }
+    u8::try_from(people.len()).unwrap_or(u8::MAX)
 }
 
 fn required(request: ApprovalRequest) -> DispatchError {

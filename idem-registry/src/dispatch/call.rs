@@ -153,6 +153,9 @@ pub struct Dispatched {
     /// Where the call's limits stood once it took its shares (empty for a tool without
     /// limits, and for a replay, which takes none).
     pub limits: Vec<LimitUse>,
+    /// The standing grant that let the call run without asking a person, in a few words
+    /// (`grant g-.. by dana@desk (run `r-1`; ...)`); `None` otherwise and for a replay.
+    pub granted: Option<String>,
 }
 
 /// Where one limit of a call stood once the call took its share: a host may tell the model
@@ -184,6 +187,7 @@ impl Dispatched {
     ///     attempts: 0,
     ///     class: ToolClass::IdempotentWrite,
     ///     limits: Vec::new(),
+    ///     granted: None,
     /// };
     /// assert!(replayed.replay_note().unwrap().contains("/subject"));
     /// ```

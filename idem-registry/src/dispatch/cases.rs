@@ -343,6 +343,7 @@ impl<'a> CaseDesk<'a> {
             decided: Some(decided.clone()),
             undo: None,
             limits: Vec::new(),
+            granted: None,
             outcome,
         };
         let retention = self

@@ -65,6 +65,7 @@ impl Dispatcher {
                         attempts: attempt,
                         class: tool.class,
                         limits: Vec::new(),
+                        granted: None,
                     });
                 }
                 Err(e) => scrub_tool_error(tool, &args, e),
@@ -113,11 +114,8 @@ impl Dispatcher {
         // The record shows which approval authorised the call, before anything runs.
         if let Some(approval) = &call.approval {
             let h = hold.held();
-            let text = serde_json::to_string(approval).unwrap_or_default();
-            let journaled = h
-                .store
-                .journal(&h.key, h.fence, crate::signed::APPROVAL_STEP, &text)
-                .await;
+            let (step, text) = approval.step();
+            let journaled = h.store.journal(&h.key, h.fence, step, &text).await;
             if let Err(e) = journaled {
                 // Nothing ran: give the key back. A store that failed may fail this too; the
                 // claim's lease then ends it.
@@ -175,6 +173,7 @@ impl Dispatcher {
                         attempts: attempt,
                         class,
                         limits: Vec::new(),
+                        granted: None,
                     });
                 }
                 Err(error) => scrub_tool_error(tool, &call.args, error),

@@ -27,8 +27,8 @@ pub(super) struct KeyedCall<'a> {
     pub(super) source: Option<KeySource>,
     /// How long its outcome is kept once recorded (see [`Dispatcher::record_ttl`](super::Dispatcher::record_ttl)).
     pub(super) ttl: Duration,
-    /// The approval that authorises it, kept in its record's journal.
-    pub(super) approval: Option<Box<crate::signed::Approval>>,
+    /// The approval or grant that authorises it, kept in its record's journal.
+    pub(super) approval: Option<Box<super::approve::Authority>>,
 }
 
 impl KeyedCall<'_> {
@@ -127,6 +127,7 @@ pub(super) fn replay(
                 attempts: 0,
                 class: tool.class,
                 limits: Vec::new(),
+                granted: None,
             })
         }
         Outcome::Failure(error) => Err(DispatchError::ToolFailed {

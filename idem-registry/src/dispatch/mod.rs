@@ -346,6 +346,7 @@ impl Dispatcher {
                 approve::Approved::By(approval) => Some(approval),
             },
         };
+        let granted = approval.as_ref().and_then(|a| a.granted());
         let (record_key, downstream) = match keyed.keys {
             Some(keys) if tool.class.records() => keys,
             // A read (the key stage refuses a recording call without key material).
@@ -389,13 +390,17 @@ impl Dispatcher {
             .instrument(tracing::info_span!("idem.claim"))
             .await;
         watch.finished(&call, Stage::Claim, begun);
-        match claimed? {
+        let mut dispatched = match claimed? {
             claim::Claimed::WonClaim(held) if !shares.is_empty() => {
                 Box::pin(self.execute_with_shares(&call, held, typed, &shares, watch)).await
             }
             claim::Claimed::WonClaim(held) => self.execute_held(&call, held, typed, watch).await,
             claim::Claimed::Settled(dispatched) => Ok(dispatched),
+        }?;
+        if !dispatched.deduplicated {
+            dispatched.granted = granted;
         }
+        Ok(dispatched)
     }
 
     /// How long a tool's outcome is kept: its TTL, and for a tool that needs approval at

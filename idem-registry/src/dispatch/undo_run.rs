@@ -468,6 +468,7 @@ fn undo_tool(tool: &ToolDef, undo: &Undoer, applied: AppliedCall) -> ToolDef {
     def.secrets = Vec::new();
     def.authorize = Vec::new();
     def.approve_when = Vec::new();
+    def.approvers_when = Vec::new();
     def.rules = Arc::default();
     def.has_precondition = false;
     def.compensate = None;

@@ -26,8 +26,10 @@ use idem_core::{Fingerprint, IdempotencyKey, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod grant;
 mod link;
 mod pending;
+pub use grant::{GRANT_STEP, Grant, GrantMiss, GrantScope, Revoked};
 pub use link::{ApprovalLink, LinkRefused};
 pub use pending::PendingCall;
 
@@ -261,7 +263,7 @@ impl Approver {
     }
 }
 
-fn fallback_nonce(nonce: &mut [u8; 16]) {
+pub(crate) fn fallback_nonce(nonce: &mut [u8; 16]) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
@@ -514,6 +516,16 @@ pub enum ApprovalRefusal {
     PolicyChanged {
         /// What changed, in words.
         change: String,
+    },
+    /// The call needs approval by more distinct people than approved it (four eyes).
+    #[error(
+        "the call needs approval by {needed} distinct people, and {got} approved it: one person counts once"
+    )]
+    TooFewApprovers {
+        /// How many distinct approvers the call needs.
+        needed: u8,
+        /// How many distinct people's approvals verified.
+        got: u8,
     },
     /// It expired.
     #[error(

@@ -69,6 +69,8 @@ impl ToolDef {
             authorize: Vec::new(),
             authorize_async: Vec::new(),
             approve_when: Vec::new(),
+            approvers: 1,
+            approvers_when: Vec::new(),
             rules: ToolRules::default(),
             precondition: None,
             compensate: None,
@@ -99,6 +101,8 @@ pub struct ToolBuilder {
     authorize: Vec<Authorizer>,
     authorize_async: Vec<super::controls::AsyncAuthorizer>,
     approve_when: Vec<ApprovalSelector>,
+    approvers: u8,
+    approvers_when: Vec<(u8, ApprovalSelector)>,
     rules: ToolRules,
     precondition: Option<Precondition>,
     compensate: Option<Compensator>,
@@ -371,6 +375,71 @@ impl ToolBuilder {
         self
     }
 
+    /// Four eyes: each call of the tool that needs approval (every call of an `irreversible`
+    /// tool, those an approval rule selects) runs only once `n` distinct people approved it
+    /// (1 to 16; default 1). One person counts once, whatever door they decide through; one
+    /// denial decides the call; the approvers approve the arguments as called (no edits).
+    /// A change of `n` is a change of the tool's approval policy: pending requests are asked
+    /// again.
+    ///
+    /// ```
+    /// use idem::{RunContext, ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let wire = ToolDef::builder("wire", ToolClass::Irreversible)
+    ///     .description("Wire money.")
+    ///     .input_schema(json!({"type": "object", "properties": {"cents": {"type": "integer"}}}))
+    ///     .approvers(2)
+    ///     .handler(|_: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(wire.approvers_for(&json!({"cents": 5}), &RunContext::new("bank")), 2);
+    /// ```
+    pub fn approvers(mut self, n: u8) -> Self {
+        self.approvers = n;
+        self
+    }
+
+    /// Four eyes for the calls `f` selects: they need approval by `n` distinct people (2 to
+    /// 16), as with [`approvers`](Self::approvers); a call `f` selects needs approval even on
+    /// a tool whose other calls run without.
+    ///
+    /// ```
+    /// use idem::{RunContext, ToolClass, ToolContext, ToolDef, ToolError};
+    /// use serde_json::{json, Value};
+    ///
+    /// let refund = ToolDef::builder("refund", ToolClass::NonIdempotentWrite)
+    ///     .description("Refund part of an order.")
+    ///     .input_schema(json!({"type": "object", "properties": {"amount": {"type": "integer"}}}))
+    ///     .approve_when(|args: &Value, _: &RunContext| args["amount"].as_u64() > Some(50))
+    ///     .approvers_when(2, |args: &Value, _: &RunContext| args["amount"].as_u64() > Some(5000))
+    ///     .handler(|_: ToolContext, args: Value| async move { Ok::<_, ToolError>(args) })
+    ///     .build()
+    ///     .unwrap();
+    /// let run = RunContext::new("shop");
+    /// assert!(!refund.needs_approval(&json!({"amount": 20}), &run));
+    /// assert_eq!(refund.approvers_for(&json!({"amount": 90}), &run), 1);
+    /// assert_eq!(refund.approvers_for(&json!({"amount": 9000}), &run), 2);
+    /// ```
+    pub fn approvers_when(
+        mut self,
+        n: u8,
+        f: impl Fn(&Value, &RunContext) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.approvers_when.push((n, Arc::new(f)));
+        self
+    }
+
+    /// Four eyes by [`Rule`]: the calls for which `rule` holds (or which it cannot judge)
+    /// need approval by `n` distinct people, as with [`approvers_when`](Self::approvers_when).
+    pub fn approvers_rule(mut self, n: u8, rule: Rule) -> Self {
+        self.rules.approvers_when.push(crate::tool::ApproversWhen {
+            approvers: n,
+            when: rule,
+        });
+        self
+    }
+
     /// A check made after the claim and before the body starts, given the context and the
     /// arguments: that the world is still as the model saw it (the resource's version still
     /// the one it read). A failed check (`Err` of a terminal or not-applied [`ToolError`],
@@ -522,6 +591,14 @@ impl ToolBuilder {
                 rule.selects(args, run)
             }));
         }
+        let mut approvers_when = self.approvers_when;
+        for rule in &self.rules.approvers_when {
+            let when = rule.when.clone();
+            approvers_when.push((
+                rule.approvers,
+                Arc::new(move |args: &Value, run: &RunContext| when.selects(args, run)),
+            ));
+        }
         let has_precondition = self.precondition.is_some();
         let handler = match self.precondition {
             Some(check) => guarded(handler, check),
@@ -550,6 +627,8 @@ impl ToolBuilder {
             authorize,
             authorize_async: self.authorize_async,
             approve_when,
+            approvers: self.approvers,
+            approvers_when,
             rules: Arc::new(self.rules),
             has_precondition,
             compensate: self.compensate,

@@ -57,6 +57,12 @@ impl ToolBuilder {
                 "approve_when",
                 !self.approve_when.is_empty() || !self.rules.approve_when.is_empty(),
             ),
+            (
+                "approvers",
+                self.approvers > 1
+                    || !self.approvers_when.is_empty()
+                    || !self.rules.approvers_when.is_empty(),
+            ),
             ("precondition", self.precondition.is_some()),
             ("compensate", self.compensate.is_some()),
             ("undo", self.undo.is_some()),
@@ -78,19 +84,65 @@ impl ToolBuilder {
                 "`approve_when` has no effect on an `irreversible` tool, every call of which needs approval: remove it, or give the tool the class `non_idempotent_write` to ask only for the calls it selects",
             ));
         }
+        self.check_approvers(name)?;
         for limit in &self.rules.limits {
             limit
                 .check(input_schema)
                 .map_err(|reason| RegistryError::invalid(name, reason))?;
         }
+        let approvers_rules = self.rules.approvers_when.iter().map(|r| &r.when);
         for (use_, rules) in [
-            ("authorize", &self.rules.authorize),
-            ("approve_when", &self.rules.approve_when),
+            ("authorize", self.rules.authorize.iter().collect::<Vec<_>>()),
+            ("approve_when", self.rules.approve_when.iter().collect()),
+            ("approvers_when", approvers_rules.collect()),
         ] {
             for rule in rules {
                 rule.check(use_, input_schema)
                     .map_err(|reason| RegistryError::invalid(name, reason))?;
             }
+        }
+        Ok(())
+    }
+
+    /// Refuse a number of approvers out of range, and four eyes on a tool none of whose
+    /// calls would ever be asked.
+    fn check_approvers(&self, name: &str) -> Result<(), RegistryError> {
+        const MOST: u8 = 16;
+        if !(1..=MOST).contains(&self.approvers) {
+            return Err(RegistryError::invalid(
+                name,
+                format!(
+                    "`approvers` is {}: a call needs from 1 to {MOST} distinct approvers; e.g. `approvers(2)` for four eyes",
+                    self.approvers
+                ),
+            ));
+        }
+        let by_rule = self
+            .approvers_when
+            .iter()
+            .map(|(n, _)| *n)
+            .chain(self.rules.approvers_when.iter().map(|r| r.approvers));
+        for n in by_rule {
+            if !(2..=MOST).contains(&n) {
+                return Err(RegistryError::invalid(
+                    name,
+                    format!(
+                        "`approvers_when` asks for {n} approvers: a rule asks for 2 to {MOST} (one approver is `approve_when`'s)"
+                    ),
+                ));
+            }
+        }
+        let asked = self.class.requires_approval()
+            || !self.approve_when.is_empty()
+            || !self.rules.approve_when.is_empty();
+        if self.approvers > 1 && !asked {
+            return Err(RegistryError::invalid(
+                name,
+                format!(
+                    "`approvers({})` has no effect: no call of this tool needs approval; give it the class `irreversible`, an `approve_when` rule, or use `approvers_when` for the calls that need {} approvers",
+                    self.approvers, self.approvers
+                ),
+            ));
         }
         Ok(())
     }

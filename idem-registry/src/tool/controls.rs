@@ -136,6 +136,28 @@ pub struct Rule {
     pub below: Option<Value>,
 }
 
+/// Four eyes by rule: the calls for which `when` holds (or which it cannot judge) need the
+/// approval of `approvers` distinct people, as with
+/// [`ToolBuilder::approvers_rule`](super::ToolBuilder::approvers_rule).
+///
+/// ```
+/// use idem::tool::ApproversWhen;
+/// use serde_json::json;
+///
+/// let rule: ApproversWhen = serde_json::from_value(json!(
+///     {"approvers": 2, "when": {"pointer": "/amount", "above": 10000}}
+/// )).unwrap();
+/// assert_eq!(rule.approvers, 2);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApproversWhen {
+    /// How many distinct people approve a call the rule selects (at least 2).
+    pub approvers: u8,
+    /// The calls it selects.
+    pub when: Rule,
+}
+
 /// What a rule compares its argument with.
 #[derive(Debug, Clone, PartialEq)]
 enum Operand {

@@ -114,6 +114,9 @@ pub struct ToolRules {
     pub authorize: Vec<Rule>,
     /// Approval rules: a call for which one holds needs a person.
     pub approve_when: Vec<Rule>,
+    /// Calls an approval rule selects need this many distinct approvers
+    /// ([`ApproversWhen`](super::ApproversWhen)).
+    pub approvers_when: Vec<super::ApproversWhen>,
     /// Limits across the calls of a run or a tenant ([`Limit`](super::Limit)).
     pub limits: Vec<super::Limit>,
     /// Rules on combinations: a call after an applied call of another tool in the same run
@@ -157,6 +160,10 @@ pub struct ToolDef {
     pub(crate) authorize_async: Vec<super::controls::AsyncAuthorizer>,
     /// Which calls need a person's approval besides every irreversible one: any that selects.
     pub(crate) approve_when: Vec<ApprovalSelector>,
+    /// How many distinct people approve each call that needs approval (1 unless set).
+    pub(crate) approvers: u8,
+    /// Calls these select need approval by this many distinct people (rules and functions).
+    pub(crate) approvers_when: Vec<(u8, ApprovalSelector)>,
     /// The rules written as data, for exports and operators.
     pub(crate) rules: Arc<ToolRules>,
     /// Whether a precondition guards each attempt (it is composed into the handler).
@@ -257,6 +264,19 @@ impl ToolDef {
             let functions = self.approve_when.len() - rules.approve_when.len();
             controls.push(format!("approve_when: {functions} function(s)"));
         }
+        if self.approvers > 1 {
+            controls.push(format!("approvers: {}", self.approvers));
+        }
+        controls.extend(
+            rules
+                .approvers_when
+                .iter()
+                .map(|r| format!("approvers_when: {} if {}", r.approvers, r.when)),
+        );
+        if self.approvers_when.len() > rules.approvers_when.len() {
+            let functions = self.approvers_when.len() - rules.approvers_when.len();
+            controls.push(format!("approvers_when: {functions} function(s)"));
+        }
         controls.extend(rules.limits.iter().map(|l| format!("limit: {l:?}")));
         controls.extend(rules.after.iter().map(|a| format!("after: {a:?}")));
         controls.extend(self.policy.scopes.iter().map(|s| format!("scope: {s}")));
@@ -356,13 +376,28 @@ impl ToolDef {
     /// Whether some calls of it (not only every call of an irreversible tool) may need a
     /// person's approval.
     pub fn may_need_approval(&self) -> bool {
-        self.class.requires_approval() || !self.approve_when.is_empty()
+        self.class.requires_approval()
+            || !self.approve_when.is_empty()
+            || !self.approvers_when.is_empty()
     }
 
     /// Whether this call needs a person's approval: every call of an irreversible tool, and
     /// the calls its approval rule selects.
     pub fn needs_approval(&self, args: &Value, run: &crate::run::RunContext) -> bool {
-        self.class.requires_approval() || self.approve_when.iter().any(|f| f(args, run))
+        self.class.requires_approval()
+            || self.approve_when.iter().any(|f| f(args, run))
+            || self.approvers_when.iter().any(|(_, f)| f(args, run))
+    }
+
+    /// How many distinct people must approve this call, if it needs approval: the tool's
+    /// [`approvers`](crate::ToolBuilder::approvers), or more where an
+    /// [`approvers_when`](crate::ToolBuilder::approvers_when) rule selects the call.
+    pub fn approvers_for(&self, args: &Value, run: &crate::run::RunContext) -> u8 {
+        self.approvers_when
+            .iter()
+            .filter(|(_, f)| f(args, run))
+            .map(|(n, _)| *n)
+            .fold(self.approvers.max(1), u8::max)
     }
 
     /// Whether an authorization check that may read runs before each call is keyed

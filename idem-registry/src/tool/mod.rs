@@ -37,7 +37,9 @@ pub use idem_core::class::{ClassHints, OrphanPolicy, ToolClass, UnknownClass};
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 pub use builder::ToolBuilder;
 pub(crate) use controls::typed_args;
-pub use controls::{ApprovalSelector, Authorizer, Compensator, Precondition, Rule, Undo};
+pub use controls::{
+    ApprovalSelector, ApproversWhen, Authorizer, Compensator, Precondition, Rule, Undo,
+};
 pub use definition::{
     Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, ToolRules, TypedArguments,
     Verified, Verifier,

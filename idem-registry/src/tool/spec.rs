@@ -147,6 +147,15 @@ pub struct ToolSpec {
     /// `irreversible` (which always needs one).
     #[serde(default)]
     pub approve_when: Vec<Rule>,
+    /// Four eyes: how many distinct people approve each call that needs approval, as
+    /// [`ToolBuilder::approvers`] (default 1).
+    #[serde(default)]
+    pub approvers: Option<u8>,
+    /// Four eyes by rule ([`ApproversWhen`](super::ApproversWhen)), as
+    /// [`ToolBuilder::approvers_rule`]: `{"approvers": 2, "when": {"pointer": "/amount",
+    /// "above": 10000}}`.
+    #[serde(default)]
+    pub approvers_when: Vec<super::ApproversWhen>,
     /// Limits across the calls of a run or a tenant ([`Limit`](super::Limit)), as
     /// [`ToolBuilder::limit`]: `{"name": "refunds per run", "max": 3}`.
     #[serde(default)]
@@ -298,6 +307,12 @@ impl ToolSpec {
         }
         for rule in self.approve_when {
             builder = builder.approve_rule(rule);
+        }
+        if let Some(n) = self.approvers {
+            builder = builder.approvers(n);
+        }
+        for rule in self.approvers_when {
+            builder = builder.approvers_rule(rule.approvers, rule.when);
         }
         for limit in self.limits {
             builder = builder.limit(limit);

@@ -98,6 +98,8 @@ pub enum Setting {
     AuthorizeAsync(fn(ToolContext, &Value) -> BoxFuture<'static, Result<(), String>>),
     /// `approve_when`.
     ApproveWhen(fn(&Value, &crate::run::RunContext) -> bool),
+    /// `approvers = n`: four eyes.
+    Approvers(u8),
     /// `precondition`.
     Precondition(fn(ToolContext, &Value) -> BoxFuture<'static, Result<(), ToolError>>),
     /// `compensate`.
@@ -173,6 +175,7 @@ impl Declaration {
                 Setting::Authorize(check) => builder = builder.authorize(check),
                 Setting::AuthorizeAsync(check) => builder = builder.authorize_async_boxed(check),
                 Setting::ApproveWhen(select) => builder = builder.approve_when(select),
+                Setting::Approvers(n) => builder = builder.approvers(n),
                 Setting::Precondition(check) => builder = builder.precondition_boxed(check),
                 Setting::Limits(limits) => {
                     for limit in limits() {

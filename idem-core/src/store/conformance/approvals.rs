@@ -21,6 +21,8 @@ fn pending(tenant: &str, tool: &str, key: &str, now: Timestamp, ttl: Duration) -
         arguments: serde_json::json!({ "key": key, "card": "[secret hmac-sha256:00]" }),
         secret_parameters: true,
         policy: None,
+        approvers: 1,
+        approved_by: Vec::new(),
         requested_at: now,
         expires_at: now.plus(ttl),
         decision: None,

@@ -78,6 +78,10 @@ pub enum Action {
     Retry,
     /// A run's applied calls undone at a person's word.
     UndoRun,
+    /// A standing grant made: a tool's calls within bounds run without asking.
+    Grant,
+    /// A standing grant revoked.
+    Revoke,
 }
 
 impl Action {
@@ -90,6 +94,8 @@ impl Action {
             Action::Release => "release",
             Action::Retry => "retry",
             Action::UndoRun => "undo_run",
+            Action::Grant => "grant",
+            Action::Revoke => "revoke",
         }
     }
 }

@@ -521,6 +521,8 @@ fn approval(key: &RecordKey, tenant: &str, now: Timestamp) -> PendingApproval {
         arguments: json!({"cents": 1}),
         secret_parameters: false,
         policy: None,
+        approvers: 1,
+        approved_by: Vec::new(),
         requested_at: now,
         expires_at: now.plus(TTL),
         decision: None,

@@ -41,6 +41,7 @@ fn refund_limits() -> Vec<idem::tool::Limit> {
     class = "non_idempotent_write",
     authorize = own_customer,
     approve_when = large,
+    approvers = 2,
     precondition = not_refunded_yet,
     compensate = take_back,
     limits = refund_limits,
@@ -55,4 +56,6 @@ fn main() {
     assert!(def.may_need_approval() && def.has_precondition() && def.has_compensation());
     assert_eq!(def.rules().limits, refund_limits());
     assert_eq!(def.escalates(), Some(idem::tool::Escalate::FailuresAndUnknown));
+    let run = RunContext::new("shop");
+    assert_eq!(def.approvers_for(&serde_json::json!({"amount": 9000}), &run), 2);
 }
