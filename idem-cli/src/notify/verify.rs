@@ -111,7 +111,8 @@ pub fn verify_teams(
 
 /// The `Authorization` header Teams sends with `body`, signed with `secret` (the decoded
 /// token): what a test's fake Teams sends.
-pub fn sign_teams(secret: &[u8], body: &[u8]) -> String {
+#[cfg(test)]
+fn sign_teams(secret: &[u8], body: &[u8]) -> String {
     let mut m = mac(secret);
     m.update(body);
     format!(

@@ -467,6 +467,7 @@ mod edited_approval;
 mod example_agent;
 mod fleet_stores;
 mod listing;
+mod notify;
 mod prompt_postgres;
 mod refused_call;
 mod refused_stores;
