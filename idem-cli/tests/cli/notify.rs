@@ -445,6 +445,16 @@ async fn slack_decides_once_what_its_message_showed_and_refuses_everything_else(
     let (headers, body) = approve(SLACK_SECRET, now_secs(), "U0STRANGER", &value);
     let (status, said) = notifier.callback("slack", &headers, FORM, &body).await;
     assert_eq!(status, 403, "{said}");
+    // Replayed, a refused request is refused as a replay: each is taken once.
+    let (status, said) = notifier.callback("slack", &headers, FORM, &body).await;
+    assert_eq!(status, 409, "{said}");
+    assert!(
+        said["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("received before"),
+        "{said}"
+    );
     still_pending(&at, &key);
     assert_eq!(scene.closed("cus_n1"), 0);
     left_for_approval(&scene.agent, &call, &scene.run_ctx).await;
@@ -468,6 +478,13 @@ async fn slack_decides_once_what_its_message_showed_and_refuses_everything_else(
     // The same request again: refused as a replay.
     let (status, said) = notifier.callback("slack", &headers, FORM, &body).await;
     assert_eq!(status, 409, "{said}");
+    assert!(
+        said["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("received before"),
+        "{said}"
+    );
     // A fresh one for the decided call: refused by the desk.
     let (headers, body) = slack_press(SLACK_SECRET, now_secs(), "U0DANA", "idem_deny", &value);
     let (status, said) = notifier.callback("slack", &headers, FORM, &body).await;
@@ -590,6 +607,10 @@ async fn teams_decides_once_what_its_card_showed_and_a_failed_post_is_sent_again
     assert_eq!(
         notifier.callback("teams", &headers, JSON, &body).await.0,
         403
+    );
+    assert_eq!(
+        notifier.callback("teams", &headers, JSON, &body).await.0,
+        409
     );
     still_pending(&at, &key);
     assert_eq!(scene.closed("cus_t1"), 0);
