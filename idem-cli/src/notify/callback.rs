@@ -3,8 +3,8 @@
 //!
 //! 1. its platform's signature over the raw body, and the timestamp's window ([`super::verify`]):
 //!    401, saying nothing more;
-//! 2. single use: the signature is remembered in the store for twice the window (scope
-//!    `idem:notify:seen:<platform>:<signature>`, written only where empty): a request seen
+//! 2. single use: the signature (its bytes, as hex) is remembered in the store for twice the
+//!    window (scope `idem:notify:seen:<platform>:<signature>`, written only where empty): a request seen
 //!    before is 409, whatever became of the first;
 //! 3. the body read ([`slack_answer`], [`teams_answer`], [`webhook_answer`]): 400 if it is not
 //!    an answer;
@@ -27,7 +27,8 @@ use serde_json::{Value, json};
 
 use super::config::{Channel, NotifyConfig};
 use super::verify::{
-    Unsigned, WINDOW_SECS, teams_time, verify_slack, verify_teams, verify_webhook, within_window,
+    Seal, Unsigned, WINDOW_SECS, teams_time, verify_slack, verify_teams, verify_webhook,
+    within_window,
 };
 use super::{Binding, Platform, SLACK_APPROVE, SLACK_DENY, WEBHOOK_SIGNATURE, unix_now};
 use crate::exit::{Exit, Failure};
@@ -158,16 +159,16 @@ pub async fn slack(State(desk): State<Arc<Desk>>, headers: HeaderMap, body: Byte
     };
     let signature = text(&headers, "x-slack-signature");
     let timestamp = text(&headers, "x-slack-request-timestamp");
-    if let Err(why) = verify_slack(&channel.secret, timestamp, &body, signature, unix_now()) {
-        return unsigned(platform, why);
-    }
-    let answer = slack_answer(&body);
-    if let Ok(None) = answer {
-        return reply(platform, StatusCode::OK, "nothing to decide".into());
-    }
-    let answer = answer.map(|a| a.expect("handled above"));
-    desk.carry_out(channel, signature.unwrap_or_default(), answer)
-        .await
+    let seal = match verify_slack(&channel.secret, timestamp, &body, signature, unix_now()) {
+        Ok(seal) => seal,
+        Err(why) => return unsigned(platform, why),
+    };
+    let answer = match slack_answer(&body) {
+        Ok(None) => return reply(platform, StatusCode::OK, "nothing to decide".into()),
+        Ok(Some(answer)) => Ok(answer),
+        Err(why) => Err(why),
+    };
+    desk.carry_out(channel, &seal, answer).await
 }
 
 pub async fn teams(State(desk): State<Arc<Desk>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -176,9 +177,10 @@ pub async fn teams(State(desk): State<Arc<Desk>>, headers: HeaderMap, body: Byte
         return not_configured(platform);
     };
     let signature = text(&headers, header::AUTHORIZATION.as_str());
-    if let Err(why) = verify_teams(&channel.secret, signature, &body) {
-        return unsigned(platform, why);
-    }
+    let seal = match verify_teams(&channel.secret, signature, &body) {
+        Ok(seal) => seal,
+        Err(why) => return unsigned(platform, why),
+    };
     // Signed: its own time can be believed, and must be recent.
     let at = serde_json::from_slice::<Value>(&body)
         .ok()
@@ -189,8 +191,7 @@ pub async fn teams(State(desk): State<Arc<Desk>>, headers: HeaderMap, body: Byte
     if let Err(why) = within_window(at, unix_now()) {
         return unsigned(platform, why);
     }
-    desk.carry_out(channel, signature.unwrap_or_default(), teams_answer(&body))
-        .await
+    desk.carry_out(channel, &seal, teams_answer(&body)).await
 }
 
 pub async fn webhook(State(desk): State<Arc<Desk>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -199,15 +200,11 @@ pub async fn webhook(State(desk): State<Arc<Desk>>, headers: HeaderMap, body: By
         return not_configured(platform);
     };
     let signature = text(&headers, WEBHOOK_SIGNATURE);
-    if let Err(why) = verify_webhook(&channel.secret, signature, &body, unix_now()) {
-        return unsigned(platform, why);
-    }
-    desk.carry_out(
-        channel,
-        signature.unwrap_or_default(),
-        webhook_answer(&body),
-    )
-    .await
+    let seal = match verify_webhook(&channel.secret, signature, &body, unix_now()) {
+        Ok(seal) => seal,
+        Err(why) => return unsigned(platform, why),
+    };
+    desk.carry_out(channel, &seal, webhook_answer(&body)).await
 }
 
 impl Desk {
@@ -215,11 +212,11 @@ impl Desk {
     async fn carry_out(
         &self,
         channel: &Channel,
-        signature: &str,
+        seal: &Seal,
         answer: Result<Answer, String>,
     ) -> Response {
         let platform = channel.platform;
-        match first_use(&*self.op.store, platform, signature).await {
+        match first_use(&*self.op.store, platform, seal).await {
             Ok(true) => {}
             Ok(false) => {
                 tracing::warn!(
@@ -312,15 +309,15 @@ impl Desk {
     }
 }
 
-/// Whether `signature` is seen for the first time (within twice the window, which a stale
+/// Whether `seal` is seen for the first time (within twice the window, which a stale
 /// request is refused outside of anyway): written only where empty, so across notifiers
 /// and restarts too.
 async fn first_use(
     store: &dyn Store,
     platform: Platform,
-    signature: &str,
+    seal: &Seal,
 ) -> Result<bool, idem_core::StoreError> {
-    let scope = format!("idem:notify:seen:{}:{}", platform.name(), signature.trim());
+    let scope = format!("idem:notify:seen:{}:{}", platform.name(), seal.0);
     let keep = std::time::Duration::from_secs(2 * WINDOW_SECS);
     store
         .swap_budget(&scope, None, &json!({"at": unix_now()}).to_string(), keep)

@@ -44,6 +44,12 @@ impl Unsigned {
     }
 }
 
+/// A verified signature, as lowercase hex of its bytes: what single use remembers. Taken
+/// from the bytes, not the header's text, so that the same signature written otherwise
+/// (upper-case hex, other spacing) is the same request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seal(pub String);
+
 fn mac(secret: &[u8]) -> HmacSha256 {
     <HmacSha256 as KeyInit>::new_from_slice(secret).expect("HMAC takes a key of any length")
 }
@@ -57,14 +63,14 @@ pub fn within_window(at: u64, now: u64) -> Result<(), Unsigned> {
 }
 
 /// A Slack request: `timestamp` and `signature` are the headers `X-Slack-Request-Timestamp`
-/// and `X-Slack-Signature`; `now` in unix seconds. The timestamp, once verified.
+/// and `X-Slack-Signature`; `now` in unix seconds.
 pub fn verify_slack(
     secret: &[u8],
     timestamp: Option<&str>,
     body: &[u8],
     signature: Option<&str>,
     now: u64,
-) -> Result<u64, Unsigned> {
+) -> Result<Seal, Unsigned> {
     let timestamp = timestamp.ok_or(Unsigned::Missing("X-Slack-Request-Timestamp"))?;
     let signature = signature.ok_or(Unsigned::Missing("X-Slack-Signature"))?;
     let at: u64 = timestamp
@@ -83,7 +89,7 @@ pub fn verify_slack(
     m.update(body);
     m.verify_slice(&given).map_err(|_| Unsigned::Forged)?;
     within_window(at, now)?;
-    Ok(at)
+    Ok(Seal(hex(&given)))
 }
 
 /// A Teams outgoing webhook's request: `authorization` is the `Authorization` header,
@@ -93,7 +99,7 @@ pub fn verify_teams(
     secret: &[u8],
     authorization: Option<&str>,
     body: &[u8],
-) -> Result<(), Unsigned> {
+) -> Result<Seal, Unsigned> {
     let header = authorization.ok_or(Unsigned::Missing("Authorization"))?;
     let given = header
         .trim()
@@ -106,7 +112,8 @@ pub fn verify_teams(
         .ok_or(Unsigned::Malformed("Authorization"))?;
     let mut m = mac(secret);
     m.update(body);
-    m.verify_slice(&given).map_err(|_| Unsigned::Forged)
+    m.verify_slice(&given).map_err(|_| Unsigned::Forged)?;
+    Ok(Seal(hex(&given)))
 }
 
 /// The `Authorization` header Teams sends with `body`, signed with `secret` (the decoded
@@ -130,14 +137,13 @@ pub fn sign_webhook(secret: &[u8], at: u64, body: &[u8]) -> String {
     format!("t={at},v1={}", hex(&m.finalize().into_bytes()))
 }
 
-/// A request signed with `Idem-Signature` (`header`); `now` in unix seconds. The signed
-/// time, once verified.
+/// A request signed with `Idem-Signature` (`header`); `now` in unix seconds.
 pub fn verify_webhook(
     secret: &[u8],
     header: Option<&str>,
     body: &[u8],
     now: u64,
-) -> Result<u64, Unsigned> {
+) -> Result<Seal, Unsigned> {
     let header = header.ok_or(Unsigned::Missing("Idem-Signature"))?;
     let mut at = None;
     let mut given = None;
@@ -161,7 +167,7 @@ pub fn verify_webhook(
     m.update(body);
     m.verify_slice(&given).map_err(|_| Unsigned::Forged)?;
     within_window(at, now)?;
-    Ok(at)
+    Ok(Seal(hex(&given)))
 }
 
 /// Unix seconds of an RFC 3339 time (`2024-05-01T12:00:00.1234567Z`, or with an offset), as
@@ -246,19 +252,38 @@ mod tests {
     const SLACK_BODY: &str = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
     const SLACK_SIG: &str = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
 
+    /// (timestamp, body, signature, now, verdict)
+    type SlackCase<'a> = (
+        Option<&'a str>,
+        &'a str,
+        Option<&'a str>,
+        u64,
+        Result<Seal, Unsigned>,
+    );
+
     #[test]
     fn slack_as_its_documentation_signs() {
         let now = 1_531_420_618 + 30;
         let altered = SLACK_BODY.replace("roadrunner", "coyote");
         let flipped = SLACK_SIG.replace("a2114d", "a2114e");
+        let seal = Seal(SLACK_SIG[3..].to_owned());
+        let upper = format!("v0={}", SLACK_SIG[3..].to_uppercase());
         // (timestamp, body, signature, now, verdict)
-        let cases: [(Option<&str>, &str, Option<&str>, u64, Result<u64, Unsigned>); 9] = [
+        let cases: [SlackCase; 10] = [
             (
                 Some(SLACK_TS),
                 SLACK_BODY,
                 Some(SLACK_SIG),
                 now,
-                Ok(1_531_420_618),
+                Ok(seal.clone()),
+            ),
+            // The same signature written otherwise is the same seal: a replay is seen.
+            (
+                Some(SLACK_TS),
+                SLACK_BODY,
+                Some(&upper),
+                now,
+                Ok(seal.clone()),
             ),
             (
                 Some(SLACK_TS),
@@ -333,7 +358,8 @@ mod tests {
         let body = br#"{"type":"message","timestamp":"2024-05-01T12:00:00.000Z"}"#;
         let header = sign_teams(token, body);
         assert!(header.starts_with("HMAC "));
-        assert_eq!(verify_teams(token, Some(&header), body), Ok(()));
+        let seal = verify_teams(token, Some(&header), body).expect("signed as Teams signs");
+        assert_eq!(seal.0.len(), 64);
         let cases = [
             (header.clone(), &b"{}"[..], Err(Unsigned::Forged)),
             (
@@ -367,8 +393,19 @@ mod tests {
         let body = br#"{"record_key":"k"}"#;
         let header = sign_webhook(secret, 1_700_000_000, body);
         assert!(header.starts_with("t=1700000000,v1="));
+        let seal = Seal(header["t=1700000000,v1=".len()..].to_owned());
         let cases = [
-            (header.clone(), &body[..], 1_700_000_100, Ok(1_700_000_000)),
+            (header.clone(), &body[..], 1_700_000_100, Ok(seal.clone())),
+            (
+                header
+                    .replace(",v1=", ", v1=")
+                    .to_uppercase()
+                    .replace("T=", "t=")
+                    .replace("V1=", "v1="),
+                body,
+                1_700_000_100,
+                Ok(seal),
+            ),
             (
                 header.clone(),
                 &b"{}"[..],
