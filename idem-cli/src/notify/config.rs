@@ -316,6 +316,24 @@ secret_env = "HOOK_SECRET"
     }
 
     #[test]
+    fn the_example_file_resolves() {
+        let example = include_str!("../../../examples/notify.toml");
+        let env = |name: &str| match name {
+            "SLACK_WEBHOOK_URL" => Some("https://hooks.slack.com/services/T/B/X".into()),
+            "TEAMS_WEBHOOK_URL" => Some("https://teams.example/hook".into()),
+            "TEAMS_SECURITY_TOKEN" => Some("c2VjcmV0LXRva2Vu".into()),
+            "SLACK_SIGNING_SECRET" | "IDEM_WEBHOOK_SECRET" => Some("0123456789abcdef0123".into()),
+            _ => None,
+        };
+        let config = parse(example, env).expect("examples/notify.toml");
+        assert_eq!(config.channels.len(), 3);
+        assert_eq!(
+            config.public_url.map(String::from).as_deref(),
+            Some("https://idem-notify.example.com/")
+        );
+    }
+
+    #[test]
     fn each_mistake_is_named() {
         let slack = |rest: &str| format!("[slack]\nsigning_secret_env = \"SLACK_SECRET\"\n{rest}");
         // (file, what the error must say)
