@@ -99,3 +99,34 @@ async fn the_webhook_is_signed_and_its_signed_answer_denies_once() {
     );
     assert_eq!(scene.closed("cus_w1"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_notifiers_on_one_store_send_each_call_once() {
+    let (scene, dir) = Scene::new("idem_notify_two").await;
+    let (fake, fake_base) = Fake::start(0).await;
+    let config = format!(
+        "[webhook]\nurl = \"{fake_base}/hook\"\nsecret_env = \"TEST_HOOK_SECRET\"\n[webhook.approvers]\nops-bot = \"sam@desk\"\n"
+    );
+    let mut first = Notifier::start(&scene.store, &dir, &config, 1).await;
+    let mut second = Notifier::start(&scene.store, &dir, &config, 2).await;
+    let mut keys = Vec::new();
+    for n in 0..4 {
+        let (_, key) = scene
+            .pending(&format!("call-two-{n}"), &format!("cus_two_{n}"))
+            .await;
+        keys.push(key);
+    }
+    for key in &keys {
+        first.delivered(&fake, key).await;
+    }
+    // Both keep polling while another call is left and sent: neither sends the others again.
+    let (_, last) = scene.pending("call-two-last", "cus_two_last").await;
+    second.delivered(&fake, &last).await;
+    for key in keys.iter().chain([&last]) {
+        assert_eq!(
+            fake.delivered(key).len(),
+            1,
+            "{key} was sent more than once"
+        );
+    }
+}
