@@ -5,6 +5,7 @@ mod cli;
 pub mod env;
 mod exit;
 mod keys;
+mod notify;
 mod operate;
 mod present;
 #[cfg(feature = "mcp-proxy")]
@@ -78,6 +79,10 @@ enum Command {
     /// Serve the approval inbox: a web page for the same decisions, behind a token.
     #[command(after_help = ui::HELP)]
     Ui(ui::UiArgs),
+    /// Send each call pending approval to Slack, Teams or a webhook, once, with Approve /
+    /// Deny buttons; serve their signed callbacks and decide as the button showed.
+    #[command(after_help = notify::HELP)]
+    Notify(notify::NotifyArgs),
     /// Serve an upstream MCP server's tools, each under the policy of the class the
     /// configuration gives it: a call re-sent with the same key is replayed, never run
     /// twice.
@@ -196,6 +201,7 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Grants(args) => cli::grants(args).await,
         Command::Stats(args) => cli::stats(args).await,
         Command::Ui(args) => ui::serve(args).await,
+        Command::Notify(args) => notify::serve(args).await,
         #[cfg(feature = "mcp-proxy")]
         Command::McpProxy(args) => {
             let ran = match args.action {

@@ -468,6 +468,7 @@ mod example_agent;
 mod fleet_stores;
 mod grants;
 mod listing;
+mod notify;
 mod prompt_postgres;
 mod refused_call;
 mod refused_stores;
