@@ -116,6 +116,11 @@ async fn calls_inside_the_bounds_run_without_asking_and_others_ask_until_revoked
         inside.granted.as_deref(),
         "the account shows the grant"
     );
+    let text = account.to_string();
+    assert!(
+        text.contains(&format!("let through by grant {} by dana@desk", grant.id)),
+        "{text}"
+    );
 
     // Outside the bounds, another customer, another run: each asks a person.
     assert!(asks(agent.dispatch(&refund("c2", "c-7", 90), &run).await));

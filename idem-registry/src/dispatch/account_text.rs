@@ -41,6 +41,9 @@ impl fmt::Display for RunAccount {
             if let Some(d) = &c.decided {
                 write!(f, "; decided by {}: {} ({})", d.by, d.decision, d.said)?;
             }
+            if let Some(grant) = &c.granted {
+                write!(f, "; let through by {grant}")?;
+            }
             if let Some(undone) = &c.undo {
                 write!(f, "; its undo: {undone}")?;
             }
