@@ -414,6 +414,32 @@ async function checkFourEyes(page) {
   expect(await row().count() === 0, 'and it leaves the pending table');
 }
 
+async function checkGrants(page) {
+  // A grant made at the command line: delete_account for acme-corp, cus_99 only, an hour.
+  const made = execFileSync(IDEM, ['grants', 'add', '--yes', '--as', 'lee@desk', '--tenant', 'acme-corp',
+    '--tool', 'delete_account', '--for', '1h', '--within', '{"pointer": "/customer_id", "equals": "cus_99"}',
+    '--json', '--store', STORE], {
+    encoding: 'utf8',
+    env: { ...process.env, IDEM_APPROVAL_KEY: env('IDEM_UI_APPROVAL_KEY') },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: 30_000,
+  });
+  const id = JSON.parse(made).id;
+  await page.goto(BASE + '/');
+  const row = page.locator(`#grants tr[data-grant="${id}"]`);
+  const bounds = await text(row.locator('.bounds'));
+  expect(await row.count() === 1 && bounds === '`/customer_id` equal to "cus_99"' || bounds.includes('cus_99'),
+    `the inbox lists the standing grant with its bounds: "${bounds}"`);
+  await navigates(page, () => row.locator('button.deny').click());
+  const notice = await text(page.locator('#notice'));
+  expect(notice.startsWith(`Revoked grant ${id} by lee@desk`) && notice.endsWith(`by ${WHO}: it lets nothing through.`),
+    `Revoke on its row: "${notice}"`);
+  expect(await page.locator('#no-grants').isVisible(), 'and no grant stands');
+  const listed = idem('grants', 'list', '--all');
+  expect(listed.some((g) => g.id === id && g.status === 'revoked' && g.revoked.by === WHO),
+    '`idem grants list --all`: revoked, by the person signed in');
+}
+
 async function checkSession(page) {
   const answer = await page.goto(BASE + '/');
   const headers = answer.headers();
@@ -452,6 +478,7 @@ async function main() {
     await checkResolve(page, sms);
     await checkBatch(page);
     await checkFourEyes(page);
+    await checkGrants(page);
     await checkSession(page);
   } finally {
     await browser.close();

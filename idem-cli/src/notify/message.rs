@@ -26,9 +26,20 @@ impl Pending<'_> {
         Binding::of(self.entry)
     }
 
+    /// The arguments as a message shows them, pretty.
+    fn arguments_whole(&self) -> String {
+        serde_json::to_string_pretty(&self.entry.arguments).unwrap_or_default()
+    }
+
+    /// Whether a message shows the arguments whole: only then may it carry Approve and Deny
+    /// (a button approves the whole arguments, and a person decides only on what they saw).
+    fn shown_whole(&self) -> bool {
+        self.arguments_whole().chars().count() <= MAX_ARGUMENTS_CHARS
+    }
+
     /// The arguments, pretty, cut to what a message holds (and said so).
     fn arguments_text(&self) -> String {
-        let text = serde_json::to_string_pretty(&self.entry.arguments).unwrap_or_default();
+        let text = self.arguments_whole();
         if text.chars().count() <= MAX_ARGUMENTS_CHARS {
             return text;
         }
@@ -75,22 +86,23 @@ pub fn slack(pending: &Pending<'_>) -> Value {
         slack_escape(&entry.tool),
         slack_escape(&entry.tenant)
     );
-    let mut buttons = vec![
-        json!({
+    let mut buttons = Vec::new();
+    if pending.shown_whole() {
+        buttons.push(json!({
             "type": "button",
             "action_id": super::SLACK_APPROVE,
             "style": "primary",
             "text": {"type": "plain_text", "text": "Approve"},
             "value": value,
-        }),
-        json!({
+        }));
+        buttons.push(json!({
             "type": "button",
             "action_id": super::SLACK_DENY,
             "style": "danger",
             "text": {"type": "plain_text", "text": "Deny"},
             "value": value,
-        }),
-    ];
+        }));
+    }
     if let Some(link) = &pending.inbox_link {
         buttons.push(json!({
             "type": "button",
@@ -99,17 +111,21 @@ pub fn slack(pending: &Pending<'_>) -> Value {
             "url": link,
         }));
     }
+    let mut blocks = vec![
+        json!({"type": "section", "text": {"type": "mrkdwn", "text": headline}}),
+        json!({"type": "section", "text": {"type": "mrkdwn", "text": format!("```{}```", slack_escape(&pending.arguments_text()))}}),
+        json!({"type": "context", "elements": [{"type": "mrkdwn", "text": format!(
+            "Expires {} · key `{}` · arguments `{}`",
+            pending.expires(), entry.key.as_str(), short(&entry.fingerprint.to_hex())
+        )}]}),
+    ];
+    // Slack refuses an actions block without elements.
+    if !buttons.is_empty() {
+        blocks.push(json!({"type": "actions", "block_id": "idem_decision", "elements": buttons}));
+    }
     json!({
         "text": format!("Approval requested: {} for tenant {}", entry.tool, entry.tenant),
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": headline}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": format!("```{}```", slack_escape(&pending.arguments_text()))}},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": format!(
-                "Expires {} · key `{}` · arguments `{}`",
-                pending.expires(), entry.key.as_str(), short(&entry.fingerprint.to_hex())
-            )}]},
-            {"type": "actions", "block_id": "idem_decision", "elements": buttons},
-        ],
+        "blocks": blocks,
     })
 }
 
@@ -133,8 +149,10 @@ pub fn teams(pending: &Pending<'_>) -> Value {
     if let Some(link) = &pending.inbox_link {
         actions.push(json!({"type": "Action.OpenUrl", "title": "Open in the inbox", "url": link}));
     }
-    actions.push(submit("Approve", "approve"));
-    actions.push(submit("Deny", "deny"));
+    if pending.shown_whole() {
+        actions.push(submit("Approve", "approve"));
+        actions.push(submit("Deny", "deny"));
+    }
     let card = json!({
         "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
         "type": "AdaptiveCard",
@@ -184,6 +202,8 @@ mod tests {
             arguments,
             secret_parameters: false,
             policy: None,
+            approvers: 1,
+            approved_by: Vec::new(),
             requested_at: Timestamp(1_000),
             expires_at: Timestamp(1_796_119_899_123),
             decision: None,
@@ -234,22 +254,29 @@ mod tests {
     }
 
     #[test]
-    fn long_arguments_are_cut_and_said_to_be() {
+    fn long_arguments_are_cut_said_to_be_and_only_decided_where_shown_whole() {
         let mut entry = entry();
-        entry.arguments = json!({"text": "x".repeat(5000)});
+        // What follows the cut (`to`, after a long memo) is what a button would approve.
+        entry.arguments = json!({"a_memo": "x".repeat(5000), "to": "someone else"});
+        entry.fingerprint = idem_core::Fingerprint::of(&entry.arguments);
         let pending = Pending {
             entry: &entry,
-            inbox_link: None,
+            inbox_link: Some("https://inbox/approval?sig=1".into()),
             callback_url: String::new(),
         };
         let text = pending.arguments_text();
         assert!(text.ends_with("(cut: the inbox shows them whole)"));
+        assert!(!text.contains("someone else"));
+        let slack = slack(&pending).to_string();
+        assert!(
+            !slack.contains("idem_approve") && !slack.contains("idem_deny"),
+            "{slack}"
+        );
+        let actions = teams(&pending)["attachments"][0]["content"]["actions"].clone();
         assert_eq!(
-            teams(&pending)["attachments"][0]["content"]["actions"]
-                .as_array()
-                .unwrap()
-                .len(),
-            2
+            actions,
+            json!([{"type": "Action.OpenUrl", "title": "Open in the inbox", "url": "https://inbox/approval?sig=1"}]),
+            "only the inbox, which shows them whole"
         );
     }
 }

@@ -35,6 +35,7 @@ mod batch;
 mod call;
 mod cases;
 mod decide;
+mod grants;
 mod html;
 mod page;
 mod session;
@@ -127,6 +128,7 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
         .route("/release", post(release))
         .route(batch::PATH, post(batch::decide))
         .route(cases::PATH, post(cases::decide))
+        .route(grants::PATH, post(grants::revoke))
         .layer(axum::middleware::map_response(guarded))
         .with_state(inbox);
     let listener = tokio::net::TcpListener::bind(args.listen)

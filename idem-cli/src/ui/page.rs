@@ -126,6 +126,13 @@ pub(super) async fn render(
         more(&mut body, pending.len(), "idem approvals list");
     }
     super::cases::table(&mut body, &cases, now, &csrf, SHOWN_ROWS);
+    let grants = idem_registry::approval::ApprovalDesk::over(&*op.store)
+        .grants(None)
+        .await
+        .map_err(|e| {
+            crate::exit::Failure::new(crate::exit::Exit::Store, format!("{}: {e}", op.name))
+        })?;
+    super::grants::table(&mut body, &grants, now, &csrf, SHOWN_ROWS);
     more(&mut body, cases.len(), "idem cases list");
     body.push_str("<h2>Unknown outcomes</h2>");
     if unknown.is_empty() {
