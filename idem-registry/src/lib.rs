@@ -11,6 +11,7 @@ pub mod context;
 pub mod dispatch;
 mod error;
 pub mod export;
+mod grant;
 mod heartbeat;
 pub mod pointer;
 pub mod redact;

@@ -296,3 +296,86 @@ fn approvers_out_of_range_or_without_effect_are_refused_at_build() {
     );
     assert_eq!(build(ToolClass::Irreversible, 2, false), None);
 }
+
+#[tokio::test]
+async fn a_standing_grant_never_stands_for_two_approvers() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let agent = agent(store.clone(), &runs);
+    let run = RunContext::new("shop");
+    let small = ToolCall::new("refund", json!({"cents": 90})).with_call_id("g-1");
+    let huge = ToolCall::new("refund", json!({"cents": 9000})).with_call_id("g-2");
+    assert!(
+        agent.dispatch(&small, &run).await.is_err(),
+        "asks: the policy is now known"
+    );
+    // Granted from the command line (a desk without the tools): every refund of the tenant.
+    let terms =
+        idem::approval::GrantTerms::new("shop", "refund", std::time::Duration::from_secs(600));
+    ApprovalDesk::over(&*store)
+        .grant(&terms, &person("dana@desk"))
+        .await
+        .unwrap();
+    agent.dispatch(&small, &run).await.unwrap();
+    assert!(matches!(
+        agent.dispatch(&huge, &run).await,
+        Err(DispatchError::ApprovalRequired { .. })
+    ));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the grant let the small one through only"
+    );
+}
+
+#[tokio::test]
+async fn an_edit_that_needs_more_approvers_is_asked_again_of_them() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let agent = agent(store.clone(), &runs);
+    let run = RunContext::new("shop");
+    let asked = ToolCall::new("refund", json!({"cents": 90})).with_call_id("e-1");
+    let edited = ToolCall::new("refund", json!({"cents": 9000})).with_call_id("e-1");
+    assert!(matches!(
+        agent.dispatch(&asked, &run).await,
+        Err(DispatchError::ApprovalRequired { .. })
+    ));
+    let entry = pending(&*store).await.remove(0);
+    assert_eq!(entry.approvers, 1);
+    // An operator without the tools edits the refund up into the range two must approve.
+    ApprovalDesk::over(&*store)
+        .approve(
+            &entry,
+            &person("dana@desk"),
+            Some(&json!({"cents": 9000})),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        agent.dispatch(&asked, &run).await,
+        Err(DispatchError::ApprovalEdited { .. })
+    ));
+    // Called with the edit, it is asked again, of two people.
+    match agent.dispatch(&edited, &run).await {
+        Err(DispatchError::ApprovalRefused {
+            refusal: ApprovalRefusal::TooFewApprovers { needed: 2, got: 0 },
+            ..
+        }) => {}
+        other => panic!("expected TooFewApprovers, got {other:?}"),
+    }
+    let again = pending(&*store).await;
+    assert_eq!(again.len(), 1, "asked again");
+    assert_eq!(
+        (again[0].approvers, &again[0].arguments),
+        (2, &json!({"cents": 9000}))
+    );
+    for who in ["dana@desk", "lee@desk"] {
+        ApprovalDesk::over(&*store)
+            .approve(&again[0].key, &person(who), None, None)
+            .await
+            .unwrap();
+    }
+    agent.dispatch(&edited, &run).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

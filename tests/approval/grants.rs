@@ -39,6 +39,9 @@ fn agent(
             let counter = counter.clone();
             async move {
                 counter.fetch_add(1, Ordering::SeqCst);
+                if args["customer"] == "c-closed" {
+                    return Err(ToolError::terminal("the customer's account is closed"));
+                }
                 Ok::<_, ToolError>(args)
             }
         })
@@ -64,6 +67,66 @@ fn refund(id: &str, customer: &str, amount: u64) -> ToolCall {
 
 fn asks(result: Result<Dispatched, DispatchError>) -> bool {
     matches!(result, Err(DispatchError::ApprovalRequired { .. }))
+}
+
+#[tokio::test]
+async fn the_account_names_the_grant_of_a_call_that_failed() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let agent = agent(store.clone(), &runs, "1", false);
+    let terms = GrantTerms::new("shop", "refund", Duration::from_secs(3600)).for_run("r-9");
+    let grant = agent.approvals().grant(&terms, &dana()).await.unwrap();
+    let run = RunContext::new("shop").with_run("r-9", 1);
+    let failed = agent.dispatch(&refund("f1", "c-closed", 5), &run).await;
+    assert!(
+        matches!(failed, Err(DispatchError::ToolFailed { .. })),
+        "{failed:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the grant let it run");
+    let account = agent.run_account("shop", "r-9").await.unwrap();
+    assert!(
+        account.calls[0]
+            .granted
+            .as_deref()
+            .is_some_and(|g| g.contains(&grant.id)),
+        "{:?}",
+        account.calls[0]
+    );
+}
+
+#[tokio::test]
+async fn a_session_grant_covers_that_session_and_a_grant_ends_when_it_expires() {
+    let clock = Arc::new(idem::store::ManualClock::new());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new().with_clock(clock.clone()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let agent = agent(store.clone(), &runs, "1", false);
+    let terms = GrantTerms::new("shop", "refund", Duration::from_secs(600)).for_session("s-1");
+    agent.approvals().grant(&terms, &dana()).await.unwrap();
+    // The MCP door accounts a client's calls as `session:<id>`.
+    let session = RunContext::new("shop").accounted_as("session:s-1");
+    let other = RunContext::new("shop").accounted_as("session:s-2");
+    agent
+        .dispatch(&refund("s1", "c-7", 10), &session)
+        .await
+        .unwrap();
+    assert!(asks(agent.dispatch(&refund("s2", "c-7", 10), &other).await));
+    assert!(asks(
+        agent
+            .dispatch(&refund("s3", "c-7", 10), &RunContext::new("shop"))
+            .await
+    ));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    clock.advance(Duration::from_secs(601));
+    assert!(
+        asks(agent.dispatch(&refund("s4", "c-7", 10), &session).await),
+        "expired"
+    );
+    let listed = agent.approvals().grants(None).await.unwrap();
+    assert!(
+        !listed[0].stands(store.now().await.unwrap()),
+        "listed, no longer standing"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
 /// Up to 50 for customer c-7, in run r-1, for an hour.

@@ -401,6 +401,11 @@ impl McpServer {
             }
             // The key is pending with other arguments than the ones shown.
             Err(DecisionError::Refused(DecisionRefused::NotShown(_))) => Some("key_reused"),
+            // Four eyes: this person approved already, or tried an edit several must approve.
+            Err(DecisionError::Refused(
+                DecisionRefused::ApprovedAlready { .. }
+                | DecisionRefused::EditNeedsOneApprover { .. },
+            )) => Some("approval_refused"),
             // The pending request expired in the store (or was purged) meanwhile.
             Err(DecisionError::Refused(_)) => Some("approval_expired"),
             // The key is pending with other arguments than this call's.

@@ -1,39 +1,19 @@
 //! Standing grants at the desk: a person grants a tool for a tenant, a run or a session, for
-//! a time, within argument bounds; the grants are listed and revoked here, and read by the
-//! approve stage (`dispatch/approve.rs`), which lets a covered call run without asking.
-//!
-//! The store keeps every grant in one text under the budget scope [`GRANTS_SCOPE`], changed
-//! by compare-and-swap (a grant and a revocation made at once in two processes both land).
-//! Each grant is signed ([`Grant`]); each grant and revocation is appended to the decision
-//! log.
+//! a time, within argument bounds; the grants are listed and revoked here (the grant itself,
+//! its signature and how the store keeps it: `crate::grant`). Each grant and revocation is
+//! appended to the decision log.
 
 use std::time::Duration;
 
 use idem_core::store::approvals::{self, ApprovalFilter, ApprovalPolicy};
-use idem_core::store::decisions::{self, Action, Decision, LogError};
-use idem_core::{Store, StoreError, Timestamp};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use idem_core::store::decisions::{self, Action, Decision};
 
 use super::ApprovalDesk;
-use crate::run::RunContext;
-use crate::signed::{ApprovalKeys, Approver, Grant, GrantMiss, GrantScope, Revoked};
-use crate::tool::{Rule, ToolDef};
-
-/// The budget scope the grants are kept under.
-pub const GRANTS_SCOPE: &str = "idem:grants";
-
-/// The longest a grant may last: 90 days. A standing yes is reviewed at least that often.
-pub const MAX_GRANT_VALIDITY: Duration = Duration::from_secs(90 * 24 * 3600);
-
-/// How long an ended grant (expired or revoked) stays listed: 30 days.
-const ENDED_KEPT: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// How long the store keeps the text (it is rewritten at every change).
-const KEPT_FOR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// How many times a change is retried when other writers keep changing the grants.
-const SWAPS: usize = 16;
+use crate::grant::{
+    Grant, GrantError, GrantScope, MAX_GRANT_VALIDITY, Revoked, change, load, new_id,
+};
+use crate::signed::Approver;
+use crate::tool::Rule;
 
 /// What a person grants: a tool's calls for a tenant (every run, one run, one session), for
 /// a time, within bounds.
@@ -94,156 +74,6 @@ impl GrantTerms {
         self.bounds.push(bound);
         self
     }
-}
-
-/// Why a grant or a revocation was not made.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum GrantError {
-    /// The store could not be reached or answered an error.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The tool is not in this desk's registry.
-    #[error("tool `{0}` is not registered with this dispatcher")]
-    UnknownTool(String),
-    /// No call of the tool ever needs approval: there is nothing to grant.
-    #[error("no call of `{0}` needs approval: there is nothing to grant")]
-    NothingToGrant(String),
-    /// The tool needs several approvers: one person's grant cannot stand for them.
-    #[error(
-        "`{tool}` needs {approvers} distinct approvers for each call: one person's standing grant cannot stand for them; approve its calls one by one"
-    )]
-    FourEyes {
-        /// The tool.
-        tool: String,
-        /// How many approvers its calls need.
-        approvers: u8,
-    },
-    /// A desk without the tools could not tell the tool's policy: no call of it asked here.
-    #[error(
-        "the policy of `{0}` is unknown here: no call of it has asked for approval in this store; grant it from a desk with the tools (`Dispatcher::approvals`), or once one of its calls has asked"
-    )]
-    PolicyUnknown(String),
-    /// A bound cannot work on the tool's arguments.
-    #[error("a bound of the grant is refused: {0}")]
-    InvalidBound(String),
-    /// Longer than [`MAX_GRANT_VALIDITY`], or no time at all.
-    #[error(
-        "a grant lasts from 1 second to {} days; {}s was asked",
-        MAX_GRANT_VALIDITY.as_secs() / 86400,
-        .0.as_secs()
-    )]
-    Validity(Duration),
-    /// No grant has this id.
-    #[error("no grant has the id `{0}`")]
-    NotFound(String),
-    /// The grant was revoked already.
-    #[error("grant `{id}` was revoked already, by {by}")]
-    AlreadyRevoked {
-        /// The grant.
-        id: String,
-        /// Who revoked it.
-        by: String,
-    },
-    /// The store's text of the grants does not read.
-    #[error("the grants kept in the store do not read ({0}): nothing was changed")]
-    Corrupt(String),
-    /// The change was made, and the decision log could not take it.
-    #[error("grant `{id}` was changed, and the decision log could not take it: {error}")]
-    NotLogged {
-        /// The grant.
-        id: String,
-        /// Why the log refused.
-        error: LogError,
-    },
-}
-
-/// The grants as the store keeps them.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Kept {
-    grants: Vec<Grant>,
-}
-
-/// The grants kept, and the text they were read from (for the swap).
-async fn load(store: &dyn Store) -> Result<(Option<String>, Vec<Grant>), GrantError> {
-    let text = store.budget_text(GRANTS_SCOPE).await?;
-    let kept: Kept = match &text {
-        Some(text) => serde_json::from_str(text).map_err(|e| GrantError::Corrupt(e.to_string()))?,
-        None => Kept::default(),
-    };
-    Ok((text, kept.grants))
-}
-
-/// Load the grants, let `change` edit them at the store's `now` (or refuse), drop those
-/// ended long ago, and swap the text in unless another writer changed it; retried then.
-async fn change<T>(
-    store: &dyn Store,
-    mut change: impl FnMut(&mut Vec<Grant>, Timestamp) -> Result<T, GrantError>,
-) -> Result<T, GrantError> {
-    for _ in 0..SWAPS {
-        let (text, mut grants) = load(store).await?;
-        let now = store.now().await?;
-        let out = change(&mut grants, now)?;
-        grants.retain(|g| {
-            let ended = g.revoked.as_ref().map_or(g.expires_at, |r| r.at);
-            now < ended.plus(ENDED_KEPT)
-        });
-        let new = serde_json::to_string(&Kept { grants }).unwrap_or_default();
-        if store
-            .swap_budget(GRANTS_SCOPE, text.as_deref(), &new, KEPT_FOR)
-            .await?
-        {
-            return Ok(out);
-        }
-    }
-    Err(StoreError::Unavailable(format!(
-        "the grants kept changing: {SWAPS} attempts to update them lost the race"
-    ))
-    .into())
-}
-
-/// The grant that lets the call of `tool` with `args` in `run` through now, if one does:
-/// standing, signed under `keys`, for this tool, tenant and scope, under the policy the tool
-/// has now, every bound holding.
-pub(crate) async fn admitting(
-    store: &dyn Store,
-    tool: &ToolDef,
-    args: &Value,
-    run: &RunContext,
-    now: Timestamp,
-    keys: &ApprovalKeys,
-) -> Result<Option<Grant>, StoreError> {
-    let Some(text) = store.budget_text(GRANTS_SCOPE).await? else {
-        return Ok(None);
-    };
-    // Grants that do not read let nothing through: the call asks a person.
-    let Ok(kept) = serde_json::from_str::<Kept>(&text) else {
-        tracing::warn!("the grants kept in the store do not read; calls ask a person");
-        return Ok(None);
-    };
-    let policy = tool.approval_policy();
-    for grant in kept.grants {
-        match grant.admits(tool.name(), args, run, now, &policy, keys) {
-            Ok(()) => return Ok(Some(grant)),
-            Err(GrantMiss::BadSignature) => {
-                tracing::warn!(grant = %grant.id, "a grant in the store does not verify; ignored");
-            }
-            Err(_) => {}
-        }
-    }
-    Ok(None)
-}
-
-fn new_id() -> String {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        let mut fallback = [0u8; 16];
-        crate::signed::fallback_nonce(&mut fallback);
-        bytes.copy_from_slice(&fallback[8..]);
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("g-{hex}")
 }
 
 impl ApprovalDesk<'_> {

@@ -14,6 +14,9 @@
 mod desk;
 pub(crate) mod grants;
 
+pub use crate::grant::{
+    GRANT_STEP, GRANTS_SCOPE, Grant, GrantError, GrantMiss, GrantScope, MAX_GRANT_VALIDITY, Revoked,
+};
 pub use crate::signed::*;
 pub use desk::{ApprovalDesk, DecisionError};
-pub use grants::{GRANTS_SCOPE, GrantError, GrantTerms, MAX_GRANT_VALIDITY};
+pub use grants::GrantTerms;

@@ -348,8 +348,10 @@ impl Dispatcher {
         run: &RunContext,
         record: Option<&RecordKey>,
         result: &Result<Dispatched, DispatchError>,
+        granted: Option<String>,
     ) {
-        self.account_as(call, run, record, result, None).await
+        self.account_as(call, run, record, result, None, granted)
+            .await
     }
 
     /// [`Dispatcher::account`], the entry saying who asked for the call (a run's undo).
@@ -360,6 +362,7 @@ impl Dispatcher {
         record: Option<&RecordKey>,
         result: &Result<Dispatched, DispatchError>,
         decided: Option<super::case::CaseDecided>,
+        granted: Option<String>,
     ) {
         let run_id = run.run_id.as_deref().or(run.account_as.as_deref());
         let (Some(retention), Some(run_id)) = (self.accounts, run_id) else {
@@ -392,7 +395,7 @@ impl Dispatcher {
                 Ok(d) => d.limits.clone(),
                 Err(_) => Vec::new(),
             },
-            granted: result.as_ref().ok().and_then(|d| d.granted.clone()),
+            granted,
             outcome: CallOutcome::of(result),
         };
         append_entry(&*self.store, &run.tenant, run_id, &entry, retention).await;

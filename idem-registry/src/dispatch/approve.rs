@@ -16,11 +16,12 @@ use serde_json::Value;
 use super::call::{Dispatched, ToolCall};
 use super::error::{DispatchError, store_error};
 use super::key::Keyed;
+use super::keyed::Authority;
 use super::keyed::replay;
 use super::observe::EventKind;
 use super::{Dispatcher, arguments, decide};
 use crate::run::RunContext;
-use crate::signed::{Approval, ApprovalRefusal, ApprovalRequest, Binding, GRANT_STEP, Grant};
+use crate::signed::{Approval, ApprovalRefusal, ApprovalRequest, Binding};
 use crate::tool::ToolDef;
 
 /// What the approve stage found.
@@ -29,36 +30,6 @@ pub(super) enum Approved {
     By(Box<Authority>),
     /// The call's completed outcome, replayed without an approval (no effect happens).
     Replayed(Dispatched),
-}
-
-/// What authorises a call that needs approval, kept in its record's journal.
-#[derive(Debug)]
-pub(crate) enum Authority {
-    /// An approval signed for exactly this call.
-    Approval(Approval),
-    /// A person's standing grant covering it.
-    Grant(Grant),
-}
-
-impl Authority {
-    /// The journal step and text the record keeps it under.
-    pub(super) fn step(&self) -> (&'static str, String) {
-        match self {
-            Authority::Approval(a) => (
-                crate::signed::APPROVAL_STEP,
-                serde_json::to_string(a).unwrap_or_default(),
-            ),
-            Authority::Grant(g) => (GRANT_STEP, serde_json::to_string(g).unwrap_or_default()),
-        }
-    }
-
-    /// The grant, in a few words, if a grant it is.
-    pub(super) fn granted(&self) -> Option<String> {
-        match self {
-            Authority::Grant(g) => Some(g.summary()),
-            Authority::Approval(_) => None,
-        }
-    }
 }
 
 fn by(approval: Approval) -> Approved {
@@ -189,12 +160,28 @@ impl Dispatcher {
         });
         if needed == 1 && !denied {
             let keys = &self.approval_keys;
-            let granted = crate::approval::grants::admitting(store, tool, args, run, now, keys)
+            let granted = crate::grant::admitting(store, tool, args, run, now, keys)
                 .await
                 .map_err(|e| store_error(tool, e))?;
             if let Some(grant) = granted {
                 return Ok(Approved::By(Box::new(Authority::Grant(grant))));
             }
+        }
+        // Approved for fewer people than the call needs now (an approver's edit moved it
+        // into a rule's four eyes): asked again, of as many as it needs.
+        if let Some(stale) = &entry
+            && stale.stands(now)
+            && needed > stale.approvers
+            && matches!(&stale.decision, Some(d) if matches!(d.verdict, Verdict::Approved { .. }))
+        {
+            let pending = PendingApproval {
+                approvers: needed,
+                ..self.pending_of(tool, keyed, &request, record_key, policy, now)
+            };
+            approvals::ask_again(store, stale, &pending)
+                .await
+                .map_err(|e| store_error(tool, e))?;
+            return Err(refuse(ApprovalRefusal::TooFewApprovers { needed, got: 0 }));
         }
         match entry {
             Some(entry) if entry.stands(now) => match entry.decision {

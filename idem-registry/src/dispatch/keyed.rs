@@ -28,7 +28,40 @@ pub(super) struct KeyedCall<'a> {
     /// How long its outcome is kept once recorded (see [`Dispatcher::record_ttl`](super::Dispatcher::record_ttl)).
     pub(super) ttl: Duration,
     /// The approval or grant that authorises it, kept in its record's journal.
-    pub(super) approval: Option<Box<super::approve::Authority>>,
+    pub(super) approval: Option<Box<Authority>>,
+}
+
+/// What authorises a call that needs approval, kept in its record's journal.
+#[derive(Debug)]
+pub(crate) enum Authority {
+    /// An approval signed for exactly this call.
+    Approval(crate::signed::Approval),
+    /// A person's standing grant covering it.
+    Grant(crate::grant::Grant),
+}
+
+impl Authority {
+    /// The journal step and text the record keeps it under.
+    pub(super) fn step(&self) -> (&'static str, String) {
+        match self {
+            Authority::Approval(a) => (
+                crate::signed::APPROVAL_STEP,
+                serde_json::to_string(a).unwrap_or_default(),
+            ),
+            Authority::Grant(g) => (
+                crate::grant::GRANT_STEP,
+                serde_json::to_string(g).unwrap_or_default(),
+            ),
+        }
+    }
+
+    /// The grant, in a few words, if a grant it is.
+    pub(super) fn granted(&self) -> Option<String> {
+        match self {
+            Authority::Grant(g) => Some(g.summary()),
+            Authority::Approval(_) => None,
+        }
+    }
 }
 
 impl KeyedCall<'_> {

@@ -292,10 +292,18 @@ impl Dispatcher {
         };
         // The record key, once the call has one, for the event that ends the dispatch.
         let mut key = None;
-        let result = self
-            .stages(call, run, &watch, &mut key)
+        // The standing grant that let the call through, if one did: kept in its account
+        // whatever became of the call.
+        let mut granted = None;
+        let mut result = self
+            .stages(call, run, &watch, &mut key, &mut granted)
             .instrument(span.clone())
             .await;
+        if let Ok(dispatched) = &mut result
+            && !dispatched.deduplicated
+        {
+            dispatched.granted.clone_from(&granted);
+        }
         // An error does not carry the class: look the tool up again only then.
         let tool = match &result {
             Ok(_) => None,
@@ -303,7 +311,8 @@ impl Dispatcher {
         };
         span.in_scope(|| watch.ended(tool, key.as_ref(), &result));
         if self.accounts.is_some() {
-            self.account(call, run, key.as_ref(), &result).await;
+            self.account(call, run, key.as_ref(), &result, granted)
+                .await;
         }
         // A failure policy may undo the run's applied calls (`undo_run.rs`); boxed, and
         // only for a failure, so that other calls pay nothing for it.
@@ -322,6 +331,7 @@ impl Dispatcher {
         run: &RunContext,
         watch: &Watch<'_>,
         key: &mut Option<RecordKey>,
+        granted: &mut Option<String>,
     ) -> Result<Dispatched, DispatchError> {
         let (tool, prepared) = self.authorized(call, run, Scopes::Checked)?;
         // The checks that may read run only for a call about to act, never for `record_key`.
@@ -346,7 +356,7 @@ impl Dispatcher {
                 approve::Approved::By(approval) => Some(approval),
             },
         };
-        let granted = approval.as_ref().and_then(|a| a.granted());
+        *granted = approval.as_ref().and_then(|a| a.granted());
         let (record_key, downstream) = match keyed.keys {
             Some(keys) if tool.class.records() => keys,
             // A read (the key stage refuses a recording call without key material).
@@ -390,17 +400,13 @@ impl Dispatcher {
             .instrument(tracing::info_span!("idem.claim"))
             .await;
         watch.finished(&call, Stage::Claim, begun);
-        let mut dispatched = match claimed? {
+        match claimed? {
             claim::Claimed::WonClaim(held) if !shares.is_empty() => {
                 Box::pin(self.execute_with_shares(&call, held, typed, &shares, watch)).await
             }
             claim::Claimed::WonClaim(held) => self.execute_held(&call, held, typed, watch).await,
             claim::Claimed::Settled(dispatched) => Ok(dispatched),
-        }?;
-        if !dispatched.deduplicated {
-            dispatched.granted = granted;
         }
-        Ok(dispatched)
     }
 
     /// How long a tool's outcome is kept: its TTL, and for a tool that needs approval at

@@ -356,6 +356,7 @@ impl Dispatcher {
             Some(&record_key),
             &result,
             Some(decided),
+            None,
         )
         .await;
         (Some(record_key), outcome_of(result))

@@ -26,15 +26,13 @@ use idem_core::{Fingerprint, IdempotencyKey, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-mod grant;
 mod link;
 mod pending;
-pub use grant::{GRANT_STEP, Grant, GrantMiss, GrantScope, Revoked};
 pub use link::{ApprovalLink, LinkRefused};
 pub use pending::PendingCall;
 
 /// HMAC-SHA-256.
-type Hmac = hmac::Hmac<sha2::Sha256>;
+pub(crate) type Hmac = hmac::Hmac<sha2::Sha256>;
 
 /// The journal step under which the record of an approved call keeps its approval (the
 /// audit of which approval authorised it). Tools should not name a step so.
@@ -273,7 +271,7 @@ pub(crate) fn fallback_nonce(nonce: &mut [u8; 16]) {
     nonce[8..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes.iter().fold(String::new(), |mut s, b| {
         let _ = write!(s, "{b:02x}");
@@ -281,7 +279,7 @@ fn hex(bytes: &[u8]) -> String {
     })
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
     // Lower-case digits only: one signature has one spelling.
     if !text.len().is_multiple_of(2)
         || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))

@@ -69,7 +69,7 @@ use serde_json::{Value, json};
 pub use report::{PointVerdict, Report, Verdict};
 use worker::{BodyPoints, Points, StorePoints};
 
-use crate::approval::APPROVAL_STEP;
+use crate::approval::{APPROVAL_STEP, GRANT_STEP};
 use crate::dispatch::Dispatcher;
 
 /// The environment variable that tells a worker its role (`survey`, `kill`, `resume`).
@@ -444,7 +444,12 @@ async fn settled(
                 }
             )
         })
-        .filter(|r| !r.steps.iter().any(|s| s.step == APPROVAL_STEP))
+        // An approval, or a person's standing grant, authorised it.
+        .filter(|r| {
+            !r.steps
+                .iter()
+                .any(|s| s.step == APPROVAL_STEP || s.step == GRANT_STEP)
+        })
         .map(|r| r.tool.clone())
         .collect();
     Ok((unknown, unapproved))

@@ -1,7 +1,8 @@
 //! The controls a tool layers around dedupe, each read from the call itself: who may make it
 //! ([`Authorizer`], rules, and checks that may read what the call acts on), which calls need a person ([`ApprovalSelector`], rules), what
 //! must still hold just before each attempt ([`Precondition`]), and how a completed step is
-//! undone when a later one fails for good ([`Compensator`]).
+//! undone when a later one fails for good ([`Compensator`]). Some 600 lines: the rule
+//! language ([`Rule`]) and every control it serves are read best in one place.
 //!
 //! Data-defined tools ([`ToolSpec`](super::ToolSpec)) say the first two as [`Rule`]s over
 //! JSON Pointers into the arguments, compared with the run ([`RunContext::acting_for`],
