@@ -4,6 +4,7 @@
 mod breakdown;
 mod client;
 mod hop;
+mod latency;
 mod macros;
 mod mcp;
 mod paired;
@@ -26,7 +27,8 @@ const USAGE: &str = "usage: idem-bench <command> ...
   mcp-profile <dir> <contender> [calls] [concurrency]
   proxy <idem-binary> <proxy.toml> <dir> [rounds] [calls per batch] [concurrency]
   breakdown [calls]
-  hop [calls]";
+  hop [calls]
+  latency <memory|sqlite:PATH|redis:URL|redis-cluster:URLS|postgres:URL> <calls>";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -48,6 +50,7 @@ fn main() {
         "proxy" => proxy::run(rest),
         "breakdown" => breakdown::run(rest),
         "hop" => hop::run(rest),
+        "latency" => latency::run(rest),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
     };
     if let Err(e) = result {
