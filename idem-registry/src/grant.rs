@@ -339,14 +339,15 @@ pub(crate) async fn change<T>(
 }
 
 /// The grant that lets the call of `tool` with `args` in `run` through now, if one does:
-/// standing, signed under `keys`, for this tool, tenant and scope, under the policy the tool
-/// has now, every bound holding.
+/// standing, signed under `keys`, for this tool, tenant and scope, under `policy` (the tool's
+/// now, as the approve stage built it), every bound holding.
 pub(crate) async fn admitting(
     store: &dyn Store,
     tool: &ToolDef,
     args: &Value,
     run: &RunContext,
     now: Timestamp,
+    policy: &ApprovalPolicy,
     keys: &ApprovalKeys,
 ) -> Result<Option<Grant>, StoreError> {
     let Some(text) = store.budget_text(GRANTS_SCOPE).await? else {
@@ -357,9 +358,8 @@ pub(crate) async fn admitting(
         tracing::warn!("the grants kept in the store do not read; calls ask a person");
         return Ok(None);
     };
-    let policy = tool.approval_policy();
     for grant in kept.grants {
-        match grant.admits(tool.name(), args, run, now, &policy, keys) {
+        match grant.admits(tool.name(), args, run, now, policy, keys) {
             Ok(()) => return Ok(Some(grant)),
             Err(GrantMiss::BadSignature) => {
                 tracing::warn!(grant = %grant.id, "a grant in the store does not verify; ignored");

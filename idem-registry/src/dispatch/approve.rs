@@ -139,18 +139,23 @@ impl Dispatcher {
         // A request or an approval under another policy of the tool is not this call's
         // under the tool it has now: asked again, the change named (a denial stays final).
         let policy = tool.approval_policy();
+        // Replace `stale` with this call's request under the policy now, of as many
+        // approvers as it needs.
+        let ask_again = async |stale: &PendingApproval| {
+            let pending = PendingApproval {
+                approvers: needed,
+                ..self.pending_of(tool, keyed, &request, record_key, policy.clone(), now)
+            };
+            approvals::ask_again(store, stale, &pending)
+                .await
+                .map_err(|e| store_error(tool, e))
+        };
         if let Some(entry) = &entry
             && entry.stands(now)
             && !matches!(&entry.decision, Some(d) if matches!(d.verdict, Verdict::Denied { .. }))
             && let Some(change) = entry.policy.as_ref().and_then(|p| p.change_to(&policy))
         {
-            let pending = PendingApproval {
-                approvers: needed,
-                ..self.pending_of(tool, keyed, &request, record_key, policy, now)
-            };
-            approvals::ask_again(store, entry, &pending)
-                .await
-                .map_err(|e| store_error(tool, e))?;
+            ask_again(entry).await?;
             return Err(refuse(ApprovalRefusal::PolicyChanged { change }));
         }
         // A standing grant lets a call it covers through, unless a person denied this very
@@ -162,7 +167,7 @@ impl Dispatcher {
         });
         if needed == 1 && !denied {
             let keys = &self.approval_keys;
-            let granted = crate::grant::admitting(store, tool, args, run, now, keys)
+            let granted = crate::grant::admitting(store, tool, args, run, now, &policy, keys)
                 .await
                 .map_err(|e| store_error(tool, e))?;
             if let Some(grant) = granted {
@@ -176,13 +181,7 @@ impl Dispatcher {
             && needed > stale.approvers
             && matches!(&stale.decision, Some(d) if matches!(d.verdict, Verdict::Approved { .. }))
         {
-            let pending = PendingApproval {
-                approvers: needed,
-                ..self.pending_of(tool, keyed, &request, record_key, policy, now)
-            };
-            approvals::ask_again(store, stale, &pending)
-                .await
-                .map_err(|e| store_error(tool, e))?;
+            ask_again(stale).await?;
             return Err(refuse(ApprovalRefusal::TooFewApprovers { needed, got: 0 }));
         }
         match entry {
