@@ -64,7 +64,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// The median and the 99th percentile (nearest rank), in microseconds.
-fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
+pub(crate) fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
     samples.sort_unstable();
     let at = |q: f64| {
         let rank = ((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len());

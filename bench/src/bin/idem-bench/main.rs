@@ -10,6 +10,7 @@ mod mcp;
 mod paired;
 mod profile;
 mod proxy;
+mod proxy_latency;
 mod server;
 mod sqlite;
 mod timed;
@@ -28,7 +29,8 @@ const USAGE: &str = "usage: idem-bench <command> ...
   proxy <idem-binary> <proxy.toml> <dir> [rounds] [calls per batch] [concurrency]
   breakdown [calls]
   hop [calls]
-  latency <memory|sqlite:PATH|redis:URL|redis-cluster:URLS|postgres:URL> <calls>";
+  latency <memory|sqlite:PATH|redis:URL|redis-cluster:URLS|postgres:URL> <calls>
+  proxy-latency <idem-binary> <proxy.toml> <sqlite:PATH|redis://...|postgres://...> <calls>";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -51,6 +53,7 @@ fn main() {
         "breakdown" => breakdown::run(rest),
         "hop" => hop::run(rest),
         "latency" => latency::run(rest),
+        "proxy-latency" => proxy_latency::run(rest),
         other => Err(format!("unknown command {other:?}\n{USAGE}")),
     };
     if let Err(e) = result {

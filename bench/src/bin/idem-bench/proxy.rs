@@ -14,8 +14,9 @@
 
 use std::path::{Path, PathBuf};
 
-use rmcp::ServiceExt;
+use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
 use tokio::process::Command;
 
 use crate::mcp::remove_database;
@@ -36,18 +37,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
         3,
         [(100, "rounds"), (20, "calls per batch"), (1, "concurrency")],
     )?;
-    let bench_binary = |name: &str| {
-        let path = std::env::current_exe()
-            .map_err(|e| e.to_string())?
-            .with_file_name(name);
-        match path.exists() {
-            true => Ok(path),
-            false => Err(format!(
-                "{} is missing: build the bench's binaries first",
-                path.display()
-            )),
-        }
-    };
     let upstream = bench_binary("mcp-upstream")?;
     let forward = bench_binary("mcp-forward")?;
     let dir = Path::new(dir);
@@ -124,6 +113,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
     ran
 }
 
+/// The bench's binary `name`, beside this one.
+pub(crate) fn bench_binary(name: &str) -> Result<PathBuf, String> {
+    let path = std::env::current_exe()
+        .map_err(|e| e.to_string())?
+        .with_file_name(name);
+    match path.exists() {
+        true => Ok(path),
+        false => Err(format!(
+            "{} is missing: build the bench's binaries first",
+            path.display()
+        )),
+    }
+}
+
 /// A client of the server `command` starts, after the handshake.
 async fn contender(
     name: &'static str,
@@ -132,6 +135,22 @@ async fn contender(
     keyed: bool,
     command: Command,
 ) -> Result<Contender, String> {
+    Ok(Contender {
+        name,
+        baselines: baselines.to_vec(),
+        tool,
+        keyed,
+        first_execution: keyed && name.starts_with("proxy/"),
+        client: connect(name, command).await?,
+        _serving: None,
+    })
+}
+
+/// A client of the server `command` starts as a child process, after the handshake.
+pub(crate) async fn connect(
+    name: &str,
+    command: Command,
+) -> Result<RunningService<RoleClient, ()>, String> {
     let program = command
         .as_std()
         .get_program()
@@ -140,17 +159,7 @@ async fn contender(
     let (transport, _) = TokioChildProcess::builder(command)
         .spawn()
         .map_err(|e| format!("{program}: {e}"))?;
-    let client = ()
-        .serve(transport)
+    ().serve(transport)
         .await
-        .map_err(|e| format!("{name}: the handshake with {program} failed: {e}"))?;
-    Ok(Contender {
-        name,
-        baselines: baselines.to_vec(),
-        tool,
-        keyed,
-        first_execution: keyed && name.starts_with("proxy/"),
-        client,
-        _serving: None,
-    })
+        .map_err(|e| format!("{name}: the handshake with {program} failed: {e}"))
 }

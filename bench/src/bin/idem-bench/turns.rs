@@ -207,6 +207,15 @@ pub async fn call(
 
 /// Every contender answers `{"result": "ok"}`; an idem write's answer is a first execution.
 fn check(result: &CallToolResult, first_execution: bool) -> Result<(), String> {
+    check_ok(result)?;
+    if first_execution && deduplicated(result) != Some(false) {
+        return Err(format!("not a first execution: {result:?}"));
+    }
+    Ok(())
+}
+
+/// The answer is the no-op tools' `{"result": "ok"}`, not an error.
+pub(crate) fn check_ok(result: &CallToolResult) -> Result<(), String> {
     let ok = result.is_error != Some(true)
         && result
             .structured_content
@@ -214,20 +223,20 @@ fn check(result: &CallToolResult, first_execution: bool) -> Result<(), String> {
             .and_then(|v| v.get("result"))
             .and_then(Value::as_str)
             == Some("ok");
-    if !ok {
-        return Err(format!("unexpected result: {result:?}"));
+    match ok {
+        true => Ok(()),
+        false => Err(format!("unexpected result: {result:?}")),
     }
-    if first_execution {
-        let deduplicated = result
-            .meta
-            .as_ref()
-            .and_then(|m| m.0.get(META_DEDUPLICATED))
-            .and_then(Value::as_bool);
-        if deduplicated != Some(false) {
-            return Err(format!("not a first execution: {result:?}"));
-        }
-    }
-    Ok(())
+}
+
+/// What idem's answer says in `_meta`: whether it replayed a recorded outcome (`None` for
+/// an answer that does not say, such as a plain server's).
+pub(crate) fn deduplicated(result: &CallToolResult) -> Option<bool> {
+    result
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get(META_DEDUPLICATED))
+        .and_then(Value::as_bool)
 }
 
 /// Arguments `at..` as numbers, each with its default; none may be 0.
