@@ -240,14 +240,10 @@ async def check_memory(binary, tmp):
                "the bare upstream asked again answers [] (so the replay did not come from it)")
 
 
-async def check_counter(binary, tmp):
-    ledger = tmp / "ledger.jsonl"
-    pidfile = tmp / "counter.pid"
-    env = {"COUNTER_LEDGER": str(ledger), "COUNTER_PIDFILE": str(pidfile)}
-    upstream = [sys.executable, str(COUNTER)]
-    config = tmp / "counter.toml"
-    config.write_text("""
-namespace = "counter"
+def counter_config(namespace):
+    """The proxy's configuration in front of the counter upstream, under `namespace`."""
+    return f"""
+namespace = "{namespace}"
 
 [upstream]
 timeout_secs = 30
@@ -264,7 +260,16 @@ timeout_secs = 2
 
 [tools.lines]
 class = "read"
-""")
+"""
+
+
+async def check_counter(binary, tmp):
+    ledger = tmp / "ledger.jsonl"
+    pidfile = tmp / "counter.pid"
+    env = {"COUNTER_LEDGER": str(ledger), "COUNTER_PIDFILE": str(pidfile)}
+    upstream = [sys.executable, str(COUNTER)]
+    config = tmp / "counter.toml"
+    config.write_text(counter_config("counter"))
     store = tmp / "counter-proxy.db"
     log = tmp / "counter-proxy.log"
     proxy = Proxy(binary, config, store, upstream, log, env)
@@ -341,6 +346,28 @@ class = "read"
     expect(len(ledger_lines(ledger)) == before, "without reaching the upstream")
 
 
+async def check_memory_store(binary, tmp):
+    """`--store memory`: a re-send is answered once while the proxy runs; a new proxy process
+    remembers nothing, so the same call reaches the upstream again (what the guide says)."""
+    ledger = tmp / "memory-ledger.jsonl"
+    env = {"COUNTER_LEDGER": str(ledger), "COUNTER_PIDFILE": str(tmp / "memory.pid")}
+    config = tmp / "memory-store.toml"
+    config.write_text(counter_config("memory-store"))
+    proxy = Proxy(binary, config, "memory", [sys.executable, str(COUNTER)], tmp / "memory-store.log", env)
+    async with proxy.client() as client:
+        first = await client.call_tool("append", {"text": "m"}, meta={KEY: "memory-1"})
+        again = await client.call_tool("append", {"text": "m"}, meta={KEY: "memory-1"})
+        expect(deduplicated(first) is False and deduplicated(again) is True
+               and len(ledger_lines(ledger, "m")) == 1,
+               "--store memory: the same key twice reaches the upstream once")
+    async with proxy.client() as client:
+        after = await client.call_tool("append", {"text": "m"}, meta={KEY: "memory-1"})
+        expect(deduplicated(after) is False and len(ledger_lines(ledger, "m")) == 2,
+               "and a new proxy process on `memory` has forgotten it: the call runs again")
+    expect("records in a store in this process's memory" in proxy.logged(),
+           "the proxy's log says where its records are")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -401,7 +428,7 @@ def main():
     binary = proxy_binary()
     with tempfile.TemporaryDirectory(prefix="idem-proxy-check-") as tmp:
         tmp = Path(tmp)
-        for check in (check_memory, check_counter, check_http):
+        for check in (check_memory, check_counter, check_memory_store, check_http):
             try:
                 asyncio.run(check(binary, tmp))
             except Exception as e:  # a check that cannot go on is one problem, not a crash

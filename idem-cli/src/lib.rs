@@ -116,7 +116,8 @@ struct ProxyArgs {
     /// The configuration: the class and policy of each upstream tool (`init` writes one).
     #[arg(long, value_name = "FILE", required = true)]
     config: Option<PathBuf>,
-    /// Where records live: a SQLite file's path, `redis://...` or `postgres://...`
+    /// Where records live: a SQLite file's path, `redis://...`, `redis-cluster://HOST:PORT,...`,
+    /// `postgres://...`, or `memory` (gone when the proxy stops)
     /// [default: the configuration's `store`, else idem-proxy.db]
     #[arg(long, value_name = "PATH|URL")]
     store: Option<String>,
@@ -168,10 +169,15 @@ struct InitArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // A proxy over stdio serves one client, whose messages it reads, forwards and answers in
+    // turn: on one thread each step is a function call, where worker threads would hand every
+    // message from one to the other (a wake-up and a context switch each, most of its time at
+    // one call at a time). Everything else, the HTTP proxy included, runs on worker threads.
+    let mut builder = match serves_one_client(&cli.command) {
+        true => tokio::runtime::Builder::new_current_thread(),
+        false => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -188,6 +194,16 @@ pub fn main() -> ExitCode {
             ExitCode::from(failure.code as u8)
         }
     }
+}
+
+/// Whether `command` is `idem mcp-proxy` over stdio (one client).
+fn serves_one_client(command: &Command) -> bool {
+    #[cfg(feature = "mcp-proxy")]
+    if let Command::McpProxy(args) = command {
+        return args.http.is_none() && args.action.is_none();
+    }
+    let _ = command;
+    false
 }
 
 async fn run(command: Command) -> Result<(), Failure> {

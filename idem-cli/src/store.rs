@@ -1,5 +1,7 @@
 //! The store a `--store` argument names: `sqlite:PATH` (or a bare path) is a SQLite file,
-//! `redis://...` and `postgres://...` a server.
+//! `redis://...` and `postgres://...` a server, `redis-cluster://HOST:PORT,HOST:PORT` a Redis
+//! Cluster (the nodes to start from), and `memory` a store in the process's memory (for the
+//! proxy only: what it records is gone when it stops, and no other process can read it).
 
 use std::sync::Arc;
 
@@ -16,19 +18,39 @@ pub const DEFAULT_STORE: &str = "idem-proxy.db";
 pub const DEFAULT_PREFIX: &str = "idem";
 
 /// What `--store` names.
+#[derive(Debug, PartialEq)]
 enum Spec<'a> {
     Sqlite(&'a str),
     Redis(&'a str),
+    /// The nodes' URLs, each `redis://` (or `rediss://`) with the spec's credentials.
+    RedisCluster(Vec<String>),
     Postgres(&'a str),
+    Memory,
 }
 
-const FORMS: &str =
-    "give `sqlite:PATH` (or a file's path), `redis://HOST:PORT` or `postgres://USER@HOST/DB`";
+const FORMS: &str = "give `sqlite:PATH` (or a file's path), `redis://HOST:PORT`, `redis-cluster://HOST:PORT,HOST:PORT`, `postgres://USER@HOST/DB` or, for `idem mcp-proxy` alone, `memory`";
+
+/// The word that names the memory store.
+const MEMORY: &str = "memory";
 
 fn parse(spec: &str) -> Result<Spec<'_>, Failure> {
     let malformed = |why: String| Failure::new(Exit::Usage, format!("`--store {spec}`: {why}"));
     if spec.trim().is_empty() {
         return Err(malformed(format!("no store is named: {FORMS}")));
+    }
+    if spec == MEMORY || spec == "memory:" {
+        return Ok(Spec::Memory);
+    }
+    for (scheme, node) in [("redis-cluster", "redis"), ("rediss-cluster", "rediss")] {
+        if let Some(rest) = spec.strip_prefix(scheme).and_then(|r| r.strip_prefix(':')) {
+            return cluster_nodes(rest, node)
+                .map(Spec::RedisCluster)
+                .ok_or_else(|| {
+                    malformed(format!(
+                        "a `{scheme}` URL begins `{scheme}://` and names one node or more, `HOST:PORT` separated by commas: {FORMS}"
+                    ))
+                });
+        }
     }
     if let Some(path) = spec
         .strip_prefix("sqlite://")
@@ -64,6 +86,24 @@ fn parse(spec: &str) -> Result<Spec<'_>, Failure> {
         }
         _ => Ok(Spec::Sqlite(spec)),
     }
+}
+
+/// The nodes of `redis-cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT/...` (`rest` is what
+/// follows the scheme's colon), each a `node://` URL with the credentials; `None` if no node
+/// is named or one is empty.
+fn cluster_nodes(rest: &str, node: &str) -> Option<Vec<String>> {
+    let rest = rest.strip_prefix("//")?;
+    let (credentials, hosts) = match rest.rsplit_once('@') {
+        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.trim_end_matches('/');
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .map(|host| format!("{node}://{credentials}{}", host.trim()))
+        .collect();
+    let empty = hosts.split(',').any(|host| host.trim().is_empty());
+    (!empty).then_some(nodes)
 }
 
 /// Open the store `spec` names, creating a SQLite file that does not exist yet (the
@@ -113,7 +153,16 @@ async fn opened(
             Ok((Arc::new(store), format!("the SQLite file {path}")))
         }
         Spec::Redis(url) => redis(url, prefix).await,
+        Spec::RedisCluster(nodes) => redis_cluster(&nodes, spec, prefix).await,
         Spec::Postgres(url) => postgres(url, prefix, create).await,
+        Spec::Memory if create => Ok((
+            Arc::new(idem_core::store::memory::MemoryStore::new()),
+            "a store in this process's memory (what it records is gone when it stops)".into(),
+        )),
+        Spec::Memory => Err(Failure::new(
+            Exit::Usage,
+            "`--store memory`: a memory store lives inside the process that made it, and this command cannot read another's: name the SQLite file, Redis or PostgreSQL the records are in",
+        )),
     }
 }
 
@@ -182,12 +231,47 @@ async fn redis(url: &str, prefix: &str) -> Result<(Arc<dyn Store>, String), Fail
     ))
 }
 
+#[cfg(feature = "redis")]
+async fn redis_cluster(
+    nodes: &[String],
+    spec: &str,
+    prefix: &str,
+) -> Result<(Arc<dyn Store>, String), Failure> {
+    let shown = scrubbed(spec, spec);
+    let store = idem_core::store::redis::RedisStore::connect_cluster(nodes, prefix)
+        .await
+        .map_err(|e| {
+            Failure::new(
+                Exit::Store,
+                format!("cannot use the Redis Cluster at {shown}: {e}"),
+            )
+        })?;
+    Ok((
+        Arc::new(store),
+        format!("the Redis Cluster at {shown} (key prefix `{prefix}`)"),
+    ))
+}
+
 #[cfg(not(feature = "redis"))]
 async fn redis(_: &str, _: &str) -> Result<(Arc<dyn Store>, String), Failure> {
-    Err(Failure::new(
+    Err(without_redis())
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_cluster(
+    _: &[String],
+    _: &str,
+    _: &str,
+) -> Result<(Arc<dyn Store>, String), Failure> {
+    Err(without_redis())
+}
+
+#[cfg(not(feature = "redis"))]
+fn without_redis() -> Failure {
+    Failure::new(
         Exit::Usage,
         "this `idem` was built without the Redis store: install `idem-cli` with its default features (`cargo install idem-cli`, or `cargo install --path idem-cli` from a checkout of idem), which include every store",
-    ))
+    )
 }
 
 #[cfg(feature = "postgres")]
@@ -289,6 +373,29 @@ mod tests {
         assert!(refusal("postgres://").contains("begins `postgres://`"));
         assert!(refusal("ftp://host/x").contains("unknown store scheme `ftp://`"));
         assert!(refusal("sqlite:").contains("needs a file's path"));
+        assert_eq!(parse("memory").ok(), Some(Spec::Memory));
+        assert_eq!(parse("sqlite:memory").ok(), Some(Spec::Sqlite("memory")));
+        assert_eq!(
+            parse("redis-cluster://10.0.0.1:7000, 10.0.0.2:7000/").ok(),
+            Some(Spec::RedisCluster(vec![
+                "redis://10.0.0.1:7000".into(),
+                "redis://10.0.0.2:7000".into()
+            ]))
+        );
+        assert_eq!(
+            parse("rediss-cluster://ops:s3cret@a:7000,b:7000").ok(),
+            Some(Spec::RedisCluster(vec![
+                "rediss://ops:s3cret@a:7000".into(),
+                "rediss://ops:s3cret@b:7000".into()
+            ]))
+        );
+        for spec in [
+            "redis-cluster://",
+            "redis-cluster:a:7000",
+            "redis-cluster://a:7000,,b:7000",
+        ] {
+            assert!(refusal(spec).contains("names one node or more"), "{spec}");
+        }
         assert!(refusal("  ").contains("no store is named"));
     }
 }

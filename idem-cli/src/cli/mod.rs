@@ -32,7 +32,8 @@ pub use runs::{RunsArgs, runs};
 /// Where the records are, for every operator command.
 #[derive(Args, Clone)]
 pub struct StoreArgs {
-    /// The store: `sqlite:PATH`, `redis://HOST:PORT` or `postgres://USER@HOST/DB`.
+    /// The store: `sqlite:PATH`, `redis://HOST:PORT`, `redis-cluster://HOST:PORT,HOST:PORT` or
+    /// `postgres://USER@HOST/DB`.
     #[arg(
         long,
         env = crate::env::STORE,
@@ -61,7 +62,7 @@ impl StoreArgs {
         let spec = self.store.as_deref().ok_or_else(|| {
             Failure::new(
                 Exit::Usage,
-                "no store: give --store sqlite:PATH | redis://HOST:PORT | postgres://USER@HOST/DB, or set IDEM_STORE",
+                "no store: give --store sqlite:PATH | redis://HOST:PORT | redis-cluster://HOST:PORT,HOST:PORT | postgres://USER@HOST/DB, or set IDEM_STORE",
             )
         })?;
         Operator::open(spec, &self.prefix).await

@@ -24,6 +24,21 @@ fn a_malformed_store_is_refused_naming_the_forms_a_store_takes() {
     run(&mut idem(&["approvals", "list"]))
         .exited(2)
         .says(&["no store", "--store", "IDEM_STORE"]);
+    // The proxy's memory store is its own: an operator command cannot read it.
+    run(&mut idem(&["records", "list", "--store", "memory"]))
+        .exited(2)
+        .says(&["`--store memory`", "cannot read another's"]);
+    run(&mut idem(&[
+        "records",
+        "list",
+        "--store",
+        "redis-cluster://a:7000,,b:7000",
+    ]))
+    .exited(2)
+    .says(&[
+        "names one node or more",
+        "redis-cluster://HOST:PORT,HOST:PORT",
+    ]);
 }
 
 #[test]

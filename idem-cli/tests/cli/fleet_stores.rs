@@ -277,6 +277,32 @@ async fn on_redis_the_agent_obeys_what_the_operator_decided() {
     operator_flow(Arc::new(store), &url, &prefix, Expiry::ByServer).await;
 }
 
+/// The same on a Redis Cluster, which the operator names `redis-cluster://HOST:PORT,...`.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_the_agent_obeys_what_the_operator_decided() {
+    use support::redis_keys::redis_cluster_prefixes;
+    use support::services::{REDIS_CLUSTER_URL, service_url};
+    let Some(urls) = service_url(
+        REDIS_CLUSTER_URL,
+        "on_a_redis_cluster_the_agent_obeys_what_the_operator_decided",
+    ) else {
+        return;
+    };
+    let prefixes = redis_cluster_prefixes(&urls);
+    let prefix = prefixes.fresh("idem_cli");
+    let nodes: Vec<&str> = urls.split(',').collect();
+    let store = idem::RedisStore::connect_cluster(&nodes, &prefix)
+        .await
+        .expect("connect to the Redis Cluster");
+    let hosts: Vec<&str> = nodes
+        .iter()
+        .map(|node| node.trim_start_matches("redis://").trim_end_matches('/'))
+        .collect();
+    let spec = format!("redis-cluster://{}", hosts.join(","));
+    operator_flow(Arc::new(store), &spec, &prefix, Expiry::ByServer).await;
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_the_agent_obeys_what_the_operator_decided() {

@@ -4,13 +4,15 @@
 //! the bench upstream (`mcp-upstream`). Beside it, the same two calls through a plain
 //! forwarding proxy (`mcp-forward`) in front of the same upstream, which records nothing:
 //! its "replay" is a second call, and the gap between the two lines is what idem adds to a
-//! hop. The two take turns call by call (which goes first alternates), so both see the same
-//! machine. Client, proxy and upstream are separate processes on a machine shared with
+//! hop. And the upstream alone, no proxy (`"through":"none"`): one hop, the one a replay
+//! through idem crosses too, since the proxy answers it from its store. The three take
+//! turns call by call (which goes first rotates), so all see the same machine. Client, proxy and upstream are separate processes on a machine shared with
 //! builds: the figures carry process-scheduling noise the in-process row
 //! ([`crate::latency`]) does not.
 //!
 //! `idem-bench proxy-latency <idem-binary> <proxy.toml> <store> <calls>`, `store` what
-//! `idem mcp-proxy --store` accepts (a SQLite file's path, `redis://...`, `postgres://...`):
+//! `idem mcp-proxy --store` accepts (`memory`, a SQLite file's path, `redis://...`,
+//! `redis-cluster://HOST:PORT,...`, `postgres://...`):
 //! one JSON line per contender, the percentiles in microseconds.
 
 use std::time::{Duration, Instant};
@@ -57,8 +59,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let mut forwarded = Command::new(&forward);
         forwarded.arg("--").arg(&upstream);
         let contenders = [
-            Timed::new(true, connect("idem mcp-proxy", proxied).await?),
-            Timed::new(false, connect("mcp-forward", forwarded).await?),
+            Timed::new(Through::Idem, connect("idem mcp-proxy", proxied).await?),
+            Timed::new(Through::Forward, connect("mcp-forward", forwarded).await?),
+            Timed::new(Through::Direct, connect("mcp-upstream", Command::new(&upstream)).await?),
         ];
         let pid = std::process::id();
         // Buffers, connections, the store's first pages and both code paths, not measured.
@@ -67,13 +70,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 c.pair(&format!("warm-{pid}-{i}")).await?;
             }
         }
-        let mut samples = [
-            (Vec::with_capacity(calls), Vec::with_capacity(calls)),
-            (Vec::with_capacity(calls), Vec::with_capacity(calls)),
-        ];
+        let mut samples: Vec<_> = contenders
+            .iter()
+            .map(|_| (Vec::with_capacity(calls), Vec::with_capacity(calls)))
+            .collect();
         for i in 0..calls {
             let key = format!("lat-{pid}-{i}");
-            for k in [i % 2, 1 - i % 2] {
+            // Which goes first rotates, so that none always follows another.
+            for k in (0..contenders.len()).map(|k| (k + i) % contenders.len()) {
                 let (first, replay) = contenders[k].pair(&key).await?;
                 samples[k].0.push(first);
                 samples[k].1.push(replay);
@@ -82,9 +86,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         for (c, (first, replay)) in contenders.into_iter().zip(&mut samples) {
             let (f50, f99) = percentiles(first);
             let (r50, r99) = percentiles(replay);
-            let (through, store) = match c.idem {
-                true => ("idem mcp-proxy", format!("\"store\":\"{name}\"")),
-                false => ("mcp-forward", format!("\"store\":\"none\",\"beside\":\"{name}\"")),
+            let (through, store) = match c.through {
+                Through::Idem => ("idem mcp-proxy", format!("\"store\":\"{name}\"")),
+                Through::Forward => ("mcp-forward", format!("\"store\":\"none\",\"beside\":\"{name}\"")),
+                Through::Direct => ("none", format!("\"store\":\"none\",\"beside\":\"{name}\"")),
             };
             println!(
                 "{{\"row\":\"proxy-latency\",\"through\":\"{through}\",{store},\"calls\":{calls},\"first_p50_us\":{f50:.1},\"first_p99_us\":{f99:.1},\"replay_p50_us\":{r50:.1},\"replay_p99_us\":{r99:.1}}}"
@@ -95,15 +100,26 @@ pub fn run(args: &[String]) -> Result<(), String> {
     })
 }
 
-/// One contender: a client of `idem mcp-proxy` or of the plain forwarder.
+/// What a contender's client talks to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Through {
+    /// `idem mcp-proxy` in front of the upstream.
+    Idem,
+    /// The plain forwarding proxy in front of the upstream: the second hop without idem.
+    Forward,
+    /// The upstream itself, no proxy: one hop, what a replay through idem also crosses.
+    Direct,
+}
+
+/// One contender: a client of `idem mcp-proxy`, of the plain forwarder, or of the upstream.
 struct Timed {
-    idem: bool,
+    through: Through,
     client: RunningService<RoleClient, ()>,
 }
 
 impl Timed {
-    fn new(idem: bool, client: RunningService<RoleClient, ()>) -> Self {
-        Timed { idem, client }
+    fn new(through: Through, client: RunningService<RoleClient, ()>) -> Self {
+        Timed { through, client }
     }
 
     /// The call under `key`, then the same call again, each timed. Through idem the first
@@ -118,7 +134,7 @@ impl Timed {
         let replay_took = started.elapsed();
         check_ok(&first)?;
         check_ok(&again)?;
-        if self.idem {
+        if self.through == Through::Idem {
             if deduplicated(&first) != Some(false) {
                 return Err(format!("a new call was not a first execution: {first:?}"));
             }
@@ -132,8 +148,12 @@ impl Timed {
 
 /// The kind of store `spec` names, read as `idem mcp-proxy --store` reads it.
 fn store_kind(spec: &str) -> &'static str {
+    if spec == "memory" {
+        return "memory";
+    }
     match spec.split_once("://").map(|(scheme, _)| scheme) {
         Some("redis" | "rediss") => "redis",
+        Some("redis-cluster" | "rediss-cluster") => "redis-cluster",
         Some("postgres" | "postgresql") => "postgres",
         _ => "sqlite",
     }
