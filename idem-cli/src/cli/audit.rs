@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use hmac::{KeyInit, Mac};
 use idem_core::Fingerprint;
-use idem_core::store::decisions::{self, Chain, LogError, Logged};
+use idem_core::store::decisions::{self, Chain, ChainBroken, LogError, Logged};
 use serde_json::{Value, json};
 
 use super::{StoreArgs, clip, print_json, say, table};
@@ -302,19 +302,14 @@ fn export_head(
     for (i, line) in lines.iter().enumerate() {
         let entry: Logged = serde_json::from_str(line)
             .map_err(|e| refused(format!("line {} is not a decision: {e}", i + 1)))?;
-        if !entry.is_intact() {
-            return Err(refused(format!(
-                "entry {} was changed after the export was signed",
-                i + 1
-            )));
-        }
-        if entry.seq != i as u64 + 1 || entry.prev != prev {
-            return Err(refused(format!(
-                "entry {} does not follow the one before it",
-                i + 1
-            )));
-        }
-        prev = Some(entry.hash);
+        prev = Some(decisions::follows(&entry, i as u64 + 1, prev).map_err(
+            |broken| match broken {
+                ChainBroken::Changed { seq } => refused(format!(
+                    "entry {seq} was changed after the export was signed"
+                )),
+                _ => refused(format!("entry {} does not follow the one before it", i + 1)),
+            },
+        )?);
     }
     if lines.len() as u64 != entries || prev.map(|h| h.to_hex()).as_deref() != head {
         return Err(refused(

@@ -204,17 +204,7 @@ pub async fn serve(args: NotifyArgs) -> Result<(), Failure> {
         .timeout(send::POST_TIMEOUT)
         .build()
         .map_err(|e| Failure::new(Exit::Failed, format!("cannot start an HTTP client: {e}")))?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| {
-            Failure::new(
-                Exit::Usage,
-                format!("cannot listen on {}: {e}", args.listen),
-            )
-        })?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Failure::new(Exit::Failed, e.to_string()))?;
+    let (listener, local) = crate::ui::listen(args.listen).await?;
     let public = match &config.public_url {
         Some(url) => url.as_str().trim_end_matches('/').to_owned(),
         None => format!("http://{local}"),

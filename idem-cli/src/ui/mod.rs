@@ -131,17 +131,7 @@ pub async fn serve(args: UiArgs) -> Result<(), Failure> {
         .route(grants::PATH, post(grants::revoke))
         .layer(axum::middleware::map_response(guarded))
         .with_state(inbox);
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| {
-            Failure::new(
-                Exit::Usage,
-                format!("cannot listen on {}: {e}", args.listen),
-            )
-        })?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Failure::new(Exit::Failed, e.to_string()))?;
+    let (listener, local) = listen(args.listen).await?;
     if !local.ip().is_loopback() {
         tracing::warn!(
             "the inbox listens on {local}, beyond this host, over plain HTTP: the token and the session cookie cross the network in clear; serve it on loopback, or behind a TLS proxy (with --secure-cookie)"
@@ -283,4 +273,18 @@ async fn index(
         Ok(html) => Html(html).into_response(),
         Err(e) => page_error(StatusCode::SERVICE_UNAVAILABLE, &e.message),
     }
+}
+
+/// A listener on `addr`, and the address it is bound to (the port the system chose for
+/// port 0): what `idem ui` and `idem notify` serve on.
+pub(crate) async fn listen(
+    addr: std::net::SocketAddr,
+) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), Failure> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::new(Exit::Usage, format!("cannot listen on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Failure::new(Exit::Failed, e.to_string()))?;
+    Ok((listener, local))
 }

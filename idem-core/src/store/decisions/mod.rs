@@ -393,6 +393,41 @@ pub async fn read<S: Store + ?Sized>(
     Ok(entries)
 }
 
+/// One link of the chain: `logged` is in place `seq`, its hash is that of its contents, and it
+/// links to `prev` (the hash of the entry before it; `None` for the first). Its hash, the next
+/// entry's `prev`, if the link holds. What [`verify`] checks of each entry in the store, and
+/// what an export's reader checks of each of its lines.
+///
+/// ```
+/// use idem::store::decisions::{ChainBroken, follows};
+/// # fn check(entries: &[idem::store::decisions::Logged]) -> Result<(), ChainBroken> {
+/// let mut prev = None;
+/// for (i, entry) in entries.iter().enumerate() {
+///     prev = Some(follows(entry, i as u64 + 1, prev)?);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub fn follows(
+    logged: &Logged,
+    seq: u64,
+    prev: Option<Fingerprint>,
+) -> Result<Fingerprint, ChainBroken> {
+    if logged.seq != seq {
+        return Err(ChainBroken::Moved {
+            seq,
+            says: logged.seq,
+        });
+    }
+    if !logged.is_intact() {
+        return Err(ChainBroken::Changed { seq });
+    }
+    if logged.prev != prev {
+        return Err(ChainBroken::Unlinked { seq });
+    }
+    Ok(logged.hash)
+}
+
 /// Walk the whole chain and check every link: each entry in its place, its hash that of its
 /// contents, linked to the one before; and no entry missing below where the log is known to
 /// have reached. `Err(LogError::Broken)` names the first link that does not hold.
@@ -404,20 +439,7 @@ pub async fn verify<S: Store + ?Sized>(store: &S) -> Result<Chain, LogError> {
         let Some(logged) = entry(store, seq).await? else {
             break;
         };
-        if logged.seq != seq {
-            return Err(ChainBroken::Moved {
-                seq,
-                says: logged.seq,
-            }
-            .into());
-        }
-        if !logged.is_intact() {
-            return Err(ChainBroken::Changed { seq }.into());
-        }
-        if logged.prev != prev {
-            return Err(ChainBroken::Unlinked { seq }.into());
-        }
-        prev = Some(logged.hash);
+        prev = Some(follows(&logged, seq, prev)?);
         seq += 1;
     }
     let entries = seq - 1;
