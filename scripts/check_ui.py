@@ -25,11 +25,11 @@ builds `idem` and the agent example; then, on a fresh SQLite store under `target
 10. Two more approvals (initech) ticked and approved at once while one of them is requested
    again with other arguments: that one is refused alone (still pending, its new arguments),
    the other approved; then it is denied from the batch form with a reason.
-11. Four eyes: a call marked as needing two approvers shows "no approval yet (0 of 2)";
+11. A grant made with `idem grants add` is listed in the inbox with its bounds, revoked from
+   its row, and `idem grants list --all` says who revoked it.
+12. Four eyes: a call marked as needing two approvers shows "no approval yet (0 of 2)";
    approved from its row it shows who approved and that one more is awaited; the same
    person approving again is refused (409); a second person at the command line decides it.
-12. A grant made with `idem grants add` is listed in the inbox with its bounds, revoked from
-   its row, and `idem grants list --all` says who revoked it.
 
 Screenshots go to target/ui-check/inbox.png and inbox-decided.png; with --screenshots they
 are also copied to examples/screenshots/.
