@@ -345,8 +345,69 @@ async fn what_cannot_be_granted_is_refused_naming_why() {
         Err(GrantError::FourEyes { approvers: 2, .. }) => {}
         other => panic!("expected FourEyes, got {other:?}"),
     }
+    // A desk over the store alone reads the count from the policy the latest call asked
+    // under (a millisecond apart from the one before, so that it is the latest).
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(asks(four.dispatch(&refund("a3", "c-7", 5), &run).await));
+    match alone.grant(&terms(), &dana()).await {
+        Err(GrantError::FourEyes { approvers: 2, .. }) => {}
+        other => panic!("expected FourEyes from the store's policy, got {other:?}"),
+    }
 }
 
 fn agent_four_eyes(store: Arc<dyn Store>, runs: &Arc<AtomicUsize>) -> Dispatcher {
     agent(store, runs, "1", true)
+}
+
+/// A desk over the store alone judges a tool by the policy its calls asked under, as a desk
+/// with the tools does: a rule that asks two approvers for some calls does not make the
+/// whole tool four eyes, even when the latest call that asked was one of those. The grant
+/// then lets through only calls one approver decides.
+#[tokio::test]
+async fn a_desk_over_the_store_grants_a_tool_whose_rule_asks_two_for_some_calls() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    let tool = ToolDef::builder("refund", ToolClass::Irreversible)
+        .description("Refund a customer.")
+        .input_schema(json!({
+            "type": "object",
+            "properties": {"customer": {"type": "string"}, "amount": {"type": "integer"}},
+            "required": ["customer", "amount"]
+        }))
+        .approvers_when(2, |args: &Value, _: &RunContext| {
+            args["amount"].as_u64() > Some(1000)
+        })
+        .handler(move |_: ToolContext, args: Value| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(args)
+            }
+        })
+        .build()
+        .unwrap();
+    let registry = Registry::builder().add(tool).build().unwrap();
+    let agent = Dispatcher::approving(registry, store.clone(), ApprovalKeys::new([approval_key()]))
+        .unwrap();
+    let run = RunContext::new("shop").with_run("r-1", 1);
+    // The latest call that asked needs two approvers.
+    assert!(asks(
+        agent.dispatch(&refund("big", "c-7", 5000), &run).await
+    ));
+    let alone = ApprovalDesk::over(&*store);
+    let wide = GrantTerms::new("shop", "refund", Duration::from_secs(3600))
+        .within(bound(json!({"pointer": "/amount", "at_most": 10000})));
+    alone.grant(&wide, &dana()).await.unwrap();
+    // A small refund runs without asking; a big one, inside the bounds too, still asks: the
+    // grant is one person's, and it needs two.
+    agent
+        .dispatch(&refund("small", "c-7", 5), &run)
+        .await
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(asks(
+        agent.dispatch(&refund("big-2", "c-7", 5000), &run).await
+    ));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

@@ -202,15 +202,19 @@ impl ApprovalDesk<'_> {
             .filter(|e| e.policy.is_some())
             .max_by_key(|e| e.requested_at)
             .ok_or_else(|| GrantError::PolicyUnknown(terms.tool.clone()))?;
-        if latest.approvers > 1 {
+        let policy = latest
+            .policy
+            .ok_or_else(|| GrantError::PolicyUnknown(terms.tool.clone()))?;
+        // The tool's own count, from its policy: this call's may be a rule's, for calls like
+        // it only (a grant never stands for those; the dispatcher checks each call).
+        let approvers = crate::tool::approvers_of(&policy);
+        if approvers > 1 {
             return Err(GrantError::FourEyes {
                 tool: terms.tool.clone(),
-                approvers: latest.approvers,
+                approvers,
             });
         }
-        latest
-            .policy
-            .ok_or_else(|| GrantError::PolicyUnknown(terms.tool.clone()))
+        Ok(policy)
     }
 
     /// `grant` once `decision` is in the decision log.

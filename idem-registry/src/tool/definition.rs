@@ -265,7 +265,7 @@ impl ToolDef {
             controls.push(format!("approve_when: {functions} function(s)"));
         }
         if self.approvers > 1 {
-            controls.push(format!("approvers: {}", self.approvers));
+            controls.push(format!("{APPROVERS_CONTROL}{}", self.approvers));
         }
         controls.extend(
             rules
@@ -427,4 +427,19 @@ impl ToolDef {
     pub fn escalates(&self) -> Option<crate::tool::Escalate> {
         self.escalate
     }
+}
+
+/// How an [`ApprovalPolicy`](idem_core::store::approvals::ApprovalPolicy) names the number
+/// of approvers every call of the tool needs, when it is more than one.
+const APPROVERS_CONTROL: &str = "approvers: ";
+
+/// The number of distinct approvers every call under `policy` needs (a rule that asks more
+/// for some calls aside): the tool's own count when the policy was made. What a desk without
+/// the tools reads from the policy a call asked under.
+pub(crate) fn approvers_of(policy: &idem_core::store::approvals::ApprovalPolicy) -> u8 {
+    policy
+        .controls
+        .iter()
+        .find_map(|c| c.strip_prefix(APPROVERS_CONTROL)?.parse().ok())
+        .unwrap_or(1)
 }

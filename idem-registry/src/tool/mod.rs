@@ -40,6 +40,7 @@ pub(crate) use controls::typed_args;
 pub use controls::{
     ApprovalSelector, ApproversWhen, Authorizer, Compensator, Precondition, Rule, Undo,
 };
+pub(crate) use definition::approvers_of;
 pub use definition::{
     Handler, Location, NaturalKey, PreparedArguments, Preparer, ToolDef, ToolRules, TypedArguments,
     Verified, Verifier,
