@@ -97,13 +97,12 @@ fn cluster_nodes(rest: &str, node: &str) -> Option<Vec<String>> {
         Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
         None => (String::new(), rest),
     };
-    let hosts = hosts.trim_end_matches('/');
-    let nodes: Vec<String> = hosts
+    hosts
+        .trim_end_matches('/')
         .split(',')
-        .map(|host| format!("{node}://{credentials}{}", host.trim()))
-        .collect();
-    let empty = hosts.split(',').any(|host| host.trim().is_empty());
-    (!empty).then_some(nodes)
+        .map(str::trim)
+        .map(|host| (!host.is_empty()).then(|| format!("{node}://{credentials}{host}")))
+        .collect()
 }
 
 /// Open the store `spec` names, creating a SQLite file that does not exist yet (the

@@ -56,19 +56,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             command.arg("--").arg(&upstream);
             command
         };
-        let proxied = |store: &PathBuf| {
-            let mut command = Command::new(idem);
-            command
-                .arg("mcp-proxy")
-                .arg("--config")
-                .arg(config)
-                .arg("--store")
-                .arg(store)
-                .arg("--")
-                .arg(&upstream)
-                .env("IDEM_LOG", "warn");
-            command
-        };
+        let proxied = |store: &PathBuf| proxy_command(idem, config, store, &upstream);
         let write = "noop_idempotent_write";
         let contenders = vec![
             contender("upstream/read", &[], "noop_read", false, bare()).await?,
@@ -111,6 +99,27 @@ pub fn run(args: &[String]) -> Result<(), String> {
         remove_database(store);
     }
     ran
+}
+
+/// `idem mcp-proxy` with the configuration `config` and the store `store` in front of
+/// `upstream`, logging warnings only.
+pub(crate) fn proxy_command(
+    idem: impl AsRef<std::ffi::OsStr>,
+    config: impl AsRef<std::ffi::OsStr>,
+    store: impl AsRef<std::ffi::OsStr>,
+    upstream: &Path,
+) -> Command {
+    let mut command = Command::new(idem);
+    command
+        .arg("mcp-proxy")
+        .arg("--config")
+        .arg(config)
+        .arg("--store")
+        .arg(store)
+        .arg("--")
+        .arg(upstream)
+        .env("IDEM_LOG", "warn");
+    command
 }
 
 /// The bench's binary `name`, beside this one.

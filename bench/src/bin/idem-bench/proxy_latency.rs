@@ -22,7 +22,7 @@ use rmcp::{Peer, RoleClient};
 use tokio::process::Command;
 
 use crate::latency::percentiles;
-use crate::proxy::{bench_binary, connect};
+use crate::proxy::{bench_binary, connect, proxy_command};
 use crate::turns::{call, check_ok, deduplicated};
 
 const USAGE: &str = "usage: proxy-latency <idem-binary> <proxy.toml> <sqlite:PATH|redis://...|postgres://...> <calls>";
@@ -46,16 +46,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let mut proxied = Command::new(idem);
-        proxied
-            .arg("mcp-proxy")
-            .arg("--config")
-            .arg(config)
-            .arg("--store")
-            .arg(store)
-            .arg("--")
-            .arg(&upstream)
-            .env("IDEM_LOG", "warn");
+        let proxied = proxy_command(idem, config, store, &upstream);
         let mut forwarded = Command::new(&forward);
         forwarded.arg("--").arg(&upstream);
         let contenders = [
